@@ -1,0 +1,36 @@
+"""Cloud Function (2nd gen) `ingress`: origin topic -> validate, dedup, route -> final topic.
+
+A thin adapter: all logic lives in pubsub_toolkit.ingress. Configuration comes from the
+environment (see the README) and is read on the first event, not at import time, so a missing
+variable is reported as a clear error in the logs instead of a failed deployment health check.
+Returning normally acks the event; raising (a transient failure) makes Pub/Sub deliver it again.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import functions_framework
+from cloudevents.http import CloudEvent
+from pubsub_toolkit.config import Settings
+from pubsub_toolkit.ingress import Ingress
+from pubsub_toolkit.observability import configure_logging
+
+_lock = threading.Lock()
+_ingress: Ingress | None = None
+
+
+def _get_ingress() -> Ingress:
+    # Clients are created once per instance and reused across events.
+    global _ingress
+    with _lock:
+        if _ingress is None:
+            configure_logging()
+            _ingress = Ingress.from_settings(Settings.from_env())
+        return _ingress
+
+
+@functions_framework.cloud_event
+def ingress(cloud_event: CloudEvent) -> None:
+    """Entry point for the Pub/Sub trigger on the origin topic."""
+    _get_ingress().handle_event_data(cloud_event.data)

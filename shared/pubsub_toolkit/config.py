@@ -1,0 +1,97 @@
+"""Settings, read from the environment only at the edges (functions, relay, CLI).
+
+Nothing in the library reads ``os.environ`` at import time; entry points call
+:meth:`Settings.from_env` once and pass the frozen value down.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from pubsub_toolkit.errors import ConfigurationError
+
+DedupBackend = Literal["firestore", "redis", "memory"]
+_BACKENDS: tuple[DedupBackend, ...] = ("firestore", "redis", "memory")
+
+# Pub/Sub retains unacked messages for up to 7 days, so a key must outlive that window or a
+# late redelivery would look new. Default: 8 days.
+DEFAULT_TTL_SECONDS = 8 * 24 * 3600
+DEFAULT_LEASE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the deployed parts need to know. Build with :meth:`from_env`."""
+
+    project: str
+    final_topic: str
+    dead_letter_topic: str
+    dedup_backend: DedupBackend = "firestore"
+    redis_url: str | None = None
+    dedup_ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
+    dedup_lease: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
+    dedup_collection: str = "pubsub_toolkit_dedup"
+    firestore_database: str = "(default)"
+    publish_timeout: timedelta = timedelta(seconds=30)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from ``env`` (default ``os.environ``); name any missing variable."""
+        env = os.environ if env is None else env
+        project = _required(env, "GOOGLE_CLOUD_PROJECT")
+        backend = env.get("DEDUP_BACKEND", "firestore").strip().lower()
+        if backend not in _BACKENDS:
+            raise ConfigurationError(
+                f"DEDUP_BACKEND={backend!r} is not one of {', '.join(_BACKENDS)}"
+            )
+        redis_url = env.get("REDIS_URL") or None
+        if backend == "redis" and redis_url is None:
+            raise ConfigurationError("REDIS_URL is required when DEDUP_BACKEND=redis")
+        return cls(
+            project=project,
+            final_topic=topic_path(project, _required(env, "FINAL_TOPIC")),
+            dead_letter_topic=topic_path(project, _required(env, "DEAD_LETTER_TOPIC")),
+            dedup_backend=backend,  # checked against _BACKENDS above
+            redis_url=redis_url,
+            dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", DEFAULT_TTL_SECONDS),
+            dedup_lease=_seconds(env, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            dedup_collection=env.get("DEDUP_COLLECTION", "pubsub_toolkit_dedup"),
+            firestore_database=env.get("FIRESTORE_DATABASE", "(default)"),
+            publish_timeout=_seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30),
+        )
+
+
+def topic_path(project: str, topic: str) -> str:
+    """Accept a short topic name or a full ``projects/P/topics/T`` path; return the full path."""
+    if topic.startswith("projects/"):
+        parts = topic.split("/")
+        if len(parts) != 4 or parts[2] != "topics" or not parts[3]:
+            raise ConfigurationError(f"{topic!r} is not a topic path projects/P/topics/T")
+        return topic
+    if not topic or "/" in topic:
+        raise ConfigurationError(f"{topic!r} is not a valid topic name")
+    return f"projects/{project}/topics/{topic}"
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigurationError(f"environment variable {name} is required but not set")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return timedelta(seconds=default)
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from exc
+    if value <= 0:
+        raise ConfigurationError(f"{name}={raw!r} must be a positive number of seconds")
+    return timedelta(seconds=value)

@@ -1,0 +1,189 @@
+"""Firestore dedup store: ``create()`` claims, update-time preconditions for everything else.
+
+Documents live in one collection (default ``pubsub_toolkit_dedup``) with id
+``sha256(namespace, key)``, so any key is a valid id. ``expire_at`` is the field Firestore's TTL
+policy deletes on (declared in terraform/). No operation uses a transaction: the emulator (and a
+hot production document) serialises transactions at about one a second, whereas a precondition
+on ``update_time`` is a single atomic write with exactly one winner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from google.api_core import exceptions as gexc
+
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.dedup import rules
+from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord, RecordState
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+T = TypeVar("T")
+
+DEFAULT_COLLECTION = "pubsub_toolkit_dedup"
+_UNAVAILABLE = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError)
+_TIMEOUT = 10.0
+
+
+def document_id(namespace: str, key: str) -> str:
+    """A valid, fixed-length document id for any namespace and key."""
+    return hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()
+
+
+def to_document(record: DedupRecord) -> dict[str, Any]:
+    return {
+        "namespace": record.namespace,
+        "key": record.key,
+        "state": record.state.value,
+        "token": record.token,
+        "fingerprint": record.fingerprint,
+        "lease_until": record.lease_until,
+        "expire_at": record.expire_at,
+        "result": record.result,
+    }
+
+
+def from_document(doc: dict[str, Any]) -> DedupRecord:
+    return DedupRecord(
+        namespace=doc["namespace"],
+        key=doc["key"],
+        state=RecordState(doc["state"]),
+        token=int(doc["token"]),
+        fingerprint=doc["fingerprint"],
+        lease_until=doc.get("lease_until"),
+        expire_at=doc["expire_at"],
+        result=doc.get("result"),
+    )
+
+
+class FirestoreDedupStore:
+    """Two-phase dedup records in a Firestore collection."""
+
+    def __init__(
+        self,
+        client: firestore.Client,
+        *,
+        collection: str = DEFAULT_COLLECTION,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._client = client
+        self._collection = client.collection(collection)
+        self._clock = clock
+
+    def claim(
+        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
+    ) -> Claim:
+        return _call(lambda: self._claim(namespace, key, fingerprint, lease, ttl))
+
+    def _claim(
+        self, namespace: str, key: str, fingerprint: str, lease: timedelta, ttl: timedelta
+    ) -> Claim:
+        ref = self._collection.document(document_id(namespace, key))
+        while True:
+            now = self._clock.now()
+            fresh = rules.pending_record(
+                namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
+            )
+            try:
+                written = ref.create(to_document(fresh), timeout=_TIMEOUT)
+                return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=written.update_time)
+            except gexc.AlreadyExists:
+                pass
+            snapshot = ref.get(timeout=_TIMEOUT)
+            if not snapshot.exists:
+                continue  # deleted (TTL) between create and get: try to create again
+            existing = from_document(snapshot.to_dict() or {})
+            status = rules.evaluate_claim(existing, fingerprint, now)
+            if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
+                return Claim(status, existing.token, existing)
+            record = rules.pending_record(
+                namespace,
+                key,
+                fingerprint,
+                rules.next_token(existing),
+                now=now,
+                lease=lease,
+                ttl=ttl,
+            )
+            try:
+                written = ref.update(
+                    to_document(record),
+                    option=self._client.write_option(last_update_time=snapshot.update_time),
+                    timeout=_TIMEOUT,
+                )
+                return Claim(status, record.token, record, version=written.update_time)
+            except gexc.FailedPrecondition:
+                continue  # another contender won the takeover: look again
+
+    def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        if claim.record is None:
+            raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
+        done = rules.done_record(claim.record, result, now=self._clock.now(), ttl=ttl)
+        _call(lambda: self._replace_if_token(namespace, key, claim, to_document(done)))
+
+    def release(self, namespace: str, key: str, claim: Claim) -> None:
+        if claim.record is None:
+            return
+        released = rules.released_record(claim.record, now=self._clock.now())
+        # A StaleClaimError means someone else holds the key now: nothing of ours to release.
+        with contextlib.suppress(StaleClaimError):
+            _call(lambda: self._replace_if_token(namespace, key, claim, to_document(released)))
+
+    def _replace_if_token(
+        self, namespace: str, key: str, claim: Claim, document: dict[str, Any]
+    ) -> None:
+        ref = self._collection.document(document_id(namespace, key))
+        if claim.version is not None:
+            # Fast path: nothing changed since our own claim write, so no read is needed.
+            try:
+                ref.update(
+                    document,
+                    option=self._client.write_option(last_update_time=claim.version),
+                    timeout=_TIMEOUT,
+                )
+                return
+            except gexc.FailedPrecondition:
+                pass  # the document moved on; check below whether we still hold it
+        while True:
+            snapshot = ref.get(timeout=_TIMEOUT)
+            current = from_document(snapshot.to_dict() or {}) if snapshot.exists else None
+            if (
+                current is None
+                or current.token != claim.token
+                or current.state is not RecordState.PENDING
+            ):
+                raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
+            try:
+                ref.update(
+                    document,
+                    option=self._client.write_option(last_update_time=snapshot.update_time),
+                    timeout=_TIMEOUT,
+                )
+                return
+            except gexc.FailedPrecondition:
+                continue
+
+    def get(self, namespace: str, key: str) -> DedupRecord | None:
+        ref = self._collection.document(document_id(namespace, key))
+        snapshot = _call(lambda: ref.get(timeout=_TIMEOUT))
+        if not snapshot.exists:
+            return None
+        record = from_document(snapshot.to_dict() or {})
+        return None if record.is_expired(self._clock.now()) else record
+
+
+def _call(operation: Callable[[], T]) -> T:
+    try:
+        return operation()
+    except _UNAVAILABLE as exc:
+        # Fail closed: without the store we cannot know whether this is a duplicate.
+        raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc

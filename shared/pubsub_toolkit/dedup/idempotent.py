@@ -1,0 +1,123 @@
+"""The idempotent consumer: claim a key, run the effect once, remember its result.
+
+``IdempotentProcessor.process(key, fingerprint, effect)`` is the whole pattern:
+
+1. claim the key in this consumer's namespace (atomic, see :mod:`.store`);
+2. a duplicate returns the stored result without running ``effect``; a different fingerprint
+   under the same key is a MISMATCH (the caller dead-letters it and an alert is logged); a live
+   claim elsewhere raises :class:`ClaimInProgressError` (transient: redeliver later);
+3. otherwise run ``effect``; on success record ``done`` with its result, on failure release the
+   claim and re-raise, so the redelivery can try again at once.
+
+The effect runs at most once per key *as long as it finishes within the lease*. An effect that
+writes to Firestore can commit with the marker in one transaction instead: see
+:mod:`.firestore_inbox`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pubsub_toolkit.dedup.store import ClaimStatus, DedupStore
+from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError
+from pubsub_toolkit.observability import DecisionLog
+
+logger = logging.getLogger(__name__)
+
+
+class Outcome(enum.StrEnum):
+    """What happened to one delivery."""
+
+    PROCESSED = "processed"
+    DUPLICATE = "duplicate"
+    MISMATCH = "mismatch"
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """The outcome and the effect's stored result (for duplicates: the first run's result)."""
+
+    outcome: Outcome
+    result: str | None = None
+
+
+class IdempotentProcessor:
+    """Runs each key's effect once per namespace (one namespace per consumer)."""
+
+    def __init__(
+        self,
+        store: DedupStore,
+        *,
+        namespace: str,
+        lease: timedelta,
+        ttl: timedelta,
+        log: DecisionLog | None = None,
+    ) -> None:
+        self._store = store
+        self.namespace = namespace
+        self._lease = lease
+        self._ttl = ttl
+        self.log = log or DecisionLog(namespace)
+
+    def process(
+        self, key: str, fingerprint: str, effect: Callable[[], str | None]
+    ) -> ProcessResult:
+        """Run ``effect`` unless ``key`` was already processed; see the module docstring."""
+        claim = self._store.claim(
+            self.namespace, key, fingerprint, lease=self._lease, ttl=self._ttl
+        )
+        if claim.status is ClaimStatus.DONE:
+            self.log.decision(Outcome.DUPLICATE, "duplicate delivery skipped", dedup_key=key)
+            return ProcessResult(Outcome.DUPLICATE, claim.record.result if claim.record else None)
+        if claim.status is ClaimStatus.MISMATCH:
+            self.log.decision(
+                Outcome.MISMATCH,
+                "ALERT: dedup key reused with different content",
+                dedup_key=key,
+                level=logging.ERROR,
+                alert="fingerprint_mismatch",
+                fingerprint=fingerprint,
+                stored_fingerprint=claim.record.fingerprint if claim.record else None,
+            )
+            return ProcessResult(Outcome.MISMATCH)
+        if claim.status is ClaimStatus.IN_PROGRESS:
+            self.log.decision(
+                "in_progress", "key is being processed elsewhere; retry later", dedup_key=key
+            )
+            raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
+        if claim.status is ClaimStatus.TAKEN_OVER:
+            self.log.decision(
+                "taken_over",
+                "previous holder's lease expired; taking over",
+                dedup_key=key,
+                level=logging.WARNING,
+                token=claim.token,
+            )
+        try:
+            result = effect()
+        except BaseException:
+            self._store.release(self.namespace, key, claim)
+            self.log.decision(
+                "effect_failed",
+                "effect raised; claim released for redelivery",
+                dedup_key=key,
+                level=logging.WARNING,
+            )
+            raise
+        try:
+            self._store.complete(self.namespace, key, claim, result, ttl=self._ttl)
+        except StaleClaimError:
+            self.log.decision(
+                "fenced",
+                "ALERT: effect ran after our lease expired and another worker took over",
+                dedup_key=key,
+                level=logging.ERROR,
+                token=claim.token,
+            )
+            raise
+        self.log.decision(Outcome.PROCESSED, "processed", dedup_key=key)
+        return ProcessResult(Outcome.PROCESSED, result)

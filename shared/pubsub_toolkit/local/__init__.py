@@ -1,0 +1,1 @@
+"""The local stack: emulator processes, the Cloud Tasks emulator, topology."""

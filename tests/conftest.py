@@ -1,0 +1,98 @@
+"""Session-scoped real servers for the integration tests, and the orphan check.
+
+The official Pub/Sub and Firestore emulators and a real redis-server start once per test
+session on free loopback ports, each in its own process group, and stop by process group at the
+end. ``pytest_sessionfinish`` then fails the run if any of them is still alive. Tests isolate
+themselves with a unique project id (both emulators keep projects apart) or a unique Redis key
+prefix, so no reset is needed between tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pubsub_toolkit.local import emulators
+from pubsub_toolkit.local.processes import (
+    RunningService,
+    ServiceSpec,
+    free_port,
+    process_group_alive,
+    start_service,
+)
+
+_started: list[RunningService] = []
+
+
+def _start(spec: ServiceSpec, tmp_path_factory: pytest.TempPathFactory) -> RunningService:
+    service = start_service(spec, tmp_path_factory.mktemp(spec.name))
+    _started.append(service)
+    return service
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a running Pub/Sub emulator; PUBSUB_EMULATOR_HOST points at it."""
+    port = free_port()
+    service = _start(emulators.pubsub_emulator(port, tmp_path_factory.mktemp("pubsub")), tmp_path_factory)
+    host = f"127.0.0.1:{port}"
+    os.environ["PUBSUB_EMULATOR_HOST"] = host
+    yield host
+    service.stop()
+    os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+
+
+@pytest.fixture(scope="session")
+def firestore_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a running Firestore emulator; FIRESTORE_EMULATOR_HOST points at it."""
+    port = free_port()
+    service = _start(
+        emulators.firestore_emulator(port, tmp_path_factory.mktemp("firestore")), tmp_path_factory
+    )
+    host = f"127.0.0.1:{port}"
+    os.environ["FIRESTORE_EMULATOR_HOST"] = host
+    yield host
+    service.stop()
+    os.environ.pop("FIRESTORE_EMULATOR_HOST", None)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://`` URL of a running redis-server."""
+    port = free_port()
+    service = _start(emulators.redis_server(port), tmp_path_factory)
+    yield f"redis://127.0.0.1:{port}/0"
+    service.stop()
+
+
+@pytest.fixture
+def project_id() -> str:
+    """A project id no other test uses: the emulators keep projects fully apart."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for names and key prefixes."""
+    return uuid.uuid4().hex[:12]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any server a fixture started is still running."""
+    for service in _started:
+        service.stop()  # no-op when the fixture already stopped it
+    survivors = [f"{s.name} (pgid {s.pid})" for s in _started if process_group_alive(s.pid)]
+    if survivors:
+        print(f"\nERROR: processes left running after the test run: {', '.join(survivors)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif _started:
+        names = ", ".join(s.name for s in _started)
+        print(f"\nall test servers stopped by process group: {names}")
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
