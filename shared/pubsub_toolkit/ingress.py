@@ -35,6 +35,7 @@ from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.publishing import MessageSink
 
 INGRESS_NAMESPACE = "ingress"
+REJECTED_NAMESPACE = "ingress-rejected"
 REASON_DELAY_UNAVAILABLE = "delayed_delivery_unavailable"
 # Due times closer than this are published at once: a task round trip would only add latency.
 DEFAULT_SCHEDULE_THRESHOLD = timedelta(seconds=1)
@@ -88,6 +89,13 @@ class Ingress:
         self._sink = sink
         self._final_topic = final_topic
         self._dead_letters = DeadLetterer(sink, dead_letter_topic, self.log)
+        self._rejections = IdempotentProcessor(
+            store,
+            namespace=REJECTED_NAMESPACE,
+            lease=lease,
+            ttl=ttl,
+            log=DecisionLog(REJECTED_NAMESPACE),
+        )
         self._scheduler = scheduler
         self._clock = clock
         self._threshold = schedule_threshold
@@ -118,8 +126,7 @@ class Ingress:
             message = message_from_event_data(data)
         except PermanentError as exc:
             raw = json.dumps(data, default=str).encode()
-            self._dead_letters.send(Message(raw), exc.reason, exc.detail, dedup_key=None)
-            return IngressResult(IngressOutcome.DEAD_LETTERED, None, exc.reason)
+            return self._reject(Message(raw), exc)
         return self.handle(message)
 
     def handle(self, message: Message) -> IngressResult:
@@ -127,49 +134,65 @@ class Ingress:
         try:
             envelope = attr.parse_envelope(message, now=self._clock.now())
         except PermanentError as exc:
-            key = message.attributes.get(attr.DEDUP_KEY, message.message_id) or None
-            self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=key)
-            return IngressResult(IngressOutcome.DEAD_LETTERED, key, exc.reason)
-        try:
-            processed = self._processor.process(
-                envelope.dedup_key, envelope.fingerprint, lambda: self._route(envelope)
-            )
-        except PermanentError as exc:
-            self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=envelope.dedup_key)
-            return IngressResult(IngressOutcome.DEAD_LETTERED, envelope.dedup_key, exc.reason)
+            return self._reject(message, exc)
+        processed = self._processor.process(
+            envelope.dedup_key, envelope.fingerprint, lambda: self._route(envelope)
+        )
+        key = envelope.dedup_key
         if processed.outcome is Outcome.MISMATCH:
+            detail = f"dedup_key {key!r} was first seen with different content"
             self._dead_letters.send(
-                message,
-                attr.REASON_FINGERPRINT_MISMATCH,
-                f"dedup_key {envelope.dedup_key!r} was first seen with different content",
-                dedup_key=envelope.dedup_key,
+                message, attr.REASON_FINGERPRINT_MISMATCH, detail, dedup_key=key
             )
             return IngressResult(
-                IngressOutcome.DEAD_LETTERED, envelope.dedup_key, attr.REASON_FINGERPRINT_MISMATCH
+                IngressOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH
             )
         if processed.outcome is Outcome.DUPLICATE:
-            return IngressResult(
-                IngressOutcome.DUPLICATE, envelope.dedup_key, processed.result or ""
-            )
+            return IngressResult(IngressOutcome.DUPLICATE, key, processed.result or "")
         routed = processed.result or ""
-        outcome = (
-            IngressOutcome.SCHEDULED if routed.startswith("task:") else IngressOutcome.PUBLISHED
+        kind, _, detail = routed.partition(":")
+        return IngressResult(_ROUTED_OUTCOMES[kind], key, detail)
+
+    def _reject(self, message: Message, exc: PermanentError) -> IngressResult:
+        """Dead-letter an invalid delivery once, however often Pub/Sub redelivers it.
+
+        Invalid messages are deduplicated by their own message id in a separate namespace:
+        their dedup_key may be the very thing that is wrong, and must not be reserved.
+        """
+        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id or None
+        fingerprint = attr.content_fingerprint(message.data, message.attributes)
+        self._rejections.process(
+            message.message_id or fingerprint,
+            fingerprint,
+            lambda: self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=key),
         )
-        return IngressResult(outcome, envelope.dedup_key, routed)
+        return IngressResult(IngressOutcome.DEAD_LETTERED, key, exc.reason)
 
     def _route(self, envelope: attr.Envelope) -> str:
-        """The effect: publish now, or schedule when due later. Returns what was done."""
+        """The effect: publish now, schedule when due later, or dead-letter when it cannot be
+        delivered. Returns ``"<outcome>:<detail>"``, stored as the dedup result, so a
+        redelivery of a dead-lettered message is a duplicate rather than a second copy."""
         outbound = OutboundMessage(
             envelope.message.data,
             envelope.stamped_attributes(),
             ordering_key=envelope.fifo_group or "",
         )
-        due = envelope.deliver_at
-        if due is not None and due - self._clock.now() > self._threshold:
-            if self._scheduler is None:
-                raise PermanentError(
-                    REASON_DELAY_UNAVAILABLE,
-                    f"message is due at {attr.format_time(due)} but no scheduler is configured",
-                )
-            return "task:" + self._scheduler.schedule(outbound, due, envelope.dedup_key)
-        return "message:" + self._sink.publish(self._final_topic, outbound)
+        try:
+            due = envelope.deliver_at
+            if due is not None and due - self._clock.now() > self._threshold:
+                if self._scheduler is None:
+                    raise PermanentError(
+                        REASON_DELAY_UNAVAILABLE,
+                        f"message is due at {attr.format_time(due)} but no scheduler is configured",
+                    )
+                task = self._scheduler.schedule(outbound, due, envelope.dedup_key)
+                return f"{IngressOutcome.SCHEDULED}:{task}"
+            return f"{IngressOutcome.PUBLISHED}:{self._sink.publish(self._final_topic, outbound)}"
+        except PermanentError as exc:
+            self._dead_letters.send(
+                envelope.message, exc.reason, exc.detail, dedup_key=envelope.dedup_key
+            )
+            return f"{IngressOutcome.DEAD_LETTERED}:{exc.reason}"
+
+
+_ROUTED_OUTCOMES = {outcome.value: outcome for outcome in IngressOutcome}

@@ -58,12 +58,20 @@ class CloudLoggingFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stdout`` is at emit time (it may be swapped, e.g. by pytest)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stdout
+        super().emit(record)
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Send the toolkit's logs to stdout as Cloud Logging JSON (idempotent; for entry points)."""
     logger = logging.getLogger(LOGGER_NAME)
     if any(isinstance(h.formatter, CloudLoggingFormatter) for h in logger.handlers):
         return
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _StdoutHandler()
     handler.setFormatter(CloudLoggingFormatter())
     logger.addHandler(handler)
     logger.setLevel(level)

@@ -1,0 +1,215 @@
+"""Ingress decisions with the in-memory store and a recording sink (our own protocols)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from datetime import timedelta
+
+import pytest
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.dead_letter import DLQ_WRAPPED
+from pubsub_toolkit.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.ingress import REASON_DELAY_UNAVAILABLE, Ingress, IngressOutcome
+from pubsub_toolkit.message import Message
+from tests.support.sinks import RecordingSink
+
+FINAL, DLQ = "projects/p/topics/final", "projects/p/topics/dlq"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def sink() -> RecordingSink:
+    return RecordingSink()
+
+
+@pytest.fixture
+def ingress(sink: RecordingSink, clock: ManualClock) -> Ingress:
+    return Ingress(
+        store=MemoryDedupStore(clock),
+        sink=sink,
+        final_topic=FINAL,
+        dead_letter_topic=DLQ,
+        lease=timedelta(seconds=30),
+        ttl=timedelta(days=8),
+        clock=clock,
+    )
+
+
+def test_new_message_is_published_with_stamped_attributes(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    result = ingress.handle(Message(b"hello", {"a": "1", "fifo_group": "g"}, message_id="7"))
+    assert result.outcome is IngressOutcome.PUBLISHED
+    [out] = sink.on(FINAL)
+    assert out.data == b"hello"
+    assert out.ordering_key == "g"
+    assert out.attributes["dedup_key"] == "7"
+    assert out.attributes["a"] == "1"
+    assert out.attributes["content_sha256"] == attr.content_fingerprint(
+        b"hello", {"a": "1", "fifo_group": "g"}
+    )
+
+
+def test_redelivery_and_republished_copy_are_duplicates(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    first = Message(b"x", {"dedup_key": "k"}, message_id="1")
+    copy = Message(b"x", {"dedup_key": "k"}, message_id="2")  # re-published: new message_id
+    assert ingress.handle(first).outcome is IngressOutcome.PUBLISHED
+    assert ingress.handle(first).outcome is IngressOutcome.DUPLICATE
+    assert ingress.handle(copy).outcome is IngressOutcome.DUPLICATE
+    assert len(sink.on(FINAL)) == 1
+    assert ingress.metrics.get("duplicate") == 2
+
+
+def test_reused_key_with_other_content_is_dead_lettered_with_alert(
+    ingress: Ingress, sink: RecordingSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    ingress.handle(Message(b"x", {"dedup_key": "k"}, message_id="1"))
+    with caplog.at_level(logging.ERROR, logger="pubsub_toolkit"):
+        result = ingress.handle(Message(b"DIFFERENT", {"dedup_key": "k"}, message_id="2"))
+    assert result.outcome is IngressOutcome.DEAD_LETTERED
+    assert result.detail == attr.REASON_FINGERPRINT_MISMATCH
+    [dead] = sink.on(DLQ)
+    assert dead.data == b"DIFFERENT"
+    assert dead.attributes["error_reason"] == attr.REASON_FINGERPRINT_MISMATCH
+    assert any("ALERT" in r.getMessage() for r in caplog.records)
+    assert ingress.metrics.get("mismatch") == 1
+
+
+def test_contract_violation_is_dead_lettered_with_reason_and_original(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    result = ingress.handle(Message(b"x", {"deliver_at": "later", "keep": "me"}, message_id="5"))
+    assert result.outcome is IngressOutcome.DEAD_LETTERED
+    [dead] = sink.on(DLQ)
+    assert dead.data == b"x"
+    assert dead.attributes["keep"] == "me"
+    assert dead.attributes["error_reason"] == attr.REASON_INVALID_DELIVER_AT
+    assert "later" in dead.attributes["error_detail"]
+    assert dead.attributes["origin_message_id"] == "5"
+    assert sink.on(FINAL) == []
+
+
+def test_oversized_attributes_are_wrapped_so_nothing_is_lost(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    big = "v" * 2000
+    ingress.handle(Message(b"payload", {"big": big}, message_id="5"))
+    [dead] = sink.on(DLQ)
+    assert dead.attributes[DLQ_WRAPPED] == "json"
+    assert dead.attributes["error_reason"] == attr.REASON_ATTRIBUTE_TOO_LARGE
+    wrapped = json.loads(dead.data)
+    assert base64.b64decode(wrapped["data_base64"]) == b"payload"
+    assert wrapped["attributes"] == {"big": big}
+
+
+def test_due_later_without_scheduler_is_dead_lettered_not_delivered_early(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    result = ingress.handle(Message(b"x", {"delay_seconds": "60"}, message_id="1"))
+    assert result.outcome is IngressOutcome.DEAD_LETTERED
+    assert result.detail == REASON_DELAY_UNAVAILABLE
+    assert sink.on(FINAL) == []
+
+
+def test_due_now_or_in_the_past_is_published_at_once(ingress: Ingress, sink: RecordingSink) -> None:
+    ingress.handle(Message(b"x", {"delay_seconds": "0.5"}, message_id="1"))
+    ingress.handle(Message(b"y", {"deliver_at": "2000-01-01T00:00:00Z"}, message_id="2"))
+    assert len(sink.on(FINAL)) == 2
+
+
+def test_transient_publish_failure_raises_and_redelivery_succeeds(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    message = Message(b"x", {}, message_id="1")
+    sink.fail_next = 1
+    with pytest.raises(TransientError):
+        ingress.handle(message)
+    assert ingress.handle(message).outcome is IngressOutcome.PUBLISHED
+    assert len(sink.on(FINAL)) == 1
+
+
+def test_redelivered_bad_message_is_dead_lettered_once(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    bad = Message(b"x", {"fifo_seq": "1"}, message_id="9")
+    assert ingress.handle(bad).outcome is IngressOutcome.DEAD_LETTERED
+    assert ingress.handle(bad).outcome is IngressOutcome.DEAD_LETTERED
+    late = Message(b"x", {"delay_seconds": "60"}, message_id="10")
+    ingress.handle(late)
+    assert ingress.handle(late).outcome is IngressOutcome.DUPLICATE
+    assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == [
+        attr.REASON_SEQ_WITHOUT_GROUP,
+        REASON_DELAY_UNAVAILABLE,
+    ]
+
+
+def test_failed_dead_letter_publish_raises_so_nothing_is_lost(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    sink.fail_next = 1
+    with pytest.raises(TransientError):
+        ingress.handle(Message(b"", {}, message_id="1"))
+    assert ingress.handle(Message(b"", {}, message_id="1")).outcome is IngressOutcome.DEAD_LETTERED
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        "text",
+        {"no_message": 1},
+        {"message": {"data": "***not base64***"}},
+        {"message": {"data": "eA==", "attributes": {"k": 5}}},
+    ],
+)
+def test_malformed_events_are_dead_lettered_whole(
+    ingress: Ingress, sink: RecordingSink, data: object
+) -> None:
+    result = ingress.handle_event_data(data)
+    assert result.outcome is IngressOutcome.DEAD_LETTERED
+    [dead] = sink.on(DLQ)
+    assert dead.attributes["error_reason"] == attr.REASON_MALFORMED_EVENT
+    assert json.loads(dead.data) == data
+
+
+def test_event_data_is_decoded(ingress: Ingress, sink: RecordingSink) -> None:
+    data = {
+        "message": {
+            "data": base64.b64encode(b"hi").decode(),
+            "attributes": {"a": "b"},
+            "messageId": "77",
+            "publishTime": "2030-01-01T00:00:00Z",
+        }
+    }
+    assert ingress.handle_event_data(data).outcome is IngressOutcome.PUBLISHED
+    [out] = sink.on(FINAL)
+    assert out.data == b"hi"
+    assert out.attributes["origin_message_id"] == "77"
+    assert out.attributes["origin_publish_time"] == "2030-01-01T00:00:00.000000Z"
+
+
+def test_every_decision_is_one_json_log_line(
+    ingress: Ingress, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pubsub_toolkit.observability import configure_logging
+
+    configure_logging()
+    ingress.handle(Message(b"x", {"dedup_key": "k"}, message_id="1"))
+    ingress.handle(Message(b"x", {"dedup_key": "k"}, message_id="1"))
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    outcomes = [(e["severity"], e["outcome"], e["dedup_key"], e["consumer"]) for e in lines]
+    assert outcomes == [
+        ("INFO", "processed", "k", "ingress"),
+        ("INFO", "duplicate", "k", "ingress"),
+    ]

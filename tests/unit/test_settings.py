@@ -1,0 +1,55 @@
+"""Settings.from_env: defaults, validation, and errors that name the variable."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pubsub_toolkit.config import Settings, topic_path
+from pubsub_toolkit.errors import ConfigurationError
+
+BASE = {"GOOGLE_CLOUD_PROJECT": "p", "FINAL_TOPIC": "final", "DEAD_LETTER_TOPIC": "dlq"}
+
+
+def test_defaults() -> None:
+    settings = Settings.from_env(BASE)
+    assert settings.final_topic == "projects/p/topics/final"
+    assert settings.dead_letter_topic == "projects/p/topics/dlq"
+    assert settings.dedup_backend == "firestore"
+    assert settings.dedup_ttl == timedelta(days=8)
+
+
+@pytest.mark.parametrize("missing", sorted(BASE))
+def test_missing_variable_is_named(missing: str) -> None:
+    env = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(ConfigurationError, match=missing):
+        Settings.from_env(env)
+
+
+def test_redis_backend_needs_redis_url() -> None:
+    with pytest.raises(ConfigurationError, match="REDIS_URL"):
+        Settings.from_env({**BASE, "DEDUP_BACKEND": "redis"})
+    s = Settings.from_env({**BASE, "DEDUP_BACKEND": "redis", "REDIS_URL": "redis://h:1/0"})
+    assert (s.dedup_backend, s.redis_url) == ("redis", "redis://h:1/0")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DEDUP_BACKEND", "mongo"),
+        ("DEDUP_TTL_SECONDS", "abc"),
+        ("DEDUP_TTL_SECONDS", "-5"),
+        ("DEDUP_LEASE_SECONDS", "0"),
+        ("FINAL_TOPIC", "a/b"),
+    ],
+)
+def test_invalid_values_are_named(name: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=name if name != "FINAL_TOPIC" else "a/b"):
+        Settings.from_env({**BASE, name: value})
+
+
+def test_topic_path_accepts_full_paths() -> None:
+    assert topic_path("p", "projects/q/topics/t") == "projects/q/topics/t"
+    with pytest.raises(ConfigurationError):
+        topic_path("p", "projects/q/subscriptions/t")
