@@ -38,7 +38,9 @@ def _start(spec: ServiceSpec, tmp_path_factory: pytest.TempPathFactory) -> Runni
 def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``host:port`` of a running Pub/Sub emulator; PUBSUB_EMULATOR_HOST points at it."""
     port = free_port()
-    service = _start(emulators.pubsub_emulator(port, tmp_path_factory.mktemp("pubsub")), tmp_path_factory)
+    service = _start(
+        emulators.pubsub_emulator(port, tmp_path_factory.mktemp("pubsub")), tmp_path_factory
+    )
     host = f"127.0.0.1:{port}"
     os.environ["PUBSUB_EMULATOR_HOST"] = host
     yield host

@@ -12,6 +12,7 @@ import threading
 
 import functions_framework
 from cloudevents.http import CloudEvent
+
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.ingress import Ingress
 from pubsub_toolkit.observability import configure_logging

@@ -21,9 +21,9 @@ from google.cloud import pubsub_v1
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.local.processes import free_port, start_service
 from pubsub_toolkit.local.servers import cloud_function
+from pubsub_toolkit.local.topology import Topology, create_topology, drain
 from tests.conftest import repo_root
 from tests.support.flaky_proxy import FlakyProxy
-from tests.support.pubsub import Topology, create_topology, drain
 
 INGRESS_SOURCE = repo_root() / "functions/ingress/main.py"
 
@@ -89,26 +89,19 @@ def test_function_via_test_client(
 
 
 @pytest.fixture
-def push_pipeline(topology: Topology, tmp_path: Path) -> Iterator[tuple[Topology, FlakyProxy]]:
+def push_pipeline(
+    pubsub_emulator: str, firestore_emulator: str, project_id: str, tmp_path: Path
+) -> Iterator[tuple[Topology, FlakyProxy]]:
     """ingress served by functions-framework behind a flaky proxy and a push subscription."""
     port = free_port()
-    env = ingress_env(topology, "firestore")
+    env = ingress_env(Topology.for_project(project_id), "firestore")
     service = start_service(
         cloud_function("ingress", source=INGRESS_SOURCE, target="ingress", port=port, env=env),
         tmp_path,
     )
     try:
         with FlakyProxy(port, fail_every=7) as proxy:
-            subscriber = pubsub_v1.SubscriberClient()
-            subscriber.create_subscription(
-                name=f"projects/{topology.project}/subscriptions/origin-push",
-                topic=topology.origin,
-                push_config=pubsub_v1.types.PushConfig(
-                    push_endpoint=f"http://127.0.0.1:{proxy.port}/projects/{topology.project}/topics/origin"
-                ),
-                ack_deadline_seconds=30,
-            )
-            subscriber.close()
+            topology = create_topology(project_id, ingress_url=f"http://127.0.0.1:{proxy.port}")
             yield topology, proxy
     finally:
         service.stop()

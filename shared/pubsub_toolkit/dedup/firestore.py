@@ -4,7 +4,8 @@ Documents live in one collection (default ``pubsub_toolkit_dedup``) with id
 ``sha256(namespace, key)``, so any key is a valid id. ``expire_at`` is the field Firestore's TTL
 policy deletes on (declared in terraform/). No operation uses a transaction: the emulator (and a
 hot production document) serialises transactions at about one a second, whereas a precondition
-on ``update_time`` is a single atomic write with exactly one winner.
+on ``update_time`` is a single atomic write with exactly one winner. Concurrent writes from one
+instance share commits (:mod:`.firestore_batch`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import rules
+from pubsub_toolkit.dedup.firestore_batch import GroupCommitter
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord, RecordState
 from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
 
@@ -76,6 +78,7 @@ class FirestoreDedupStore:
         self._client = client
         self._collection = client.collection(collection)
         self._clock = clock
+        self._writes = GroupCommitter(client, timeout=_TIMEOUT)
 
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
@@ -92,7 +95,7 @@ class FirestoreDedupStore:
                 namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
             )
             try:
-                written = ref.create(to_document(fresh), timeout=_TIMEOUT)
+                written = self._create(ref, to_document(fresh))
                 return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=written.update_time)
             except gexc.AlreadyExists:
                 pass
@@ -113,11 +116,7 @@ class FirestoreDedupStore:
                 ttl=ttl,
             )
             try:
-                written = ref.update(
-                    to_document(record),
-                    option=self._client.write_option(last_update_time=snapshot.update_time),
-                    timeout=_TIMEOUT,
-                )
+                written = self._update(ref, to_document(record), snapshot.update_time)
                 return Claim(status, record.token, record, version=written.update_time)
             except gexc.FailedPrecondition:
                 continue  # another contender won the takeover: look again
@@ -145,11 +144,7 @@ class FirestoreDedupStore:
         if claim.version is not None:
             # Fast path: nothing changed since our own claim write, so no read is needed.
             try:
-                ref.update(
-                    document,
-                    option=self._client.write_option(last_update_time=claim.version),
-                    timeout=_TIMEOUT,
-                )
+                self._update(ref, document, claim.version)
                 return
             except gexc.FailedPrecondition:
                 pass  # the document moved on; check below whether we still hold it
@@ -163,14 +158,19 @@ class FirestoreDedupStore:
             ):
                 raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
             try:
-                ref.update(
-                    document,
-                    option=self._client.write_option(last_update_time=snapshot.update_time),
-                    timeout=_TIMEOUT,
-                )
+                self._update(ref, document, snapshot.update_time)
                 return
             except gexc.FailedPrecondition:
                 continue
+
+    def _create(self, ref: Any, document: dict[str, Any]) -> Any:
+        """Create ``ref``; AlreadyExists if it exists."""
+        return self._writes.write(lambda batch: batch.create(ref, document))
+
+    def _update(self, ref: Any, document: dict[str, Any], last_update_time: Any) -> Any:
+        """Replace ``ref``'s fields if it was last written at ``last_update_time``."""
+        option = self._client.write_option(last_update_time=last_update_time)
+        return self._writes.write(lambda batch: batch.update(ref, document, option=option))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         ref = self._collection.document(document_id(namespace, key))

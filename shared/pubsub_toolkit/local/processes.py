@@ -178,3 +178,27 @@ def tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+class ServiceGroup:
+    """Services started together and stopped together (in reverse order), even on errors."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.services: list[RunningService] = []
+
+    def start(self, spec: ServiceSpec) -> RunningService:
+        service = start_service(spec, self.log_dir)
+        self.services.append(service)
+        return service
+
+    def stop_all(self) -> None:
+        for service in reversed(self.services):
+            service.stop()
+        self.services.clear()
+
+    def __enter__(self) -> ServiceGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_all()

@@ -1,0 +1,65 @@
+# pubsub-toolkit - every target a newcomer needs. `make run` and `make test` are the two to start with.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTEST_ARGS ?=
+
+.PHONY: help install system-deps run test test-unit test-integration test-slow lint format build bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
+
+system-deps: ## install what the machine lacks (redis-server; checks Java and the emulators)
+	@command -v redis-server >/dev/null || { echo "installing redis-server"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
+	@command -v java >/dev/null || { echo "Java 17 is required by the emulators: apt-get install openjdk-17-jre-headless"; exit 1; }
+	@test -x /usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator || \
+	  { echo "missing Pub/Sub emulator: apt-get install google-cloud-cli-pubsub-emulator"; exit 1; }
+	@test -f /usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar || \
+	  { echo "missing Firestore emulator: apt-get install google-cloud-cli-firestore-emulator"; exit 1; }
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	touch $@
+
+install: system-deps $(VENV)/.installed ## create .venv and install the project with its dev tools
+
+run: install ## run the pipeline locally on the emulators, narrated; stops everything afterwards
+	$(VENV)/bin/pubsub-toolkit demo
+
+test: install ## the whole suite: unit, integration (emulators, Redis, functions-framework)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-unit: install ## unit tests only (no servers)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-slow: install ## long runs (soak, long faults), kept out of `make test`
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: install ## ruff lint + format check, mypy on the library
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: install ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+build: ## deployable bundles in build/: each function with the library copied beside main.py
+	rm -rf build
+	for dir in functions/*/; do \
+	  name=$$(basename $$dir); mkdir -p build/functions/$$name; \
+	  cp $$dir/main.py $$dir/requirements.txt build/functions/$$name/; \
+	  cp -r shared/pubsub_toolkit build/functions/$$name/; \
+	done
+	find build -name __pycache__ -prune -exec rm -rf {} +
+	@find build -maxdepth 2 -mindepth 2 -type d | sed 's/^/built /'
+
+bench: install ## benchmarks; JSON results in bench/results/
+	$(PY) -m bench.dedup
+
+clean: ## remove build output and caches (keeps .venv)
+	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,112 @@
+"""The pipeline's topics and subscriptions on the emulator, and a pull-and-ack drain.
+
+The same topology the Terraform module creates: origin, final and dead-letter topics; a pull
+subscription on final and on dead-letter; and, standing in for the Eventarc trigger, a push
+subscription from origin to the ingress function.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+from pubsub_toolkit.message import Message
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Full resource names of one project's pipeline."""
+
+    project: str
+    origin: str
+    final: str
+    dead_letter: str
+    final_sub: str
+    dead_letter_sub: str
+    ingress_push_sub: str
+
+    @classmethod
+    def for_project(cls, project: str) -> Topology:
+        topic = f"projects/{project}/topics/"
+        sub = f"projects/{project}/subscriptions/"
+        return cls(
+            project=project,
+            origin=topic + "origin",
+            final=topic + "final",
+            dead_letter=topic + "dead-letter",
+            final_sub=sub + "final-sub",
+            dead_letter_sub=sub + "dead-letter-sub",
+            ingress_push_sub=sub + "origin-to-ingress",
+        )
+
+
+def create_topology(project: str, *, ingress_url: str | None = None) -> Topology:
+    """Create the topics and subscriptions; push origin to ``ingress_url`` when given."""
+    topo = Topology.for_project(project)
+    publisher = pubsub_v1.PublisherClient()
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        for topic in (topo.origin, topo.final, topo.dead_letter):
+            publisher.create_topic(name=topic, timeout=10)
+        for name, topic in ((topo.final_sub, topo.final), (topo.dead_letter_sub, topo.dead_letter)):
+            subscriber.create_subscription(
+                name=name, topic=topic, ack_deadline_seconds=60, timeout=10
+            )
+        if ingress_url is not None:
+            # functions-framework derives the CloudEvent source from a /projects/P/topics/T path.
+            endpoint = f"{ingress_url.rstrip('/')}/projects/{project}/topics/origin"
+            subscriber.create_subscription(
+                name=topo.ingress_push_sub,
+                topic=topo.origin,
+                push_config=pubsub_v1.types.PushConfig(push_endpoint=endpoint),
+                ack_deadline_seconds=30,
+                timeout=10,
+            )
+    finally:
+        subscriber.close()
+    return topo
+
+
+def drain(
+    subscription: str, *, expected: int, timeout: float = 60.0, quiet: float = 2.0
+) -> list[Message]:
+    """Pull and ack until ``expected`` messages arrived and then ``quiet`` seconds pass idle.
+
+    Waiting for a quiet period after reaching ``expected`` is what lets a caller see an extra,
+    duplicated message instead of stopping just before it arrives.
+    """
+    subscriber = pubsub_v1.SubscriberClient()
+    received: list[Message] = []
+    deadline = time.monotonic() + timeout
+    last_arrival = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            if len(received) >= expected and time.monotonic() - last_arrival >= quiet:
+                break
+            response = subscriber.pull(
+                subscription=subscription, max_messages=1000, timeout=5, return_immediately=True
+            )
+            if not response.received_messages:
+                time.sleep(0.1)  # the emulator answers an empty pull at once; don't spin
+                continue
+            last_arrival = time.monotonic()
+            for item in response.received_messages:
+                m = item.message
+                received.append(
+                    Message(
+                        data=m.data,
+                        attributes=dict(m.attributes),
+                        message_id=m.message_id,
+                        ordering_key=m.ordering_key,
+                    )
+                )
+            subscriber.acknowledge(
+                subscription=subscription,
+                ack_ids=[item.ack_id for item in response.received_messages],
+                timeout=10,
+            )
+    finally:
+        subscriber.close()
+    return received
