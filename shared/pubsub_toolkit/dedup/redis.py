@@ -1,6 +1,7 @@
 """Redis (Memorystore) dedup store: ``SET NX PX`` claims, WATCH takeovers, Lua completions.
 
-The common case - a new key - is one round trip (``SET key value NX PX ttl``). Only when the key
+The common case - a new key - is one round trip (``SET key value NX PX ttl``), and concurrent
+callers share round trips through one pipeline (:mod:`.coalesce`). Only when the key
 exists does the store read it and, for an expired lease or record, take it over with an
 optimistic WATCH/MULTI transaction so that exactly one contender wins. ``complete`` and
 ``release`` check the fencing token inside a Lua script, atomically.
@@ -11,12 +12,13 @@ never "assume new".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import codec, rules
+from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord
 from pubsub_toolkit.errors import MissingDependencyError, StaleClaimError, StoreUnavailableError
 
@@ -65,6 +67,7 @@ class RedisDedupStore:
         self._prefix = prefix
         self._clock = clock
         self._replace_if_token = client.register_script(_REPLACE_IF_TOKEN)
+        self._coalescer = Coalescer(self._flush)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
@@ -79,10 +82,9 @@ class RedisDedupStore:
         rkey = self._key(namespace, key)
         now = self._clock.now()
         fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
+        value, ttl_ms = codec.encode(fresh), _ms(fresh.expire_at, now)
         created = self._call(
-            lambda: self._client.set(
-                rkey, codec.encode(fresh), nx=True, px=_ms(fresh.expire_at, now)
-            )
+            lambda: self._pipelined(lambda p: p.set(rkey, value, nx=True, px=ttl_ms))
         )
         if created:
             return Claim(ClaimStatus.ACQUIRED, 1, fresh)
@@ -138,12 +140,8 @@ class RedisDedupStore:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         now = self._clock.now()
         done = rules.done_record(claim.record, result, now=now, ttl=ttl)
-        ok = self._call(
-            lambda: self._replace_if_token(
-                keys=[self._key(namespace, key)],
-                args=[claim.token, codec.encode(done), "px", _ms(done.expire_at, now)],
-            )
-        )
+        args = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now)]
+        ok = self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
 
@@ -151,19 +149,35 @@ class RedisDedupStore:
         if claim.record is None:
             return
         released = rules.released_record(claim.record, now=self._clock.now())
-        self._call(
-            lambda: self._replace_if_token(
-                keys=[self._key(namespace, key)],
-                args=[claim.token, codec.encode(released), "keep", 0],
-            )
-        )
+        args = [claim.token, codec.encode(released), "keep", 0]
+        self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
-        raw = self._call(lambda: self._client.get(self._key(namespace, key)))
+        rkey = self._key(namespace, key)
+        raw = self._call(lambda: self._pipelined(lambda p: p.get(rkey)))
         if raw is None:
             return None
         record = codec.decode(raw)
         return None if record.is_expired(self._clock.now()) else record
+
+    def _replace_if_token_pipelined(self, rkey: str, args: list[str | int]) -> Any:
+        return self._pipelined(lambda p: self._replace_if_token(keys=[rkey], args=args, client=p))
+
+    def _pipelined(self, apply: Callable[[Any], object]) -> Any:
+        """Run one command, sharing a pipeline with concurrent callers (see .coalesce)."""
+        return self._coalescer.run(apply)
+
+    def _flush(self, operations: Sequence[Operation]) -> None:
+        # Not a MULTI transaction: each command keeps its own result, errors included.
+        pipe = self._client.pipeline(transaction=False)
+        for operation in operations:
+            operation.apply(pipe)
+        results = pipe.execute(raise_on_error=False)
+        for operation, result in zip(operations, results, strict=True):
+            if isinstance(result, Exception):
+                operation.finish(error=result)
+            else:
+                operation.finish(result=result)
 
     def _key(self, namespace: str, key: str) -> str:
         return f"{self._prefix}{namespace}:{key}"
