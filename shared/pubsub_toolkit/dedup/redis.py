@@ -140,7 +140,7 @@ class RedisDedupStore:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         now = self._clock.now()
         done = rules.done_record(claim.record, result, now=now, ttl=ttl)
-        args = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now)]
+        args: list[str | int] = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now)]
         ok = self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
@@ -149,7 +149,7 @@ class RedisDedupStore:
         if claim.record is None:
             return
         released = rules.released_record(claim.record, now=self._clock.now())
-        args = [claim.token, codec.encode(released), "keep", 0]
+        args: list[str | int] = [claim.token, codec.encode(released), "keep", 0]
         self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
