@@ -1,0 +1,81 @@
+"""The leader/follower coalescer behind Firestore group commit and Redis pipelining."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
+
+
+class RecordingFlush:
+    """A flush that applies each operation to a list and records batch sizes."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.batches: list[int] = []
+        self.gate = gate
+        self.lock = threading.Lock()
+
+    def __call__(self, operations: Sequence[Operation]) -> None:
+        if self.gate is not None:
+            self.gate.wait(timeout=10)  # hold the first flush so others queue behind it
+        with self.lock:
+            self.batches.append(len(operations))
+        for operation in operations:
+            sink: list[object] = []
+            try:
+                operation.apply(sink)
+            except ValueError as exc:
+                operation.finish(error=exc)
+            else:
+                operation.finish(result=sink[0])
+
+
+def test_alone_an_operation_is_flushed_at_once() -> None:
+    flush = RecordingFlush()
+    coalescer = Coalescer(flush)
+    assert coalescer.run(lambda sink: sink.append("a")) == "a"
+    assert flush.batches == [1]
+
+
+def test_concurrent_operations_share_flushes_and_each_gets_its_own_result() -> None:
+    gate = threading.Event()
+    flush = RecordingFlush(gate)
+    coalescer = Coalescer(flush)
+    with ThreadPoolExecutor(32) as pool:
+        futures = [pool.submit(coalescer.run, lambda sink, i=i: sink.append(i)) for i in range(200)]
+        gate.set()
+        results = [f.result(timeout=30) for f in futures]
+    assert results == list(range(200))
+    assert sum(flush.batches) == 200
+    assert len(flush.batches) < 200, "nothing was coalesced"
+
+
+def test_an_error_reaches_only_its_own_caller() -> None:
+    coalescer = Coalescer(RecordingFlush())
+
+    def bad(sink: list[object]) -> None:
+        raise ValueError("mine")
+
+    with pytest.raises(ValueError, match="mine"):
+        coalescer.run(bad)
+    assert coalescer.run(lambda sink: sink.append("next")) == "next"
+
+
+def test_a_failing_flush_fails_its_batch_and_the_next_caller_still_proceeds() -> None:
+    calls = {"n": 0}
+
+    def flush(operations: Sequence[Operation]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("store down")
+        for operation in operations:
+            operation.finish(result="ok")
+
+    coalescer = Coalescer(flush)
+    with pytest.raises(ConnectionError):
+        coalescer.run(lambda batch: None)
+    assert coalescer.run(lambda batch: None) == "ok"
