@@ -48,12 +48,13 @@ format: install ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-build: ## deployable bundles in build/: each function with the library copied beside main.py
+build: ## deployable bundles in build/: each function and the relay with the library beside main.py
 	rm -rf build
-	for dir in functions/*/; do \
-	  name=$$(basename $$dir); mkdir -p build/functions/$$name; \
-	  cp $$dir/main.py $$dir/requirements.txt build/functions/$$name/; \
-	  cp -r shared/pubsub_toolkit build/functions/$$name/; \
+	for dir in functions/*/ appengine/*/; do \
+	  out=build/$${dir%/}; mkdir -p $$out; \
+	  cp $$dir/main.py $$dir/requirements.txt $$out/; \
+	  if [ -f $$dir/app.yaml ]; then cp $$dir/app.yaml $$out/; fi; \
+	  cp -r shared/pubsub_toolkit $$out/; \
 	done
 	find build -name __pycache__ -prune -exec rm -rf {} +
 	@find build -maxdepth 2 -mindepth 2 -type d | sed 's/^/built /'

@@ -15,12 +15,59 @@ from typing import Literal
 from pubsub_toolkit.errors import ConfigurationError
 
 DedupBackend = Literal["firestore", "redis", "memory"]
+TasksTarget = Literal["http", "appengine"]
+RelayAuth = Literal["oidc", "appengine"]
 _BACKENDS: tuple[DedupBackend, ...] = ("firestore", "redis", "memory")
 
 # Pub/Sub retains unacked messages for up to 7 days, so a key must outlive that window or a
 # late redelivery would look new. Default: 8 days.
 DEFAULT_TTL_SECONDS = 8 * 24 * 3600
 DEFAULT_LEASE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class DelaySettings:
+    """Where due-later messages wait (Cloud Tasks) and how the relay is reached and trusts it."""
+
+    queue: str  # projects/P/locations/L/queues/Q
+    target: TasksTarget = "http"
+    relay_url: str | None = None  # HTTP target: the relay's base URL
+    invoker_email: str | None = None  # the service account Cloud Tasks signs OIDC tokens as
+    audience: str | None = None  # OIDC audience; defaults to relay_url
+    appengine_service: str = "default"
+    tasks_emulator_host: str | None = None  # host:port of the local Cloud Tasks emulator
+    relay_auth: RelayAuth = "oidc"
+    oidc_certs_url: str | None = None  # local stack only: the emulator's signing certificates
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], project: str) -> DelaySettings | None:
+        """None when TASKS_QUEUE is unset (delayed delivery off)."""
+        raw_queue = env.get("TASKS_QUEUE", "").strip()
+        if not raw_queue:
+            return None
+        target = env.get("TASKS_TARGET", "http").strip().lower()
+        if target not in ("http", "appengine"):
+            raise ConfigurationError(f"TASKS_TARGET={target!r} is not one of http, appengine")
+        relay_auth = env.get("RELAY_AUTH", "oidc" if target == "http" else "appengine")
+        if relay_auth not in ("oidc", "appengine"):
+            raise ConfigurationError(f"RELAY_AUTH={relay_auth!r} is not one of oidc, appengine")
+        relay_url = env.get("RELAY_URL", "").strip().rstrip("/") or None
+        invoker = env.get("TASKS_SERVICE_ACCOUNT", "").strip() or None
+        if target == "http" and relay_url is None:
+            raise ConfigurationError("RELAY_URL is required when TASKS_TARGET=http")
+        if relay_auth == "oidc" and invoker is None:
+            raise ConfigurationError("TASKS_SERVICE_ACCOUNT is required for OIDC (RELAY_AUTH=oidc)")
+        return cls(
+            queue=queue_path(project, env.get("TASKS_LOCATION", ""), raw_queue),
+            target=target,  # type: ignore[arg-type]  # checked above
+            relay_url=relay_url,
+            invoker_email=invoker,
+            audience=env.get("RELAY_AUDIENCE", "").strip() or relay_url,
+            appengine_service=env.get("RELAY_SERVICE", "default"),
+            tasks_emulator_host=env.get("CLOUD_TASKS_EMULATOR_HOST", "").strip() or None,
+            relay_auth=relay_auth,  # type: ignore[arg-type]  # checked above
+            oidc_certs_url=env.get("OIDC_CERTS_URL", "").strip() or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -37,6 +84,7 @@ class Settings:
     dedup_collection: str = "pubsub_toolkit_dedup"
     firestore_database: str = "(default)"
     publish_timeout: timedelta = timedelta(seconds=30)
+    delay: DelaySettings | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -62,6 +110,7 @@ class Settings:
             dedup_collection=env.get("DEDUP_COLLECTION", "pubsub_toolkit_dedup"),
             firestore_database=env.get("FIRESTORE_DATABASE", "(default)"),
             publish_timeout=_seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30),
+            delay=DelaySettings.from_env(env, project),
         )
 
 
@@ -75,6 +124,20 @@ def topic_path(project: str, topic: str) -> str:
     if not topic or "/" in topic:
         raise ConfigurationError(f"{topic!r} is not a valid topic name")
     return f"projects/{project}/topics/{topic}"
+
+
+def queue_path(project: str, location: str, queue: str) -> str:
+    """Accept ``projects/P/locations/L/queues/Q``, or a short name with TASKS_LOCATION."""
+    if queue.startswith("projects/"):
+        parts = queue.split("/")
+        if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
+            raise ConfigurationError(
+                f"TASKS_QUEUE={queue!r} is not projects/P/locations/L/queues/Q"
+            )
+        return queue
+    if not location.strip():
+        raise ConfigurationError("TASKS_LOCATION is required when TASKS_QUEUE is a short name")
+    return f"projects/{project}/locations/{location.strip()}/queues/{queue}"
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

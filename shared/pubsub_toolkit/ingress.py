@@ -7,7 +7,8 @@ For each delivery:
 2. claim the dedup key in namespace ``ingress`` - a duplicate is acked, a reused key with
    different content is dead-lettered (``fingerprint_mismatch``) with an alert;
 3. route: publish to the final topic now, or - when the message is due later - hand it to the
-   scheduler (Cloud Tasks). Without a scheduler, a due-later message is dead-lettered with
+   scheduler (Cloud Tasks) - any due time in the future, so nothing is ever early. Without a
+   scheduler (TASKS_QUEUE unset), a due-later message is dead-lettered with
    ``delayed_delivery_unavailable`` rather than delivered early.
 
 ``Ingress.handle`` returns normally when the message may be acked and raises
@@ -37,8 +38,6 @@ from pubsub_toolkit.publishing import MessageSink
 INGRESS_NAMESPACE = "ingress"
 REJECTED_NAMESPACE = "ingress-rejected"
 REASON_DELAY_UNAVAILABLE = "delayed_delivery_unavailable"
-# Due times closer than this are published at once: a task round trip would only add latency.
-DEFAULT_SCHEDULE_THRESHOLD = timedelta(seconds=1)
 
 
 class IngressOutcome(enum.StrEnum):
@@ -80,7 +79,6 @@ class Ingress:
         scheduler: Scheduler | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
-        schedule_threshold: timedelta = DEFAULT_SCHEDULE_THRESHOLD,
     ) -> None:
         self.log = DecisionLog(INGRESS_NAMESPACE, metrics)
         self._processor = IdempotentProcessor(
@@ -98,13 +96,17 @@ class Ingress:
         )
         self._scheduler = scheduler
         self._clock = clock
-        self._threshold = schedule_threshold
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, scheduler: Scheduler | None = None) -> Ingress:
-        """Wire the real store and Pub/Sub publisher from ``settings`` (clients created once)."""
+    def from_settings(cls, settings: Settings) -> Ingress:
+        """Wire the real store, publisher and (with TASKS_QUEUE) scheduler from ``settings``."""
         from pubsub_toolkit.dedup.factory import store_from_settings
+        from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
         from pubsub_toolkit.publishing import PubSubSink
+
+        scheduler = None
+        if settings.delay is not None:
+            scheduler = CloudTasksScheduler.from_settings(settings.delay)
 
         return cls(
             store=store_from_settings(settings),
@@ -179,7 +181,9 @@ class Ingress:
         )
         try:
             due = envelope.deliver_at
-            if due is not None and due - self._clock.now() > self._threshold:
+            # Any due time in the future is scheduled: publishing "almost due" messages at once
+            # would deliver them early, which the contract never does.
+            if due is not None and due > self._clock.now():
                 if self._scheduler is None:
                     raise PermanentError(
                         REASON_DELAY_UNAVAILABLE,

@@ -123,9 +123,17 @@ def test_due_later_without_scheduler_is_dead_lettered_not_delivered_early(
 
 
 def test_due_now_or_in_the_past_is_published_at_once(ingress: Ingress, sink: RecordingSink) -> None:
-    ingress.handle(Message(b"x", {"delay_seconds": "0.5"}, message_id="1"))
+    ingress.handle(Message(b"x", {"delay_seconds": "0"}, message_id="1"))
     ingress.handle(Message(b"y", {"deliver_at": "2000-01-01T00:00:00Z"}, message_id="2"))
     assert len(sink.on(FINAL)) == 2
+
+
+def test_due_even_slightly_later_is_never_published_early(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    result = ingress.handle(Message(b"x", {"delay_seconds": "0.2"}, message_id="1"))
+    assert result.outcome is IngressOutcome.DEAD_LETTERED  # no scheduler here: not early, ever
+    assert sink.on(FINAL) == []
 
 
 def test_transient_publish_failure_raises_and_redelivery_succeeds(

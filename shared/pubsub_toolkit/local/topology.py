@@ -99,6 +99,7 @@ def drain(
                         data=m.data,
                         attributes=dict(m.attributes),
                         message_id=m.message_id,
+                        publish_time=m.publish_time,
                         ordering_key=m.ordering_key,
                     )
                 )

@@ -1,0 +1,63 @@
+"""App Engine service `relay`: Cloud Tasks calls POST /release at each message's due time.
+
+A thin Flask layer over :class:`pubsub_toolkit.delay.relay.Relay`: authenticate (OIDC token or
+App Engine's queue header), release, and map the outcome to a status Cloud Tasks understands -
+2xx only after the publish resolved, 5xx on a transient failure (Cloud Tasks retries),
+401/403 for a request that is not from Cloud Tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from pubsub_toolkit.config import Settings
+from pubsub_toolkit.delay.auth import AuthError, RequestAuthenticator, authenticator_from_settings
+from pubsub_toolkit.delay.relay import Relay
+from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.observability import configure_logging
+
+logger = logging.getLogger("pubsub_toolkit.relay")
+MAX_BODY_BYTES = 1_100_000  # a Cloud Tasks task is at most 1 MB
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    relay: Relay | None = None,
+    authenticator: RequestAuthenticator | None = None,
+) -> Flask:
+    """The relay's Flask app. Reads the environment only when no parts are passed in."""
+    configure_logging()
+    if relay is None or authenticator is None:
+        settings = settings or Settings.from_env()
+        if settings.delay is None:
+            from pubsub_toolkit.errors import ConfigurationError
+
+            raise ConfigurationError("TASKS_QUEUE is required by the relay")
+        relay = relay or Relay.from_settings(settings)
+        authenticator = authenticator or authenticator_from_settings(settings.delay)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+    @app.get("/healthz")
+    def healthz() -> ResponseReturnValue:
+        return jsonify(status="ok")
+
+    @app.post("/release")
+    def release() -> ResponseReturnValue:
+        try:
+            caller = authenticator.authenticate(request.headers)
+        except AuthError as exc:
+            logger.warning("refused release request: %s", exc.detail)
+            return jsonify(error=exc.detail), exc.status
+        try:
+            result = relay.release(request.get_data())
+        except TransientError as exc:
+            logger.warning("transient failure, Cloud Tasks will retry: %s", exc)
+            return jsonify(error=str(exc)), 503
+        return jsonify(outcome=result.outcome, dedup_key=result.dedup_key, caller=caller), 200
+
+    return app

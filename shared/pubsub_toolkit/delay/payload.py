@@ -1,0 +1,110 @@
+"""The task body: what ingress hands to Cloud Tasks and the relay reads back.
+
+JSON, so an operator can read a task in the console::
+
+    {"v": 1, "data": "<base64>", "attributes": {...}, "ordering_key": "g",
+     "dedup_key": "k", "deliver_at": "2030-01-01T00:00:00.000000Z", "hop": 0}
+
+``hop`` counts re-schedules: Cloud Tasks accepts schedule times at most 30 days ahead, so a
+longer delay is parked in steps.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pubsub_toolkit.attributes import format_time, parse_time
+from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.message import OutboundMessage
+
+VERSION = 1
+REASON_MALFORMED_TASK = "malformed_task"
+
+
+@dataclass(frozen=True)
+class DelayedMessage:
+    """A message waiting for its due time."""
+
+    message: OutboundMessage
+    dedup_key: str
+    deliver_at: datetime
+    hop: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "v": VERSION,
+                "data": base64.b64encode(self.message.data).decode(),
+                "attributes": dict(self.message.attributes),
+                "ordering_key": self.message.ordering_key,
+                "dedup_key": self.dedup_key,
+                "deliver_at": format_time(self.deliver_at),
+                "hop": self.hop,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes) -> DelayedMessage:
+        """Parse a task body; PermanentError(``malformed_task``) names what is wrong."""
+        try:
+            doc = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _malformed(f"body is not JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise _malformed("body is not a JSON object")
+        if doc.get("v") != VERSION:
+            raise _malformed(f"unsupported version {doc.get('v')!r}")
+        attributes = doc.get("attributes")
+        if not isinstance(attributes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
+        ):
+            raise _malformed("attributes must be a map of strings")
+        return cls(
+            message=OutboundMessage(
+                _base64(doc.get("data")), attributes, _string(doc, "ordering_key", empty_ok=True)
+            ),
+            dedup_key=_string(doc, "dedup_key"),
+            deliver_at=_time(doc.get("deliver_at")),
+            hop=_hop(doc.get("hop")),
+        )
+
+
+def _malformed(detail: str) -> PermanentError:
+    return PermanentError(REASON_MALFORMED_TASK, detail)
+
+
+def _string(doc: dict[str, Any], name: str, *, empty_ok: bool = False) -> str:
+    value = doc.get(name, "" if empty_ok else None)
+    if not isinstance(value, str) or (not value and not empty_ok):
+        raise _malformed(f"{name} must be a non-empty string")
+    return value
+
+
+def _base64(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise _malformed("data must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _malformed(f"data is not base64: {exc}") from exc
+
+
+def _time(value: object) -> datetime:
+    if not isinstance(value, str):
+        raise _malformed("deliver_at must be an RFC 3339 string")
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError) as exc:
+        raise _malformed(f"deliver_at {value!r} is not RFC 3339 UTC: {exc}") from exc
+
+
+def _hop(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1000:
+        raise _malformed("hop must be an integer from 0 to 999")
+    return value

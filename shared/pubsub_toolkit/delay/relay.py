@@ -1,0 +1,178 @@
+"""The relay's logic: release a delayed message to the final topic when Cloud Tasks calls.
+
+For each authenticated task request:
+
+1. parse the body (a malformed one is dead-lettered once and answered 2xx: retrying cannot help);
+2. a cancelled message (tombstone) publishes nothing;
+3. still far from due (a long delay's intermediate hop) -> schedule the next hop;
+4. otherwise publish to the final topic - exactly once per dedup key (namespace ``relay``), so a
+   task executed twice publishes once - and only then answer 2xx.
+
+A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.config import Settings
+from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
+from pubsub_toolkit.dedup.store import DedupStore
+from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, is_cancelled
+from pubsub_toolkit.delay.payload import DelayedMessage
+from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
+from pubsub_toolkit.errors import ConfigurationError, PermanentError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.observability import DecisionLog, Metrics
+from pubsub_toolkit.publishing import MessageSink
+
+HOP_NAMESPACE = "relay-hop"
+REJECTED_NAMESPACE = "relay-rejected"
+# Cloud Tasks dispatches on time, but a clock difference of a moment must never make a message
+# early: if the task fires up to this much before the due time, the relay waits it out.
+MAX_WAIT = timedelta(seconds=2)
+
+
+class RelayOutcome(enum.StrEnum):
+    PUBLISHED = "published"
+    DUPLICATE = "duplicate"
+    CANCELLED = "cancelled"
+    RESCHEDULED = "rescheduled"
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True)
+class RelayResult:
+    outcome: RelayOutcome
+    dedup_key: str | None
+    detail: str = ""
+
+
+class Relay:
+    """Releases delayed messages; independent of the web framework that receives the tasks."""
+
+    def __init__(
+        self,
+        *,
+        store: DedupStore,
+        sink: MessageSink,
+        final_topic: str,
+        dead_letter_topic: str,
+        lease: timedelta,
+        ttl: timedelta,
+        scheduler: CloudTasksScheduler | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.log = DecisionLog(RELAY_NAMESPACE, metrics)
+        self._store = store
+        self._sink = sink
+        self._final_topic = final_topic
+        self._scheduler = scheduler
+        self._clock = clock
+        self._dead_letters = DeadLetterer(sink, dead_letter_topic, self.log)
+        self._publishes = IdempotentProcessor(
+            store, namespace=RELAY_NAMESPACE, lease=lease, ttl=ttl, log=self.log
+        )
+        self._hops = IdempotentProcessor(
+            store, namespace=HOP_NAMESPACE, lease=lease, ttl=ttl, log=DecisionLog(HOP_NAMESPACE)
+        )
+        self._rejections = IdempotentProcessor(
+            store,
+            namespace=REJECTED_NAMESPACE,
+            lease=lease,
+            ttl=ttl,
+            log=DecisionLog(REJECTED_NAMESPACE),
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Relay:
+        from pubsub_toolkit.dedup.factory import store_from_settings
+        from pubsub_toolkit.publishing import PubSubSink
+
+        if settings.delay is None:
+            raise ConfigurationError("TASKS_QUEUE is required by the relay")
+        return cls(
+            store=store_from_settings(settings),
+            sink=PubSubSink(timeout=settings.publish_timeout),
+            final_topic=settings.final_topic,
+            dead_letter_topic=settings.dead_letter_topic,
+            lease=settings.dedup_lease,
+            ttl=settings.dedup_ttl,
+            scheduler=CloudTasksScheduler.from_settings(settings.delay),
+        )
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.log.metrics
+
+    def release(self, body: bytes) -> RelayResult:
+        """Handle one task's body. Returns when the request may be answered 2xx."""
+        try:
+            delayed = DelayedMessage.from_json(body)
+        except PermanentError as exc:
+            return self._reject(body, exc)
+        key = delayed.dedup_key
+        if is_cancelled(self._store, key):
+            self.log.decision(RelayOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
+            return RelayResult(RelayOutcome.CANCELLED, key)
+        remaining = delayed.deliver_at - self._clock.now()
+        if remaining > MAX_WAIT:
+            return self._hop(delayed)
+        if remaining > timedelta(0):
+            time.sleep(remaining.total_seconds())  # never early, even by a clock's hair
+        fingerprint = delayed.message.attributes.get(attr.CONTENT_SHA256) or (
+            attr.content_fingerprint(delayed.message.data, delayed.message.attributes)
+        )
+        processed = self._publishes.process(
+            key, fingerprint, lambda: self._sink.publish(self._final_topic, delayed.message)
+        )
+        if processed.outcome is Outcome.MISMATCH:
+            self._dead_letters.send(
+                _as_message(delayed),
+                attr.REASON_FINGERPRINT_MISMATCH,
+                f"dedup_key {key!r} was released before with different content",
+                dedup_key=key,
+            )
+            return RelayResult(RelayOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH)
+        if processed.outcome is Outcome.DUPLICATE:
+            return RelayResult(RelayOutcome.DUPLICATE, key, processed.result or "")
+        return RelayResult(RelayOutcome.PUBLISHED, key, processed.result or "")
+
+    def _hop(self, delayed: DelayedMessage) -> RelayResult:
+        if self._scheduler is None:
+            raise ConfigurationError("a long delay needs a scheduler for its next hop")
+        scheduler = self._scheduler
+        hop = delayed.hop + 1
+        self._hops.process(
+            f"{delayed.dedup_key}#{hop}",
+            delayed.message.attributes.get(attr.CONTENT_SHA256, ""),
+            lambda: scheduler.schedule(
+                delayed.message, delayed.deliver_at, delayed.dedup_key, hop=hop
+            ),
+        )
+        return RelayResult(RelayOutcome.RESCHEDULED, delayed.dedup_key, f"hop {hop}")
+
+    def _reject(self, body: bytes, exc: PermanentError) -> RelayResult:
+        digest = hashlib.sha256(body).hexdigest()
+        self._rejections.process(
+            digest,
+            digest,
+            lambda: self._dead_letters.send(Message(body), exc.reason, exc.detail, dedup_key=None),
+        )
+        return RelayResult(RelayOutcome.DEAD_LETTERED, None, exc.reason)
+
+
+def _as_message(delayed: DelayedMessage) -> Message:
+    return Message(
+        delayed.message.data,
+        delayed.message.attributes,
+        ordering_key=delayed.message.ordering_key,
+    )
