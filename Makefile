@@ -59,8 +59,9 @@ build: ## deployable bundles in build/: each function and the relay with the lib
 	find build -name __pycache__ -prune -exec rm -rf {} +
 	@find build -maxdepth 2 -mindepth 2 -type d | sed 's/^/built /'
 
-bench: install ## benchmarks; JSON results in bench/results/
+bench: install ## benchmarks (each starts its own servers); JSON results in bench/results/
 	$(PY) -m bench.dedup
+	$(PY) -m bench.delay
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
