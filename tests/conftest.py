@@ -18,6 +18,7 @@ import pytest
 
 from pubsub_toolkit.local import emulators
 from pubsub_toolkit.local.processes import (
+    STARTED,
     RunningService,
     ServiceSpec,
     free_port,
@@ -25,13 +26,9 @@ from pubsub_toolkit.local.processes import (
     start_service,
 )
 
-_started: list[RunningService] = []
-
 
 def _start(spec: ServiceSpec, tmp_path_factory: pytest.TempPathFactory) -> RunningService:
-    service = start_service(spec, tmp_path_factory.mktemp(spec.name))
-    _started.append(service)
-    return service
+    return start_service(spec, tmp_path_factory.mktemp(spec.name))
 
 
 @pytest.fixture(scope="session")
@@ -84,16 +81,16 @@ def unique() -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if any server a fixture started is still running."""
-    for service in _started:
-        service.stop()  # no-op when the fixture already stopped it
-    survivors = [f"{s.name} (pgid {s.pid})" for s in _started if process_group_alive(s.pid)]
+    """Fail the run if any process group a test started (emulators, Redis, functions-framework,
+    gunicorn, the Cloud Tasks emulator, ...) is still alive after its fixture stopped it."""
+    survivors = [f"{s.name} (pgid {s.pid})" for s in STARTED if process_group_alive(s.pid)]
+    for service in STARTED:
+        service.stop()  # clean up regardless, so a failed run leaves nothing behind either
     if survivors:
-        print(f"\nERROR: processes left running after the test run: {', '.join(survivors)}")
+        print(f"\nERROR: processes left running after the tests: {', '.join(survivors)}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    elif _started:
-        names = ", ".join(s.name for s in _started)
-        print(f"\nall test servers stopped by process group: {names}")
+    elif STARTED:
+        print(f"\nall {len(STARTED)} server processes the tests started were stopped")
 
 
 def repo_root() -> Path:

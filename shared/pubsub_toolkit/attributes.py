@@ -38,16 +38,33 @@ ERROR_REASON = "error_reason"
 ERROR_DETAIL = "error_detail"
 
 # Attributes the toolkit stamps itself; they are not part of the content fingerprint, so a
-# message replayed from the dead-letter topic keeps its fingerprint.
+# message replayed from the dead-letter topic keeps its fingerprint, and a producer's retry that
+# the sequencer numbered again is a duplicate (its number is then a gap the gate skips), not a
+# "same key, different content" alert.
 TOOLKIT_STAMPED = frozenset(
-    {DEDUP_KEY, CONTENT_SHA256, ORIGIN_MESSAGE_ID, ORIGIN_PUBLISH_TIME, ERROR_REASON, ERROR_DETAIL}
+    {
+        DEDUP_KEY,
+        CONTENT_SHA256,
+        ORIGIN_MESSAGE_ID,
+        ORIGIN_PUBLISH_TIME,
+        ERROR_REASON,
+        ERROR_DETAIL,
+        FIFO_SEQ,
+    }
 )
 
 # Pub/Sub's own limits (https://cloud.google.com/pubsub/quotas#resource_limits).
 MAX_ATTRIBUTES = 100
 MAX_ATTRIBUTE_KEY_BYTES = 256
 MAX_ATTRIBUTE_VALUE_BYTES = 1024
-MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+MAX_REQUEST_BYTES = 10_000_000  # a publish request, data and attributes together
+# Room for what ingress adds (dedup key, fingerprint, provenance, deliver_at) and framing.
+_INGRESS_OVERHEAD_BYTES = 4096
+MAX_MESSAGE_BYTES = MAX_REQUEST_BYTES - _INGRESS_OVERHEAD_BYTES
+# Names Pub/Sub reserves ("goog" prefix), and the keyword arguments of the Python client's
+# publish(topic, data, ordering_key=, retry=, timeout=, **attributes), which cannot be sent.
+RESERVED_PREFIX = "goog"
+RESERVED_NAMES = frozenset({"topic", "data", "ordering_key", "retry", "timeout"})
 MAX_FIFO_GROUP_BYTES = 1024  # ordering keys share the attribute value limit
 
 # Ingress adds at most these attributes, so the producer's must leave room for them.
@@ -58,6 +75,7 @@ REASON_EMPTY_DATA = "empty_data"
 REASON_TOO_LARGE = "message_too_large"
 REASON_TOO_MANY_ATTRIBUTES = "too_many_attributes"
 REASON_ATTRIBUTE_TOO_LARGE = "attribute_too_large"
+REASON_RESERVED_ATTRIBUTE = "reserved_attribute"
 REASON_INVALID_DEDUP_KEY = "invalid_dedup_key"
 REASON_INVALID_DELIVER_AT = "invalid_deliver_at"
 REASON_INVALID_DELAY = "invalid_delay_seconds"
@@ -154,9 +172,12 @@ def format_time(value: datetime) -> str:
 def _check_sizes(message: Message) -> None:
     if not message.data:
         raise ContractViolation(REASON_EMPTY_DATA, "the message has no data")
-    if len(message.data) > MAX_MESSAGE_BYTES:
+    size = message_size(message.data, message.attributes)
+    if size > MAX_MESSAGE_BYTES:
         raise ContractViolation(
-            REASON_TOO_LARGE, f"data is {len(message.data)} bytes; the limit is {MAX_MESSAGE_BYTES}"
+            REASON_TOO_LARGE,
+            f"data and attributes are {size} bytes; at most {MAX_MESSAGE_BYTES} leave room "
+            "for the toolkit's attributes",
         )
     limit = MAX_ATTRIBUTES - _STAMPED_BY_INGRESS
     if len(message.attributes) > limit:
@@ -165,6 +186,11 @@ def _check_sizes(message: Message) -> None:
             f"{len(message.attributes)} attributes; at most {limit} leave room for the toolkit's",
         )
     for key, value in message.attributes.items():
+        if is_reserved_attribute(key):
+            raise ContractViolation(
+                REASON_RESERVED_ATTRIBUTE,
+                f"attribute name {key[:40]!r} is reserved (goog* or a client publish argument)",
+            )
         if len(key.encode()) > MAX_ATTRIBUTE_KEY_BYTES:
             raise ContractViolation(
                 REASON_ATTRIBUTE_TOO_LARGE,
@@ -175,6 +201,16 @@ def _check_sizes(message: Message) -> None:
                 REASON_ATTRIBUTE_TOO_LARGE,
                 f"attribute {key!r} value exceeds {MAX_ATTRIBUTE_VALUE_BYTES} bytes",
             )
+
+
+def is_reserved_attribute(name: str) -> bool:
+    """True for names that cannot be published as attributes."""
+    return name in RESERVED_NAMES or name.lower().startswith(RESERVED_PREFIX)
+
+
+def message_size(data: bytes, attributes: Mapping[str, str]) -> int:
+    """Bytes a publish request spends on this message's data and attributes."""
+    return len(data) + sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
 
 
 def _parse_seq(raw: str | None) -> int | None:

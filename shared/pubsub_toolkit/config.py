@@ -6,6 +6,7 @@ Nothing in the library reads ``os.environ`` at import time; entry points call
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ _BACKENDS: tuple[DedupBackend, ...] = ("firestore", "redis", "memory")
 # Pub/Sub retains unacked messages for up to 7 days, so a key must outlive that window or a
 # late redelivery would look new. Default: 8 days.
 DEFAULT_TTL_SECONDS = 8 * 24 * 3600
-DEFAULT_LEASE_SECONDS = 60
+DEFAULT_LEASE_SECONDS = 90
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,15 @@ class Settings:
         redis_url = env.get("REDIS_URL") or None
         if backend == "redis" and redis_url is None:
             raise ConfigurationError("REDIS_URL is required when DEDUP_BACKEND=redis")
+        lease = _seconds(env, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+        publish_timeout = _seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30)
+        if lease < 2 * publish_timeout:
+            # A claim's work is a publish plus, at worst, a dead-letter publish: the lease must
+            # outlast both, or another worker could take over while the first still publishes.
+            raise ConfigurationError(
+                f"DEDUP_LEASE_SECONDS ({lease.total_seconds():g}) must be at least twice "
+                f"PUBLISH_TIMEOUT_SECONDS ({publish_timeout.total_seconds():g})"
+            )
         return cls(
             project=project,
             final_topic=topic_path(project, _required(env, "FINAL_TOPIC")),
@@ -106,10 +116,10 @@ class Settings:
             dedup_backend=backend,  # checked against _BACKENDS above
             redis_url=redis_url,
             dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", DEFAULT_TTL_SECONDS),
-            dedup_lease=_seconds(env, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            dedup_lease=lease,
             dedup_collection=env.get("DEDUP_COLLECTION", "pubsub_toolkit_dedup"),
             firestore_database=env.get("FIRESTORE_DATABASE", "(default)"),
-            publish_timeout=_seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30),
+            publish_timeout=publish_timeout,
             delay=DelaySettings.from_env(env, project),
         )
 
@@ -155,6 +165,6 @@ def _seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
         value = float(raw)
     except ValueError as exc:
         raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from exc
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"{name}={raw!r} must be a positive number of seconds")
     return timedelta(seconds=value)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.publishing import MessageSink
@@ -34,7 +35,21 @@ class DeadLetterer:
     def send(self, message: Message, reason: str, detail: str, *, dedup_key: str | None) -> str:
         """Dead-letter ``message``; returns the dead-letter message id. Raises on failure."""
         outbound = dead_letter_copy(message, reason, detail)
-        message_id = self._sink.publish(self.topic, outbound)
+        try:
+            message_id = self._sink.publish(self.topic, outbound)
+        except PermanentError as exc:
+            # Even the dead-letter copy was refused (e.g. too large once wrapped). Acking now
+            # would lose the message: fail transiently, so Pub/Sub keeps redelivering it until
+            # the origin subscription's own dead-letter policy takes the original.
+            self._log.decision(
+                "dead_letter_failed",
+                f"ALERT: dead-letter topic refused the message ({exc.detail})",
+                dedup_key=dedup_key,
+                level=logging.ERROR,
+                reason=reason,
+                alert="dead_letter_failed",
+            )
+            raise TransientError(f"dead-letter publish refused: {exc.detail}") from exc
         self._log.decision(
             DEAD_LETTERED,
             f"dead-lettered: {reason}",
@@ -72,7 +87,8 @@ def _attributes_publishable(attributes: Mapping[str, str]) -> bool:
     if len(attributes) > attr.MAX_ATTRIBUTES - 3:
         return False
     return all(
-        len(k.encode()) <= attr.MAX_ATTRIBUTE_KEY_BYTES
+        not attr.is_reserved_attribute(k)
+        and len(k.encode()) <= attr.MAX_ATTRIBUTE_KEY_BYTES
         and len(v.encode()) <= attr.MAX_ATTRIBUTE_VALUE_BYTES
         for k, v in attributes.items()
     )

@@ -54,9 +54,14 @@ class StoreUnavailableError(TransientError):
     """The dedup/counter store could not be reached. Stores fail closed: never "assume new"."""
 
 
-class StaleClaimError(ToolkitError):
+class StaleClaimError(TransientError):
     """A claim's fencing token is no longer current: another worker took the key over.
 
     Raised when a holder whose lease expired tries to complete; its result is refused so that
-    the newer holder's outcome is the one recorded.
+    the newer holder's outcome is the one recorded. Transient: the redelivery finds the newer
+    holder's record (a duplicate) and is acked.
     """
+
+
+class ServiceStartError(ToolkitError):
+    """A local service could not start; the message says what to fix."""

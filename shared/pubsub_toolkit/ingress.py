@@ -158,13 +158,14 @@ class Ingress:
     def _reject(self, message: Message, exc: PermanentError) -> IngressResult:
         """Dead-letter an invalid delivery once, however often Pub/Sub redelivers it.
 
-        Invalid messages are deduplicated by their own message id in a separate namespace:
-        their dedup_key may be the very thing that is wrong, and must not be reserved.
+        Invalid messages are deduplicated by message id *and* content in a separate namespace:
+        their dedup_key may be the very thing that is wrong and must not be reserved, and a
+        message id alone can repeat (the emulator restarts its ids at 1).
         """
         key = message.attributes.get(attr.DEDUP_KEY) or message.message_id or None
         fingerprint = attr.content_fingerprint(message.data, message.attributes)
         self._rejections.process(
-            message.message_id or fingerprint,
+            f"{message.message_id}:{fingerprint}",
             fingerprint,
             lambda: self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=key),
         )

@@ -76,7 +76,9 @@ def inbox(args: argparse.Namespace) -> int:
     box = TransactionalInbox(client, namespace="inbox-consumer", ttl=timedelta(hours=1))
 
     def handler(transaction: firestore.Transaction) -> str:
-        effect = client.collection("effects").document(args.key)
+        # One effect document per process: were the effect ever committed twice, the test
+        # would count two documents.
+        effect = client.collection("effects").document(f"{args.key}-{os.getpid()}")
         transaction.set(effect, {"key": args.key, "applied": True})
         if args.crash_before_commit:
             os._exit(CRASH_EXIT)  # the handler's write is buffered; the commit never happens

@@ -70,6 +70,10 @@ def test_stamped_attributes_keep_everything_and_add_provenance() -> None:
         (b"x", {"big": "v" * 1025}, attr.REASON_ATTRIBUTE_TOO_LARGE),
         (b"x", {"k" * 257: "v"}, attr.REASON_ATTRIBUTE_TOO_LARGE),
         (b"x", {f"a{i}": "v" for i in range(96)}, attr.REASON_TOO_MANY_ATTRIBUTES),
+        (b"x", {"topic": "v"}, attr.REASON_RESERVED_ATTRIBUTE),
+        (b"x", {"ordering_key": "v"}, attr.REASON_RESERVED_ATTRIBUTE),
+        (b"x", {"googClient": "v"}, attr.REASON_RESERVED_ATTRIBUTE),
+        (b"x" * (attr.MAX_MESSAGE_BYTES - 10), {"big": "v" * 20}, attr.REASON_TOO_LARGE),
     ],
 )
 def test_contract_violations_have_reasons(data: bytes, attrs: dict[str, str], reason: str) -> None:

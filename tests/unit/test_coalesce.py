@@ -79,3 +79,38 @@ def test_a_failing_flush_fails_its_batch_and_the_next_caller_still_proceeds() ->
     with pytest.raises(ConnectionError):
         coalescer.run(lambda batch: None)
     assert coalescer.run(lambda batch: None) == "ok"
+
+
+def test_a_failing_flush_fails_every_waiting_caller_none_gets_a_silent_none() -> None:
+    gate = threading.Event()
+
+    def flush(operations: Sequence[Operation]) -> None:
+        gate.wait(timeout=10)
+        raise ConnectionError("store down")
+
+    coalescer = Coalescer(flush)
+    with ThreadPoolExecutor(5) as pool:
+        futures = [pool.submit(coalescer.run, lambda batch: None) for _ in range(5)]
+        gate.set()
+        errors = [f.exception(timeout=30) for f in futures]
+    assert all(isinstance(e, ConnectionError) for e in errors), errors
+
+
+def test_operations_on_one_key_never_share_a_flush() -> None:
+    gate = threading.Event()
+    seen: list[list[str | None]] = []
+
+    def flush(operations: Sequence[Operation]) -> None:
+        gate.wait(timeout=10)
+        seen.append([o.key for o in operations])
+        for operation in operations:
+            operation.finish(result=operation.key)
+
+    coalescer = Coalescer(flush)
+    keys = ["a", "a", "b", "a", "b", "c"] * 5
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(coalescer.run, lambda batch: None, key=k) for k in keys]
+        gate.set()
+        assert [f.result(timeout=30) for f in futures] == keys
+    assert all(len(batch) == len(set(batch)) for batch in seen), seen
+    assert any(len(batch) > 1 for batch in seen), "nothing was coalesced"

@@ -6,6 +6,10 @@ write at once, :class:`Coalescer` hands their operations to one ``flush`` (a Fir
 Redis pipeline). When nothing else is waiting, an operation goes alone at once: no timer, no
 background thread, no added latency. A waiting caller leads the next flush, and leadership
 passes to the oldest waiter after each flush, so no caller is kept serving others.
+
+A flush never holds two operations on the same key (document, Redis key): a Firestore batch
+refuses two inserts of one document and would apply two updates with the same precondition
+both, so the second waits for the next flush and sees the first one's result.
 """
 
 from __future__ import annotations
@@ -18,19 +22,21 @@ from typing import Any
 class Operation:
     """One caller's operation and, once flushed, its result or error."""
 
-    __slots__ = ("apply", "error", "lead", "ready", "result")
+    __slots__ = ("apply", "done", "error", "key", "lead", "result", "wakeup")
 
-    def __init__(self, apply: Callable[[Any], object]) -> None:
+    def __init__(self, key: str | None, apply: Callable[[Any], object]) -> None:
+        self.key = key
         self.apply = apply  # adds the operation to a batch/pipeline handed in by the flush
-        self.ready = threading.Event()
+        self.wakeup = threading.Event()  # set when finished, or when handed leadership
         self.lead = False
+        self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
     def finish(self, *, result: Any = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
-        self.lead = False
-        self.ready.set()
+        self.done = True
+        self.wakeup.set()
 
 
 Flush = Callable[[Sequence[Operation]], None]
@@ -39,7 +45,8 @@ Flush = Callable[[Sequence[Operation]], None]
 class Coalescer:
     """Runs operations through ``flush``, sharing flushes between concurrent callers.
 
-    ``flush(operations)`` must call ``finish`` on every operation it is given.
+    ``flush(operations)`` must call ``finish`` on every operation it is given; if it raises,
+    every unfinished operation of that flush fails with the exception.
     """
 
     def __init__(self, flush: Flush, *, max_batch: int = 100) -> None:
@@ -49,37 +56,61 @@ class Coalescer:
         self._queue: list[Operation] = []
         self._leader_active = False
 
-    def run(self, apply: Callable[[Any], object]) -> Any:
-        """Submit one operation, wait until it is flushed, return its result or raise."""
-        operation = Operation(apply)
+    def run(self, apply: Callable[[Any], object], *, key: str | None = None) -> Any:
+        """Submit one operation; wait until flushed; return its result or raise.
+
+        Operations with the same ``key`` never share a flush; ``None`` conflicts with nothing.
+        """
+        operation = Operation(key, apply)
         with self._lock:
             self._queue.append(operation)
-            operation.lead = not self._leader_active
-            self._leader_active = True
-        if not operation.lead:
-            operation.ready.wait()
-        if operation.lead:  # set on arrival, or handed over by the previous leader
-            self._lead_one_flush()
-            operation.ready.wait()
+            if not self._leader_active:
+                self._leader_active = operation.lead = True
+        while not operation.done:
+            if operation.lead:  # set on arrival, or handed over by the previous leader
+                operation.lead = False
+                operation.wakeup.clear()
+                self._lead_one_flush()
+            else:
+                operation.wakeup.wait()
+                if not operation.done and not operation.lead:
+                    operation.wakeup.clear()  # cannot happen; guard against a spurious set
         if operation.error is not None:
             raise operation.error
         return operation.result
 
+    def _take_batch(self) -> list[Operation]:
+        batch: list[Operation] = []
+        keys: set[str] = set()
+        for operation in self._queue:
+            if len(batch) == self._max_batch:
+                break
+            if operation.key is None:
+                batch.append(operation)
+            elif operation.key not in keys:
+                keys.add(operation.key)
+                batch.append(operation)
+        taken = {id(o) for o in batch}
+        self._queue = [o for o in self._queue if id(o) not in taken]
+        return batch
+
     def _lead_one_flush(self) -> None:
         with self._lock:
-            batch = self._queue[: self._max_batch]
-            del self._queue[: self._max_batch]
+            batch = self._take_batch()
         try:
             self._flush(batch)
         except BaseException as exc:
             for operation in batch:
-                if not operation.ready.is_set():
+                if not operation.done:
                     operation.finish(error=exc)
         finally:
+            for operation in batch:
+                if not operation.done:  # a flush that forgot one must not strand its caller
+                    operation.finish(error=RuntimeError("flush did not finish the operation"))
             with self._lock:
                 if self._queue:
                     successor = self._queue[0]
                     successor.lead = True
-                    successor.ready.set()
+                    successor.wakeup.set()
                 else:
                     self._leader_active = False

@@ -165,12 +165,14 @@ class FirestoreDedupStore:
 
     def _create(self, ref: Any, document: dict[str, Any]) -> Any:
         """Create ``ref``; AlreadyExists if it exists."""
-        return self._writes.write(lambda batch: batch.create(ref, document))
+        return self._writes.write(ref.path, lambda batch: batch.create(ref, document))
 
     def _update(self, ref: Any, document: dict[str, Any], last_update_time: Any) -> Any:
         """Replace ``ref``'s fields if it was last written at ``last_update_time``."""
         option = self._client.write_option(last_update_time=last_update_time)
-        return self._writes.write(lambda batch: batch.update(ref, document, option=option))
+        return self._writes.write(
+            ref.path, lambda batch: batch.update(ref, document, option=option)
+        )
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         ref = self._collection.document(document_id(namespace, key))

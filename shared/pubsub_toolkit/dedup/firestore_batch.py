@@ -1,8 +1,9 @@
 """Group commit for Firestore: concurrent single-document writes share one atomic commit.
 
 A batch is atomic, so one failed precondition (a duplicate's ``create``, a fenced ``complete``)
-fails it whole. The batch's writes are then committed one by one, so every caller gets exactly
-the outcome its own write would have had alone. See :mod:`.coalesce` for the sharing itself.
+fails it whole. On any failure that is not a transport error, the batch's writes are committed
+one by one, so every caller gets exactly the outcome its own write would have had alone. A batch
+never holds two writes to one document (see :mod:`.coalesce`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-# Errors that belong to one write of a batch rather than to the batch as a whole.
-_PER_WRITE_ERRORS = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
+# Errors of the connection rather than of any write: retrying write by write cannot help.
+_TRANSPORT_ERRORS = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError)
 
 
 class GroupCommitter:
@@ -29,9 +30,10 @@ class GroupCommitter:
         self._timeout = timeout
         self._coalescer = Coalescer(self._flush)
 
-    def write(self, apply: Callable[[firestore.WriteBatch], object]) -> Any:
-        """Add one write, wait until committed; raise what committing it alone would raise."""
-        return self._coalescer.run(apply)
+    def write(self, document_path: str, apply: Callable[[firestore.WriteBatch], object]) -> Any:
+        """Add one write to ``document_path``, wait until committed; raise what committing it
+        alone would raise."""
+        return self._coalescer.run(apply, key=document_path)
 
     def _flush(self, operations: Sequence[Operation]) -> None:
         if len(operations) == 1:
@@ -42,7 +44,9 @@ class GroupCommitter:
             operation.apply(batch)
         try:
             results = batch.commit(timeout=self._timeout)
-        except _PER_WRITE_ERRORS:
+        except _TRANSPORT_ERRORS:
+            raise
+        except gexc.GoogleAPICallError:
             for operation in operations:  # find out whose write failed: each alone
                 self._commit_alone(operation)
             return

@@ -129,7 +129,11 @@ class TransactionalInbox:
         transaction = self._client.transaction(max_attempts=self._max_attempts)
         try:
             result: str | None = _unavailable_is_transient(lambda: run(transaction))
-        except ValueError as exc:  # the client's "failed to commit in N attempts"
+        except ValueError as exc:
+            # The client reports "failed to commit in N attempts" as a ValueError caused by
+            # Aborted; any other ValueError (the handler's own) is the caller's to see.
+            if not isinstance(exc.__cause__, gexc.Aborted):
+                raise
             raise StoreUnavailableError(f"transaction kept aborting: {exc}") from exc
         return result
 

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from pubsub_toolkit.dedup.store import ClaimStatus, DedupStore
-from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError
+from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupStore
+from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
 
 logger = logging.getLogger(__name__)
+_COMPLETE_RETRY_DELAYS = (0.1, 0.5, 1.5)
 
 
 class Outcome(enum.StrEnum):
@@ -100,16 +102,10 @@ class IdempotentProcessor:
         try:
             result = effect()
         except BaseException:
-            self._store.release(self.namespace, key, claim)
-            self.log.decision(
-                "effect_failed",
-                "effect raised; claim released for redelivery",
-                dedup_key=key,
-                level=logging.WARNING,
-            )
+            self._release_after_failure(key, claim)
             raise
         try:
-            self._store.complete(self.namespace, key, claim, result, ttl=self._ttl)
+            self._complete(key, claim, result)
         except StaleClaimError:
             self.log.decision(
                 "fenced",
@@ -121,3 +117,37 @@ class IdempotentProcessor:
             raise
         self.log.decision(Outcome.PROCESSED, "processed", dedup_key=key)
         return ProcessResult(Outcome.PROCESSED, result)
+
+    def _complete(self, key: str, claim: Claim, result: str | None) -> None:
+        # The effect has happened: losing the "done" write now would let a redelivery run it
+        # again once the lease expires, so a store hiccup is worth a few quick retries.
+        for delay in (*_COMPLETE_RETRY_DELAYS, None):
+            try:
+                self._store.complete(self.namespace, key, claim, result, ttl=self._ttl)
+                return
+            except StoreUnavailableError:
+                if delay is None:
+                    self.log.decision(
+                        "complete_failed",
+                        "ALERT: effect done but not recorded; a redelivery after the lease "
+                        "may repeat it",
+                        dedup_key=key,
+                        level=logging.ERROR,
+                    )
+                    raise
+                time.sleep(delay)
+
+    def _release_after_failure(self, key: str, claim: Claim) -> None:
+        # Never let a failing release hide the effect's own exception.
+        try:
+            self._store.release(self.namespace, key, claim)
+        except Exception:
+            logger.exception(
+                "could not release %s/%s; it frees when the lease ends", self.namespace, key
+            )
+        self.log.decision(
+            "effect_failed",
+            "effect raised; claim released for redelivery",
+            dedup_key=key,
+            level=logging.WARNING,
+        )

@@ -12,6 +12,7 @@ never "assume new".
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -66,7 +67,8 @@ class RedisDedupStore:
         self._client = client
         self._prefix = prefix
         self._clock = clock
-        self._replace_if_token = client.register_script(_REPLACE_IF_TOKEN)
+        # Redis names a script by the SHA-1 of its text, so the id is known without asking.
+        self._script_sha = hashlib.sha1(_REPLACE_IF_TOKEN.encode()).hexdigest()
         self._coalescer = Coalescer(self._flush)
 
     @classmethod
@@ -84,7 +86,7 @@ class RedisDedupStore:
         fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
         value, ttl_ms = codec.encode(fresh), _ms(fresh.expire_at, now)
         created = self._call(
-            lambda: self._pipelined(lambda p: p.set(rkey, value, nx=True, px=ttl_ms))
+            lambda: self._pipelined(rkey, lambda p: p.set(rkey, value, nx=True, px=ttl_ms))
         )
         if created:
             return Claim(ClaimStatus.ACQUIRED, 1, fresh)
@@ -154,33 +156,48 @@ class RedisDedupStore:
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         rkey = self._key(namespace, key)
-        raw = self._call(lambda: self._pipelined(lambda p: p.get(rkey)))
+        raw = self._call(lambda: self._pipelined(rkey, lambda p: p.get(rkey)))
         if raw is None:
             return None
         record = codec.decode(raw)
         return None if record.is_expired(self._clock.now()) else record
 
     def _replace_if_token_pipelined(self, rkey: str, args: list[str | int]) -> Any:
-        return self._pipelined(lambda p: self._replace_if_token(keys=[rkey], args=args, client=p))
+        # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
+        # EXISTS round trip to every flush. A missing script is loaded once in _flush.
+        return self._pipelined(rkey, lambda p: p.evalsha(self._script_sha, 1, rkey, *args))
 
-    def _pipelined(self, apply: Callable[[Any], object]) -> Any:
+    def _pipelined(self, rkey: str, apply: Callable[[Any], object]) -> Any:
         """Run one command, sharing a pipeline with concurrent callers (see .coalesce)."""
-        return self._coalescer.run(apply)
+        return self._coalescer.run(apply, key=rkey)
 
     def _flush(self, operations: Sequence[Operation]) -> None:
         # Not a MULTI transaction: each command keeps its own result, errors included.
+        unscripted = self._execute(operations)
+        if unscripted:
+            # Redis restarted or flushed its scripts since we last used ours: load it, retry.
+            self._client.script_load(_REPLACE_IF_TOKEN)
+            for operation in self._execute(unscripted):
+                operation.finish(error=RuntimeError("Redis refused to keep the fencing script"))
+
+    def _execute(self, operations: Sequence[Operation]) -> list[Operation]:
+        """Run ``operations`` in one pipeline; return those that failed for a missing script."""
         pipe = self._client.pipeline(transaction=False)
         for operation in operations:
             operation.apply(pipe)
-        results = pipe.execute(raise_on_error=False)
-        for operation, result in zip(operations, results, strict=True):
-            if isinstance(result, Exception):
+        missing_script = []
+        for operation, result in zip(operations, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(result, self._redis_module.exceptions.NoScriptError):
+                missing_script.append(operation)
+            elif isinstance(result, Exception):
                 operation.finish(error=result)
             else:
                 operation.finish(result=result)
+        return missing_script
 
     def _key(self, namespace: str, key: str) -> str:
-        return f"{self._prefix}{namespace}:{key}"
+        # Length-prefixed, so ("a:b", "c") and ("a", "b:c") never share a key.
+        return f"{self._prefix}{len(namespace)}:{namespace}:{key}"
 
     def _call(self, operation: Callable[[], T]) -> T:
         try:

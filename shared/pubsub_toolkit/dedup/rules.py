@@ -44,7 +44,9 @@ def pending_record(
         token=token,
         fingerprint=fingerprint,
         lease_until=now + lease,
-        expire_at=now + max(ttl, lease),
+        # Outlives the lease by a full TTL, so the record (and its fencing token) cannot vanish
+        # while a stale holder might still try to complete.
+        expire_at=now + lease + ttl,
     )
 
 

@@ -18,13 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.errors import ServiceStartError
 
 LOOPBACK = "127.0.0.1"
 
-
-class ServiceStartError(ToolkitError):
-    """A local service could not start; the message says what to fix."""
+# Every service this process started, so a test run can prove none outlives it.
+STARTED: list[RunningService] = []
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,7 @@ def start_service(spec: ServiceSpec, log_dir: Path) -> RunningService:
     except FileNotFoundError as exc:
         raise ServiceStartError(f"{spec.name}: cannot run {spec.argv[0]!r}: {exc}") from exc
     service = RunningService(spec, process, log_path)
+    STARTED.append(service)
     deadline = time.monotonic() + spec.startup_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -168,7 +168,7 @@ def _reap(pid: int) -> None:
 def _probe(ready: Callable[[], bool]) -> bool:
     try:
         return ready()
-    except OSError:
+    except Exception:  # any failure of a probe (refused, reset, half-written reply) = not ready
         return False
 
 

@@ -1,0 +1,82 @@
+"""The sequence-counter protocol (the "next-number" of FIFO per group) and its value type.
+
+A publisher numbers each message of a FIFO group with ``fifo_seq`` taken from a counter; the
+consumer then processes the group strictly in that order. Every backend guarantees:
+
+* numbers are 1-based and, per group, handed out exactly once: two callers - threads, or
+  publisher processes with their own clients - never share a number and never see one twice;
+* a reservation of ``count`` numbers is one contiguous block (one atomic store operation, so a
+  batch costs one round trip however long it is);
+* groups are independent, and any non-empty string is a valid group name.
+
+**Gaps.** A number is never reused, but it may never be published: the publisher crashed or
+its publish failed after the reservation, or a store client retried an increment whose first
+attempt had in fact been applied. Such a gap is *detectable* and never ambiguous: the consumer
+gate sees ``fifo_seq > last + 1``, parks the early message, and when the gap is older than the
+group's gap timeout it raises an alert and follows the group's policy (wait, or skip with a
+tombstone). Counters therefore trade "no gaps" for "no hot transactions"; they never trade
+"no duplicates".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SequenceBlock:
+    """Numbers ``first..last`` (inclusive, 1-based) reserved for one caller in ``group``."""
+
+    group: str
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        if self.first < 1 or self.last < self.first:
+            raise ValueError(f"invalid block {self.first}..{self.last}: need 1 <= first <= last")
+
+    @classmethod
+    def ending_at(cls, group: str, last: int, count: int) -> SequenceBlock:
+        """The block of ``count`` numbers whose highest is ``last`` (an increment's result)."""
+        return cls(group, last - count + 1, last)
+
+    @property
+    def size(self) -> int:
+        """How many numbers the block holds."""
+        return self.last - self.first + 1
+
+    def numbers(self) -> range:
+        """The block's numbers, in order."""
+        return range(self.first, self.last + 1)
+
+
+class SequenceCounter(Protocol):
+    """Per-group sequence numbers for FIFO publishing. One implementation per backend module."""
+
+    def reserve(self, group: str, count: int = 1) -> SequenceBlock:
+        """Atomically reserve the next ``count`` numbers of ``group``.
+
+        Raises ValueError for an empty group or ``count < 1``, and
+        :class:`~pubsub_toolkit.errors.StoreUnavailableError` when the store cannot be reached
+        (fail closed: never guess a number).
+        """
+        ...
+
+    def current(self, group: str) -> int:
+        """The highest number handed out in ``group`` so far; 0 if none."""
+        ...
+
+
+def check_reservation(group: str, count: int = 1) -> None:
+    """Raise ValueError unless ``group`` is a non-empty string and ``count`` a positive int."""
+    check_group(group)
+    # bool is an int subclass; True as a count is a caller bug, not "1".
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+
+
+def check_group(group: str) -> None:
+    """Raise ValueError unless ``group`` is a non-empty string."""
+    if not isinstance(group, str) or not group:
+        raise ValueError(f"group must be a non-empty string, got {group!r}")
