@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 
@@ -22,16 +21,16 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.dedup.firestore_batch import GroupCommitter
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord, RecordState
-from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
-T = TypeVar("T")
 
 DEFAULT_COLLECTION = "pubsub_toolkit_dedup"
-_UNAVAILABLE = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError)
-_TIMEOUT = 10.0
+_TIMEOUT = TIMEOUT
+_RETRY = bounded_retry()
 
 
 def document_id(namespace: str, key: str) -> str:
@@ -99,7 +98,7 @@ class FirestoreDedupStore:
                 return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=written.update_time)
             except gexc.AlreadyExists:
                 pass
-            snapshot = ref.get(timeout=_TIMEOUT)
+            snapshot = ref.get(retry=_RETRY, timeout=_TIMEOUT)
             if not snapshot.exists:
                 continue  # deleted (TTL) between create and get: try to create again
             existing = from_document(snapshot.to_dict() or {})
@@ -149,7 +148,7 @@ class FirestoreDedupStore:
             except gexc.FailedPrecondition:
                 pass  # the document moved on; check below whether we still hold it
         while True:
-            snapshot = ref.get(timeout=_TIMEOUT)
+            snapshot = ref.get(retry=_RETRY, timeout=_TIMEOUT)
             current = from_document(snapshot.to_dict() or {}) if snapshot.exists else None
             if (
                 current is None
@@ -176,16 +175,12 @@ class FirestoreDedupStore:
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         ref = self._collection.document(document_id(namespace, key))
-        snapshot = _call(lambda: ref.get(timeout=_TIMEOUT))
+        snapshot = _call(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
         if not snapshot.exists:
             return None
         record = from_document(snapshot.to_dict() or {})
         return None if record.is_expired(self._clock.now()) else record
 
 
-def _call(operation: Callable[[], T]) -> T:
-    try:
-        return operation()
-    except _UNAVAILABLE as exc:
-        # Fail closed: without the store we cannot know whether this is a duplicate.
-        raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc
+# Fail closed: without the store we cannot know whether this is a duplicate.
+_call = fail_closed

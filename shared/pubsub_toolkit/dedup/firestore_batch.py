@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
+from pubsub_toolkit.firestore_calls import UNAVAILABLE, bounded_retry
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
 # Errors of the connection rather than of any write: retrying write by write cannot help.
-_TRANSPORT_ERRORS = (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError)
+_TRANSPORT_ERRORS = UNAVAILABLE
 
 
 class GroupCommitter:
@@ -28,6 +29,7 @@ class GroupCommitter:
     def __init__(self, client: firestore.Client, *, timeout: float = 10.0) -> None:
         self._client = client
         self._timeout = timeout
+        self._retry = bounded_retry(timeout)
         self._coalescer = Coalescer(self._flush)
 
     def write(self, document_path: str, apply: Callable[[firestore.WriteBatch], object]) -> Any:
@@ -43,7 +45,7 @@ class GroupCommitter:
         for operation in operations:
             operation.apply(batch)
         try:
-            results = batch.commit(timeout=self._timeout)
+            results = batch.commit(retry=self._retry, timeout=self._timeout)
         except _TRANSPORT_ERRORS:
             raise
         except gexc.GoogleAPICallError:
@@ -57,7 +59,7 @@ class GroupCommitter:
         batch = self._client.batch()
         operation.apply(batch)
         try:
-            [result] = batch.commit(timeout=self._timeout)
+            [result] = batch.commit(retry=self._retry, timeout=self._timeout)
         except Exception as exc:
             operation.finish(error=exc)
         else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
 
@@ -31,13 +31,13 @@ from pubsub_toolkit.dedup.firestore import (
 from pubsub_toolkit.dedup.idempotent import Outcome, ProcessResult
 from pubsub_toolkit.dedup.store import ClaimStatus
 from pubsub_toolkit.errors import ClaimInProgressError, StoreUnavailableError
+from pubsub_toolkit.firestore_calls import fail_closed
 from pubsub_toolkit.observability import DecisionLog
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
 TransactionalHandler = Callable[["firestore.Transaction"], str | None]
-T = TypeVar("T")
 
 
 class TransactionalInbox:
@@ -161,8 +161,4 @@ class TransactionalInbox:
             self.log.decision(Outcome.PROCESSED, "processed in one transaction", dedup_key=key)
 
 
-def _unavailable_is_transient(operation: Callable[[], T]) -> T:
-    try:
-        return operation()
-    except (gexc.ServiceUnavailable, gexc.DeadlineExceeded) as exc:
-        raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc
+_unavailable_is_transient = fail_closed

@@ -31,40 +31,27 @@ kept for ``bench/fifo_sequencer.py``): it reads ``last`` in a transaction and wr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from google.api_core import exceptions as gexc
 from google.api_core import retry as retries
 from google.cloud import firestore
 
 from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
-from pubsub_toolkit.errors import StoreUnavailableError, ToolkitError
+from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit.fifo.counter import SequenceBlock, check_group, check_reservation
+from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed
 
 if TYPE_CHECKING:
     from google.cloud.firestore_v1.types import WriteResult
 
-T = TypeVar("T")
 
 DEFAULT_COLLECTION = "pubsub_toolkit_fifo_counters"
 LAST_FIELD = "last"
 GROUP_FIELD = "group"  # the plain group name, for operators (the id is a hash)
-_RETRYABLE = (gexc.ServiceUnavailable, gexc.ResourceExhausted)
-_UNAVAILABLE = (*_RETRYABLE, gexc.DeadlineExceeded, gexc.InternalServerError, gexc.RetryError)
-_TIMEOUT = 10.0
-
-
-def _bounded_retry(timeout: float) -> retries.Retry:
-    """Retry transient errors for at most ``timeout`` seconds in all.
-
-    The client's default policy keeps retrying an unreachable server for 60 s (commits) to
-    300 s (reads) whatever per-call ``timeout`` is given; a publisher should fail closed sooner.
-    A retried commit whose first attempt was applied leaves a gap, never a duplicate.
-    """
-    return retries.Retry(
-        predicate=retries.if_exception_type(*_RETRYABLE), initial=0.1, maximum=1.0, timeout=timeout
-    )
+_TIMEOUT = TIMEOUT
+# A retried commit whose first attempt was applied leaves a gap, never a duplicate.
+_bounded_retry = bounded_retry
 
 
 def document_id(group: str) -> str:
@@ -182,9 +169,5 @@ def _read_last(ref: Any, *, retry: retries.Retry, timeout: float) -> int:
     return int((snapshot.to_dict() or {}).get(LAST_FIELD, 0)) if snapshot.exists else 0
 
 
-def _call(operation: Callable[[], T]) -> T:
-    try:
-        return operation()
-    except _UNAVAILABLE as exc:
-        # Fail closed: a guessed number could repeat one already published.
-        raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc
+# Fail closed: a guessed number could repeat one already published.
+_call = fail_closed
