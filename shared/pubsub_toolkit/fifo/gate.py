@@ -1,0 +1,342 @@
+"""The consumer-side FIFO gate: each group strictly in ``fifo_seq`` order, once.
+
+For a delivery of ``(group, seq)`` against the group's last-processed counter ``last``:
+
+* ``seq <= last`` - a duplicate: ack;
+* ``seq == last + 1`` - take the group's lease, run the handler, advance ``last`` (the advance
+  *is* the dedup marker: one write), then run any parked successors in order;
+* ``seq > last + 1`` - an early arrival: **park** it in the store and ack. Pub/Sub counts every
+  nack toward the dead-letter limit, so nacking early arrivals would dead-letter healthy
+  messages under reordering; parked ones are released when the gap fills. (``park=False``
+  nacks instead, for payloads too big to park.)
+
+A failing handler is retried (the Pub/Sub copy is nacked; attempts are counted in the store)
+and after ``max_attempts`` the message is **poison**: it goes to the dead-letter topic with its
+attributes and the reason, and the group either skips it (a tombstone) or blocks until an
+operator skips or replays it. A gap older than ``gap_timeout`` logs an alert and, with the
+``skip`` gap policy, is passed over with tombstones.
+
+Every state change is a compare-and-set on the group's record, under a fencing lease, so two
+consumer processes on one subscription keep each group in order and run nothing twice.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.errors import StaleClaimError, TransientError
+from pubsub_toolkit.fifo.state import FifoStore, GroupState
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.observability import DecisionLog
+
+logger = logging.getLogger(__name__)
+
+REASON_POISON = "fifo_poison"
+Handler = Callable[[Message], object]
+
+
+class PoisonPolicy(enum.StrEnum):
+    SKIP = "skip"  # dead-letter it, leave a tombstone, go on with the group
+    BLOCK = "block"  # dead-letter it and stop the group until an operator skips or replays
+
+
+class GapPolicy(enum.StrEnum):
+    WAIT = "wait"  # alert, keep waiting for the missing number
+    SKIP = "skip"  # alert, then pass over the missing numbers with tombstones
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    max_attempts: int = 5
+    poison: PoisonPolicy = PoisonPolicy.SKIP
+    gap_timeout: timedelta = timedelta(minutes=5)
+    gap: GapPolicy = GapPolicy.WAIT
+    lease: timedelta = timedelta(seconds=60)  # must exceed the handler's longest run
+    park: bool = True
+
+
+class GateOutcome(enum.StrEnum):
+    PROCESSED = "processed"
+    DUPLICATE = "duplicate"
+    PARKED = "parked"
+    IN_PROGRESS = "in_progress"
+    DEAD_LETTERED = "dead_lettered"
+    BLOCKED = "blocked"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What the gate did with one delivery (or sweep); every outcome means "ack"."""
+
+    outcome: GateOutcome
+    group: str
+    seq: int
+    released: int = 0  # parked successors run after it
+
+
+class EarlyArrivalError(TransientError):
+    """An early arrival in nack mode (``park=False``): deliver it again later."""
+
+
+class HandlerFailedError(TransientError):
+    """The handler failed below the poison limit: deliver the message again."""
+
+
+class FifoGate:
+    """Runs ``handler`` for each group's messages in sequence order, exactly once."""
+
+    def __init__(
+        self,
+        store: FifoStore,
+        *,
+        consumer: str,
+        handler: Handler,
+        dead_letters: DeadLetterer | None = None,
+        policy: GatePolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        log: DecisionLog | None = None,
+    ) -> None:
+        self._store = store
+        self.consumer = consumer
+        self._handler = handler
+        self._dead_letters = dead_letters
+        self.policy = policy or GatePolicy()
+        self._clock = clock
+        self.log = log or DecisionLog(consumer)
+
+    # --- deliveries ---------------------------------------------------------------------
+
+    def deliver(self, message: Message, group: str, seq: int) -> GateResult:
+        """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
+        while True:
+            state = self._store.load(self.consumer, group)
+            now = self._clock.now()
+            if seq <= state.last_processed:
+                self._decision("duplicate", group, seq, "already processed")
+                return GateResult(GateOutcome.DUPLICATE, group, seq)
+            if seq == state.head and state.lease_live(now):
+                # Another worker runs this very number; it acks or retries its own copy.
+                self._decision("in_progress", group, seq, "being processed elsewhere")
+                return GateResult(GateOutcome.IN_PROGRESS, group, seq)
+            if seq > state.head or state.blocked_at is not None:
+                parked = self._park(message, group, seq, state, now)
+                if parked is None:
+                    continue  # the state moved under us: decide again
+                return parked
+            leased = self._take_lease(group, state, now)
+            if leased is None:
+                continue
+            return self._run(group, seq, message, leased, from_park=False)
+
+    def sweep(self, group: str) -> GateResult:
+        """Periodic work for one group: run a parked head, act on an expired gap."""
+        state = self._store.load(self.consumer, group)
+        now = self._clock.now()
+        if state.blocked_at is not None or state.lease_live(now) or not state.parked:
+            return GateResult(GateOutcome.IDLE, group, state.head)
+        if state.head not in state.parked:
+            state = self._on_gap(group, state, now)
+            if state.head not in state.parked:
+                return GateResult(GateOutcome.IDLE, group, state.head)
+        message = self._store.parked_message(self.consumer, group, state.head)
+        leased = self._take_lease(group, state, now)
+        if message is None or leased is None:
+            return GateResult(GateOutcome.IDLE, group, state.head)
+        return self._run(group, state.head, message, leased, from_park=True)
+
+    # --- operator actions -----------------------------------------------------------------
+
+    def skip(self, group: str, seq: int) -> GroupState:
+        """Pass over ``seq`` (a poison or lost message) with a tombstone; then resume the group."""
+        while True:
+            state = self._store.load(self.consumer, group)
+            if seq != state.head:
+                raise ValueError(f"group {group!r} waits for {state.head}; cannot skip {seq}")
+            new = state.advanced_to(seq, skipped=(seq,))
+            if self._store.save(self.consumer, group, new, state):
+                break
+        self._store.unpark(self.consumer, group, seq)
+        self._decision("skipped", group, seq, "skipped by operator", level=logging.WARNING)
+        self.sweep(group)
+        return self._store.load(self.consumer, group)
+
+    def replay(self, group: str) -> GateResult:
+        """Unblock a group and run its parked head (the poison message) once more."""
+        while True:
+            state = self._store.load(self.consumer, group)
+            new = replace(state, blocked_at=None, attempts=0)
+            if self._store.save(self.consumer, group, new, state):
+                break
+        self._decision("replayed", group, state.head, "replay requested by operator")
+        return self.sweep(group)
+
+    def groups(self) -> list[str]:
+        return self._store.groups(self.consumer)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _park(
+        self, message: Message, group: str, seq: int, state: GroupState, now: datetime
+    ) -> GateResult | None:
+        if not self.policy.park and state.blocked_at is None:
+            self._decision("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
+            raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
+        self._store.park(self.consumer, group, seq, message)
+        new = state.with_parked(seq)
+        if seq > state.head and new.gap_since is None:
+            new = replace(new, gap_since=now)
+        if seq in state.parked:
+            return GateResult(GateOutcome.PARKED, group, seq)  # a redelivered early arrival
+        if not self._store.save(self.consumer, group, new, state):
+            return None
+        self._decision("parked", group, seq, f"early; waiting for {state.head}")
+        outcome = GateOutcome.BLOCKED if state.blocked_at is not None else GateOutcome.PARKED
+        return GateResult(outcome, group, seq)
+
+    def _take_lease(self, group: str, state: GroupState, now: datetime) -> GroupState | None:
+        leased = replace(
+            state, lease_token=state.lease_token + 1, lease_until=now + self.policy.lease
+        )
+        if not self._store.save(self.consumer, group, leased, state):
+            return None
+        return self._store.load(self.consumer, group)
+
+    def _run(
+        self, group: str, seq: int, message: Message, state: GroupState, *, from_park: bool
+    ) -> GateResult:
+        """Run ``seq`` and then every parked successor, holding the lease throughout."""
+        first, released = seq, 0
+        token = state.lease_token
+        while True:
+            try:
+                self._handler(message)
+            except Exception as exc:
+                state, stop = self._on_failure(
+                    group, seq, message, token=token, exc=exc, from_park=from_park
+                )
+                if stop is not None:
+                    return GateResult(stop, group, first, released)
+            else:
+                state = self._advance(group, token, seq, skipped=())
+                self._store.unpark(self.consumer, group, seq)
+                self._decision("processed", group, seq, "processed in order")
+            next_message = (
+                self._store.parked_message(self.consumer, group, state.head)
+                if state.head in state.parked
+                else None
+            )
+            if next_message is None:
+                self._release_lease(group, token)
+                return GateResult(GateOutcome.PROCESSED, group, first, released)
+            seq, message, from_park = state.head, next_message, True
+            released += 1
+
+    def _on_failure(
+        self,
+        group: str,
+        seq: int,
+        message: Message,
+        *,
+        token: int,
+        exc: Exception,
+        from_park: bool,
+    ) -> tuple[GroupState, GateOutcome | None]:
+        """Count the failure; poison past the limit. Returns (state, outcome if we stop)."""
+        state = self._update(group, token, lambda s: replace(s, attempts=s.attempts + 1))
+        if state.attempts < self.policy.max_attempts:
+            self._decision(
+                "handler_failed",
+                group,
+                seq,
+                f"attempt {state.attempts} of {self.policy.max_attempts} failed: {exc}",
+                level=logging.WARNING,
+            )
+            if not from_park:
+                self._store.park(self.consumer, group, seq, message)  # keep a copy for sweeps
+                self._update(group, token, lambda s: replace(s.with_parked(seq), lease_until=None))
+                raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
+            self._release_lease(group, token)
+            return state, GateOutcome.PROCESSED  # a parked message: the next sweep retries
+        detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
+        if self._dead_letters is not None:
+            self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
+        if self.policy.poison is PoisonPolicy.SKIP:
+            state = self._advance(group, token, seq, skipped=(seq,))
+            self._store.unpark(self.consumer, group, seq)
+            self._decision("poison_skipped", group, seq, detail, level=logging.ERROR)
+            return state, None  # go on with the parked successors
+        self._store.park(self.consumer, group, seq, message)  # kept for an operator's replay
+        self._update(
+            group,
+            token,
+            lambda s: replace(s.with_parked(seq), blocked_at=seq, lease_until=None),
+        )
+        self._decision(
+            "poison_blocked", group, seq, f"ALERT: group blocked; {detail}", level=logging.ERROR
+        )
+        return state, GateOutcome.DEAD_LETTERED
+
+    def _on_gap(self, group: str, state: GroupState, now: datetime) -> GroupState:
+        if state.gap_since is None or now - state.gap_since < self.policy.gap_timeout:
+            return state
+        age = (now - state.gap_since).total_seconds()
+        self._decision(
+            "gap_timeout",
+            group,
+            state.head,
+            f"ALERT: {state.head} missing for {age:.0f}s ({len(state.parked)} parked)",
+            level=logging.ERROR,
+        )
+        if self.policy.gap is GapPolicy.WAIT:
+            return state
+        missing = tuple(range(state.head, min(state.parked)))
+        new = state.advanced_to(missing[-1], skipped=missing)
+        new = replace(new, parked=state.parked)  # the parked ones are still to run
+        if not self._store.save(self.consumer, group, new, state):
+            return self._store.load(self.consumer, group)
+        self._decision("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
+        return self._store.load(self.consumer, group)
+
+    def _advance(self, group: str, token: int, seq: int, *, skipped: tuple[int, ...]) -> GroupState:
+        def advance(s: GroupState) -> GroupState:
+            new = s.advanced_to(seq, skipped=skipped)
+            # Keep the lease while a parked successor is ready to run next.
+            if new.head in new.parked:
+                return replace(new, lease_until=s.lease_until)
+            if new.parked:
+                return replace(new, gap_since=self._clock.now())
+            return new
+
+        return self._update(group, token, advance)
+
+    def _release_lease(self, group: str, token: int) -> None:
+        self._update(group, token, lambda s: replace(s, lease_until=None))
+
+    def _update(
+        self, group: str, token: int, change: Callable[[GroupState], GroupState]
+    ) -> GroupState:
+        """Compare-and-set ``change`` while we still hold lease ``token``."""
+        while True:
+            state = self._store.load(self.consumer, group)
+            if state.lease_token != token:
+                raise StaleClaimError(
+                    f"{self.consumer}/{group}: lease {token} was taken over "
+                    f"(now {state.lease_token}); the handler outlived its lease"
+                )
+            new = change(state)
+            if self._store.save(self.consumer, group, new, state):
+                return self._store.load(self.consumer, group)
+
+    def _decision(
+        self, outcome: str, group: str, seq: int, text: str, *, level: int = logging.INFO
+    ) -> None:
+        self.log.decision(
+            outcome, text, dedup_key=None, level=level, fifo_group=group, fifo_seq=seq
+        )

@@ -1,0 +1,256 @@
+"""The FIFO gate on the in-memory store: order, parking, gaps, poison, operator actions."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from datetime import timedelta
+
+import pytest
+
+from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.fifo.gate import (
+    EarlyArrivalError,
+    FifoGate,
+    GapPolicy,
+    GateOutcome,
+    GatePolicy,
+    HandlerFailedError,
+    PoisonPolicy,
+)
+from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.observability import DecisionLog
+from tests.support.sinks import RecordingSink
+
+DLQ = "projects/p/topics/dlq"
+
+
+def msg(group: str, seq: int) -> Message:
+    return Message(f"{group}:{seq}".encode(), {"fifo_group": group, "fifo_seq": str(seq)})
+
+
+class Recorder:
+    """A handler that records what it saw, and can be told to fail for some numbers."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[int]] = defaultdict(list)
+        self.failing: set[tuple[str, int]] = set()
+
+    def __call__(self, message: Message) -> None:
+        group, seq = message.attributes["fifo_group"], int(message.attributes["fifo_seq"])
+        if (group, seq) in self.failing:
+            raise RuntimeError(f"cannot handle {group}#{seq}")
+        self.seen[group].append(seq)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def handler() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def sink() -> RecordingSink:
+    return RecordingSink()
+
+
+def make_gate(
+    handler: Recorder,
+    clock: ManualClock,
+    sink: RecordingSink,
+    store: MemoryFifoStore | None = None,
+    **policy: object,
+) -> FifoGate:
+    log = DecisionLog("consumer-a")
+    return FifoGate(
+        store or MemoryFifoStore(),
+        consumer="consumer-a",
+        handler=handler,
+        dead_letters=DeadLetterer(sink, DLQ, log),
+        policy=GatePolicy(**policy),  # type: ignore[arg-type]
+        clock=clock,
+        log=log,
+    )
+
+
+def deliver(gate: FifoGate, group: str, seq: int) -> GateOutcome:
+    return gate.deliver(msg(group, seq), group, seq).outcome
+
+
+def test_in_order_and_duplicates(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink)
+    assert [deliver(gate, "g", s) for s in (1, 2, 2, 1, 3)] == [
+        GateOutcome.PROCESSED,
+        GateOutcome.PROCESSED,
+        GateOutcome.DUPLICATE,
+        GateOutcome.DUPLICATE,
+        GateOutcome.PROCESSED,
+    ]
+    assert handler.seen["g"] == [1, 2, 3]
+
+
+def test_twenty_groups_shuffled_with_duplicates_each_in_order_once(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink)
+    rng = random.Random(4)
+    deliveries = [(f"g{g}", s) for g in range(20) for s in range(1, 101)]
+    deliveries += rng.sample(deliveries, 600)  # interleaved duplicates and redeliveries
+    rng.shuffle(deliveries)
+    for group, seq in deliveries:
+        deliver(gate, group, seq)
+    assert {g: seqs for g, seqs in handler.seen.items()} == {
+        f"g{g}": list(range(1, 101)) for g in range(20)
+    }
+
+
+def test_early_arrivals_park_and_drain_when_the_gap_fills(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    gate = make_gate(handler, clock, sink, store)
+    assert [deliver(gate, "g", s) for s in (3, 5, 4, 3)] == [GateOutcome.PARKED] * 4
+    assert handler.seen["g"] == []
+    assert store.load("consumer-a", "g").parked == (3, 4, 5)
+    result = gate.deliver(msg("g", 1), "g", 1)
+    assert (result.outcome, result.released) == (GateOutcome.PROCESSED, 0)
+    result = gate.deliver(msg("g", 2), "g", 2)
+    assert (result.outcome, result.released) == (GateOutcome.PROCESSED, 3)
+    assert handler.seen["g"] == [1, 2, 3, 4, 5]
+    state = store.load("consumer-a", "g")
+    assert (state.last_processed, state.parked, state.gap_since) == (5, (), None)
+    assert store.parked_message("consumer-a", "g", 4) is None
+
+
+def test_nack_mode_refuses_early_arrivals(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink, park=False)
+    with pytest.raises(EarlyArrivalError):
+        deliver(gate, "g", 2)
+    assert deliver(gate, "g", 1) == GateOutcome.PROCESSED
+
+
+def test_gap_timeout_wait_alerts_and_keeps_waiting(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink, gap_timeout=timedelta(minutes=1), gap=GapPolicy.WAIT)
+    deliver(gate, "g", 1)
+    deliver(gate, "g", 3)
+    clock.advance(timedelta(minutes=2))
+    assert gate.sweep("g").outcome is GateOutcome.IDLE
+    assert gate.log.metrics.get("gap_timeout") == 1
+    assert handler.seen["g"] == [1]
+    assert deliver(gate, "g", 2) == GateOutcome.PROCESSED
+    assert handler.seen["g"] == [1, 2, 3]
+
+
+def test_gap_timeout_skip_passes_over_the_gap_with_tombstones(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    gate = make_gate(
+        handler, clock, sink, store, gap_timeout=timedelta(minutes=1), gap=GapPolicy.SKIP
+    )
+    deliver(gate, "g", 1)
+    deliver(gate, "g", 4)
+    deliver(gate, "g", 5)
+    clock.advance(timedelta(seconds=30))
+    assert gate.sweep("g").outcome is GateOutcome.IDLE  # not yet timed out
+    clock.advance(timedelta(seconds=31))
+    assert gate.sweep("g").outcome is GateOutcome.PROCESSED
+    assert handler.seen["g"] == [1, 4, 5]
+    state = store.load("consumer-a", "g")
+    assert (state.last_processed, state.skipped) == (5, (2, 3))
+    assert deliver(gate, "g", 2) == GateOutcome.DUPLICATE  # late arrival of a skipped number
+
+
+def test_poison_is_dead_lettered_after_max_attempts_and_skipped(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink, max_attempts=3, poison=PoisonPolicy.SKIP)
+    handler.failing.add(("g", 2))
+    deliver(gate, "g", 1)
+    deliver(gate, "g", 3)  # parked behind the poison
+    for _ in range(2):
+        with pytest.raises(HandlerFailedError):
+            deliver(gate, "g", 2)  # nacked; Pub/Sub redelivers
+    assert sink.on(DLQ) == []
+    assert deliver(gate, "g", 2) == GateOutcome.PROCESSED  # third failure: poison, skipped
+    [dead] = sink.on(DLQ)
+    assert dead.attributes["error_reason"] == "fifo_poison"
+    assert dead.attributes["fifo_group"] == "g" and dead.attributes["fifo_seq"] == "2"
+    assert handler.seen["g"] == [1, 3]
+
+
+def test_poison_blocks_then_operator_skip_resumes(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    gate = make_gate(handler, clock, sink, store, max_attempts=2, poison=PoisonPolicy.BLOCK)
+    handler.failing.add(("g", 1))
+    with pytest.raises(HandlerFailedError):
+        deliver(gate, "g", 1)
+    assert deliver(gate, "g", 1) == GateOutcome.DEAD_LETTERED
+    assert deliver(gate, "g", 2) == GateOutcome.BLOCKED
+    assert store.load("consumer-a", "g").blocked_at == 1
+    assert handler.seen["g"] == []
+    gate.skip("g", 1)
+    assert handler.seen["g"] == [2]
+    assert store.load("consumer-a", "g").skipped == (1,)
+    assert len(sink.on(DLQ)) == 1
+
+
+def test_poison_blocks_then_operator_replay_after_the_fix(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink, max_attempts=1, poison=PoisonPolicy.BLOCK)
+    handler.failing.add(("g", 1))
+    assert deliver(gate, "g", 1) == GateOutcome.DEAD_LETTERED
+    deliver(gate, "g", 2)
+    handler.failing.clear()  # the operator fixed the cause
+    assert gate.replay("g").outcome is GateOutcome.PROCESSED
+    assert handler.seen["g"] == [1, 2]
+    with pytest.raises(ValueError, match="waits for 3"):
+        gate.skip("g", 1)
+
+
+def test_a_failed_parked_message_is_retried_by_the_sweeper(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink, max_attempts=5)
+    handler.failing.add(("g", 2))
+    deliver(gate, "g", 2)  # parked
+    assert deliver(gate, "g", 1) == GateOutcome.PROCESSED  # 1 runs, 2 fails while draining
+    assert handler.seen["g"] == [1]
+    handler.failing.clear()
+    assert gate.sweep("g").outcome is GateOutcome.PROCESSED
+    assert handler.seen["g"] == [1, 2]
+
+
+def test_a_handler_that_outlives_its_lease_is_fenced(
+    clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    seen: list[int] = []
+
+    def slow(message: Message) -> None:
+        # While this handler runs, its lease expires and another worker takes the group over.
+        clock.advance(timedelta(seconds=61))
+        other = make_gate(Recorder(), clock, sink, store)
+        other.deliver(msg("g", 1), "g", 1)
+        seen.append(1)
+
+    gate = FifoGate(store, consumer="consumer-a", handler=slow, clock=clock)
+    with pytest.raises(StaleClaimError):
+        gate.deliver(msg("g", 1), "g", 1)
+    assert store.load("consumer-a", "g").last_processed == 1  # only the new holder advanced
