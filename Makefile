@@ -52,7 +52,7 @@ build: ## deployable bundles in build/: each function and the relay with the lib
 	rm -rf build
 	for dir in functions/*/ appengine/*/; do \
 	  out=build/$${dir%/}; mkdir -p $$out; \
-	  cp $$dir/main.py $$dir/requirements.txt $$out/; \
+	  cp $$dir/*.py $$dir/requirements.txt $$out/; \
 	  if [ -f $$dir/app.yaml ]; then cp $$dir/app.yaml $$out/; fi; \
 	  cp -r shared/pubsub_toolkit $$out/; \
 	done

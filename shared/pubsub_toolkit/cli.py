@@ -1,22 +1,105 @@
-"""The `pubsub-toolkit` command line."""
+"""The `pubsub-toolkit` command line.
+
+Configuration comes from the environment, as for the deployed parts (see the README); against
+the local stack, ``eval "$(pubsub-toolkit local env)"`` sets it. Every command has ``--help``;
+errors are one line on stderr and a non-zero exit.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import socket
 import sys
+import threading
+import time
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.attributes import parse_time
+from pubsub_toolkit.errors import ConfigurationError, ToolkitError
+
+if TYPE_CHECKING:
+    from pubsub_toolkit.fifo.counter import SequenceCounter
+    from pubsub_toolkit.fifo.gate import FifoGate
+    from pubsub_toolkit.fifo.state import FifoStore
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def duration(text: str) -> timedelta:
+    """Parse ``30s``, ``5m``, ``1.5h``, ``250ms`` or plain seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m, 1h")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def timestamp(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an RFC 3339 time with an offset, e.g. 2030-01-01T09:00:00Z"
+        ) from exc
+
+
+def attribute(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
+    return key, value
 
 
 def _repo_root() -> Path:
-    # The demo serves functions/ from a source checkout.
+    # The local stack serves functions/ and appengine/ from a source checkout.
     here = Path(__file__).resolve()
     for parent in here.parents:
         if (parent / "functions" / "ingress" / "main.py").exists():
             return parent
-    raise ToolkitError("the demo runs from a source checkout (functions/ingress not found)")
+    raise ToolkitError("this command runs from a source checkout (functions/ingress not found)")
+
+
+def _require_emulator_if_local() -> None:
+    """Fail fast, with the fix, when the environment points at a local stack that is down."""
+    host = os.environ.get("PUBSUB_EMULATOR_HOST")
+    if not host:
+        return
+    address, _, port = host.rpartition(":")
+    try:
+        with socket.create_connection((address or "127.0.0.1", int(port)), timeout=2):
+            return
+    except (OSError, ValueError):
+        raise ToolkitError(
+            f"nothing answers at PUBSUB_EMULATOR_HOST={host}: is the local stack running? "
+            "Start it with `pubsub-toolkit local up`"
+        ) from None
+
+
+def _topic(name: str) -> str:
+    from pubsub_toolkit.config import topic_path
+
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip()
+    if not project and not name.startswith("projects/"):
+        raise ConfigurationError("environment variable GOOGLE_CLOUD_PROJECT is required")
+    return topic_path(project, name)
+
+
+def _subscription(name: str) -> str:
+    if name.startswith("projects/"):
+        return name
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip()
+    if not project:
+        raise ConfigurationError("environment variable GOOGLE_CLOUD_PROJECT is required")
+    return f"projects/{project}/subscriptions/{name}"
+
+
+# --- commands ---------------------------------------------------------------------------------
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -25,16 +108,196 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_repo_root())
 
 
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.config import Settings
+    from pubsub_toolkit.publisher import Publisher
+    from pubsub_toolkit.publishing import PubSubSink
+
+    _require_emulator_if_local()
+    counter = None
+    if args.fifo_group:
+        from pubsub_toolkit.fifo.factory import counter_from_settings
+
+        counter = counter_from_settings(Settings.from_env())
+    sink = PubSubSink()
+    try:
+        message_id = Publisher(sink, _topic(args.topic), counter).publish(
+            args.data.encode(),
+            dict(args.attr),
+            fifo_group=args.fifo_group,
+            dedup_key=args.dedup_key,
+            delay=args.delay,
+            deliver_at=args.deliver_at,
+        )
+    except ValueError as exc:
+        raise ToolkitError(str(exc)) from exc
+    finally:
+        sink.close()
+    print(message_id)
+    return 0
+
+
+def _cmd_subscribe(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.config import ConsumerSettings, Settings
+    from pubsub_toolkit.consumer import Consumer
+    from pubsub_toolkit.message import Message
+    from pubsub_toolkit.processing import MessageProcessor
+
+    _require_emulator_if_local()
+    env = dict(os.environ)
+    if args.consumer_id:
+        env["CONSUMER_ID"] = args.consumer_id
+    env.setdefault("CONSUMER_ID", "cli")
+    handled = 0
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def show(message: Message) -> None:
+        nonlocal handled
+        with lock:
+            handled += 1
+            if args.json:
+                record = {
+                    "data": message.data.decode(errors="replace"),
+                    "attributes": dict(message.attributes),
+                    "message_id": message.message_id,
+                }
+                print(json.dumps(record), flush=True)
+            else:
+                attrs = " ".join(f"{k}={v}" for k, v in sorted(message.attributes.items()))
+                print(f"{message.data.decode(errors='replace')}  [{attrs}]", flush=True)
+            if args.max and handled >= args.max:
+                done.set()
+
+    processor = MessageProcessor.from_settings(
+        Settings.from_env(env), ConsumerSettings.from_env(env), show
+    )
+    consumer = Consumer(_subscription(args.subscription), processor)
+    consumer.start()
+    started = time.monotonic()
+    try:
+        while not done.wait(1.0):
+            if args.timeout and time.monotonic() - started >= args.timeout.total_seconds():
+                break
+            if args.max and not args.json:
+                print(f"... {handled}/{args.max} handled", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.stop()
+    if not args.json:
+        print(f"{handled} message(s) handled", file=sys.stderr)
+    return 0
+
+
+def _gate_and_counter(
+    consumer_id: str | None,
+) -> tuple[FifoGate, FifoStore, SequenceCounter]:
+    from pubsub_toolkit.config import ConsumerSettings, Settings
+    from pubsub_toolkit.fifo.factory import counter_from_settings, fifo_store_from_settings
+    from pubsub_toolkit.fifo.gate import FifoGate
+
+    env = dict(os.environ)
+    if consumer_id:
+        env["CONSUMER_ID"] = consumer_id
+    env.setdefault("CONSUMER_ID", "cli")
+    settings, consumer = Settings.from_env(env), ConsumerSettings.from_env(env)
+    store = fifo_store_from_settings(settings)
+
+    def refuse(_message: object) -> None:
+        raise ToolkitError("operator commands do not run handlers")
+
+    return (
+        FifoGate(store, consumer=consumer.consumer_id, handler=refuse),
+        store,
+        counter_from_settings(settings),
+    )
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.clock import SYSTEM_CLOCK
+    from pubsub_toolkit.fifo.status import group_statuses, render_table
+
+    _require_emulator_if_local()
+    gate, store, counter = _gate_and_counter(args.consumer_id)
+    rows = group_statuses(store, gate.consumer, now=SYSTEM_CLOCK.now(), counter=counter)
+    print(f"FIFO groups of consumer {gate.consumer!r}:")
+    print(render_table(rows) if rows else "(none yet)")
+    return 0
+
+
+def _cmd_fifo_skip(args: argparse.Namespace) -> int:
+    gate, _, _ = _gate_and_counter(args.consumer_id)
+    try:
+        state = gate.skip(args.group, args.seq)
+    except ValueError as exc:
+        raise ToolkitError(str(exc)) from exc
+    print(f"skipped {args.group}#{args.seq}; last processed is now {state.last_processed}")
+    return 0
+
+
+def _cmd_fifo_replay(args: argparse.Namespace) -> int:
+    gate, _, _ = _gate_and_counter(args.consumer_id)
+    result = gate.replay(args.group)
+    print(f"replayed {args.group}: {result.outcome} from {result.seq}")
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pubsub-toolkit",
         description="Deduplication, delayed delivery and FIFO per group for Google Cloud Pub/Sub.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = commands.add_parser(
-        "demo", help="run the pipeline on the local emulators and show deduplication at work"
-    )
+
+    demo = commands.add_parser("demo", help="run the whole pipeline locally, narrated, then stop")
     demo.set_defaults(func=_cmd_demo)
+
+    publish = commands.add_parser(
+        "publish", help="publish one message with the contract's attributes"
+    )
+    publish.add_argument("data", help="the message payload (text)")
+    publish.add_argument("--topic", default="origin", help="topic name or path (default: origin)")
+    publish.add_argument("--attr", action="append", type=attribute, default=[], metavar="K=V")
+    publish.add_argument("--dedup-key", help="stable idempotency key")
+    when = publish.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=duration, help="deliver after this long, e.g. 30s, 5m")
+    when.add_argument("--deliver-at", type=timestamp, metavar="TIME", help="RFC 3339 due time")
+    publish.add_argument("--fifo-group", help="number the message within this FIFO group")
+    publish.set_defaults(func=_cmd_publish)
+
+    subscribe = commands.add_parser(
+        "subscribe", help="consume with dedup and the FIFO gate applied, printing each message"
+    )
+    subscribe.add_argument(
+        "--subscription", default=os.environ.get("FINAL_SUBSCRIPTION", "final-sub")
+    )
+    subscribe.add_argument(
+        "--consumer-id", help="dedup/FIFO namespace (default: $CONSUMER_ID or cli)"
+    )
+    subscribe.add_argument("--max", type=int, default=0, help="stop after N messages")
+    subscribe.add_argument("--timeout", type=duration, help="stop after this long, e.g. 30s")
+    subscribe.add_argument("--json", action="store_true", help="one JSON object per line")
+    subscribe.set_defaults(func=_cmd_subscribe)
+
+    status = commands.add_parser("status", help="FIFO groups: issued, processed, parked, gaps")
+    status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
+    status.set_defaults(func=_cmd_status)
+
+    fifo = commands.add_parser("fifo", help="operator actions on FIFO groups")
+    fifo_commands = fifo.add_subparsers(dest="fifo_command", required=True, metavar="ACTION")
+    skip = fifo_commands.add_parser("skip", help="pass over GROUP's SEQ with a tombstone")
+    skip.add_argument("group")
+    skip.add_argument("seq", type=int)
+    skip.add_argument("--consumer-id")
+    skip.set_defaults(func=_cmd_fifo_skip)
+    replay = fifo_commands.add_parser("replay", help="unblock GROUP and run its parked head again")
+    replay.add_argument("group")
+    replay.add_argument("--consumer-id")
+    replay.set_defaults(func=_cmd_fifo_replay)
     return parser
 
 

@@ -136,6 +136,48 @@ def topic_path(project: str, topic: str) -> str:
     return f"projects/{project}/topics/{topic}"
 
 
+@dataclass(frozen=True)
+class ConsumerSettings:
+    """A consumer's identity and its FIFO policies (the gate's knobs)."""
+
+    consumer_id: str
+    max_attempts: int = 5
+    poison_policy: Literal["skip", "block"] = "skip"
+    gap_timeout: timedelta = timedelta(minutes=5)
+    gap_policy: Literal["wait", "skip"] = "wait"
+    lease: timedelta = timedelta(seconds=60)
+    park: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
+        env = os.environ if env is None else env
+        poison = env.get("FIFO_POISON_POLICY", "skip").strip().lower()
+        if poison not in ("skip", "block"):
+            raise ConfigurationError(f"FIFO_POISON_POLICY={poison!r} is not one of skip, block")
+        gap = env.get("FIFO_GAP_POLICY", "wait").strip().lower()
+        if gap not in ("wait", "skip"):
+            raise ConfigurationError(f"FIFO_GAP_POLICY={gap!r} is not one of wait, skip")
+        raw_attempts = env.get("FIFO_MAX_ATTEMPTS", "5")
+        try:
+            attempts = int(raw_attempts)
+        except ValueError:
+            attempts = 0
+        if attempts < 1:
+            raise ConfigurationError(f"FIFO_MAX_ATTEMPTS={raw_attempts!r} must be an integer >= 1")
+        park = env.get("FIFO_PARK", "true").strip().lower()
+        if park not in ("true", "false"):
+            raise ConfigurationError(f"FIFO_PARK={park!r} must be true or false")
+        return cls(
+            consumer_id=_required(env, "CONSUMER_ID"),
+            max_attempts=attempts,
+            poison_policy=poison,  # type: ignore[arg-type]  # checked above
+            gap_timeout=_seconds(env, "FIFO_GAP_TIMEOUT_SECONDS", 300),
+            gap_policy=gap,  # type: ignore[arg-type]  # checked above
+            lease=_seconds(env, "FIFO_LEASE_SECONDS", 60),
+            park=park == "true",
+        )
+
+
 def queue_path(project: str, location: str, queue: str) -> str:
     """Accept ``projects/P/locations/L/queues/Q``, or a short name with TASKS_LOCATION."""
     if queue.startswith("projects/"):

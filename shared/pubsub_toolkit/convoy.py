@@ -1,0 +1,106 @@
+"""The convoy dispatcher: each FIFO group serially, different groups in parallel.
+
+Work items are queued per group (kept sorted by sequence number, so what arrived out of order
+in one pull is handed to the gate in order and parks less). A group with work is *active*: one
+task on the pool drains its queue, and no second task runs that group at the same time. Items
+without a group run on the pool directly. The pool's size bounds how many groups run at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+Work = Callable[[], None]
+
+
+@dataclass(order=True)
+class _Item:
+    seq: int
+    order: int  # arrival order breaks ties (duplicates of one number)
+    work: Work = field(compare=False)
+    cancel: Work = field(compare=False)
+
+
+class ConvoyDispatcher:
+    """Runs submitted work: per group in sequence order, one at a time; groups in parallel."""
+
+    def __init__(self, concurrency: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="convoy")
+        self._lock = threading.Lock()
+        self._queues: dict[str, list[_Item]] = {}
+        self._active: set[str] = set()
+        self._arrivals = 0
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._closed = False
+
+    def submit(self, group: str | None, seq: int, work: Work, cancel: Work) -> None:
+        """Queue ``work``; ``cancel`` runs instead if the dispatcher closes first."""
+        with self._lock:
+            if self._closed:
+                cancel()
+                return
+            self._in_flight += 1
+            if group is None:
+                self._pool.submit(self._run_single, work)
+                return
+            self._arrivals += 1
+            bisect.insort(
+                self._queues.setdefault(group, []), _Item(seq, self._arrivals, work, cancel)
+            )
+            if group in self._active:
+                return  # the group's runner will pick it up
+            self._active.add(group)
+        self._pool.submit(self._run_group, group)
+
+    def is_active(self, group: str) -> bool:
+        """True while this process has work queued or running for ``group``."""
+        with self._lock:
+            return group in self._active
+
+    def _run_single(self, work: Work) -> None:
+        try:
+            work()
+        finally:
+            self._done()
+
+    def _run_group(self, group: str) -> None:
+        while True:
+            with self._lock:
+                queue = self._queues.get(group)
+                if not queue:
+                    # Deciding "empty" and leaving the active set under one lock: a submit
+                    # can never slip between them and be stranded.
+                    self._queues.pop(group, None)
+                    self._active.discard(group)
+                    return
+                item = queue.pop(0)
+            try:
+                item.work()
+            finally:
+                self._done()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.notify_all()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Refuse new work, cancel queued work, wait for running work; True if all finished."""
+        with self._lock:
+            self._closed = True
+            queued = [item for queue in self._queues.values() for item in queue]
+            for queue in self._queues.values():
+                queue.clear()
+            self._in_flight -= len(queued)
+        for item in queued:
+            item.cancel()
+        with self._lock:
+            finished = self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
+        self._pool.shutdown(wait=finished)
+        return finished
