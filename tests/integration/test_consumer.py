@@ -105,7 +105,7 @@ def test_shuffled_groups_with_duplicates_and_redeliveries_are_handled_in_order_o
                 raise RuntimeError("transient failure, please redeliver")
             seen[key[0]].append(key[1])
 
-    env = _env(project_id, backend, request, f"consumer-{backend}")
+    env = _env(project_id, backend, request, f"consumer-{project_id}")
     processor = MessageProcessor.from_settings(
         Settings.from_env(env), ConsumerSettings.from_env(env), handler
     )
@@ -115,7 +115,16 @@ def test_shuffled_groups_with_duplicates_and_redeliveries_are_handled_in_order_o
             with lock:
                 return sum(len(v) for v in seen.values()) >= GROUPS * PER_GROUP
 
-        wait_until(done, timeout=180, interval=0.2, what="every message to be handled")
+        try:
+            wait_until(done, timeout=120, interval=0.2, what="every message to be handled")
+        except AssertionError:
+            with lock:
+                counts = {f"g{g:02d}": len(seen.get(f"g{g:02d}", [])) for g in range(GROUPS)}
+            gate = processor.gate
+            states = {
+                g: gate._store.load(gate.consumer, g) for g, n in counts.items() if n < PER_GROUP
+            }
+            raise AssertionError(f"groups not finished: {counts} {states}") from None
 
     assert dict(seen) == {f"g{g:02d}": list(range(1, PER_GROUP + 1)) for g in range(GROUPS)}
     assert not flaky, "every flaky message failed once and was redelivered"
@@ -125,7 +134,7 @@ def test_two_consumer_processes_keep_order_and_handle_nothing_twice(
     request: pytest.FixtureRequest, pubsub_emulator: str, project_id: str, tmp_path: Path
 ) -> None:
     topic, subscription = _topic_and_subscription(project_id, ordering=False)
-    env = {**os.environ, **_env(project_id, "redis", request, "shared-consumer")}
+    env = {**os.environ, **_env(project_id, "redis", request, f"shared-{project_id}")}
     log = tmp_path / "handled.log"
     workers = [
         subprocess.Popen(

@@ -254,3 +254,22 @@ def test_a_handler_that_outlives_its_lease_is_fenced(
     with pytest.raises(StaleClaimError):
         gate.deliver(msg("g", 1), "g", 1)
     assert store.load("consumer-a", "g").last_processed == 1  # only the new holder advanced
+
+
+def test_a_copy_of_a_running_head_is_kept_so_a_dead_holder_loses_nothing(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    from dataclasses import replace
+
+    store = MemoryFifoStore()
+    gate = make_gate(handler, clock, sink, store)
+    # Another worker leased the head (1) and then died without a word.
+    fresh = store.load("consumer-a", "g")
+    dead_holder = replace(fresh, lease_token=1, lease_until=clock.now() + timedelta(seconds=60))
+    assert store.save("consumer-a", "g", dead_holder, fresh)
+    assert deliver(gate, "g", 1) == GateOutcome.IN_PROGRESS  # acked, but a copy is parked
+    assert handler.seen["g"] == []
+    clock.advance(timedelta(seconds=61))  # the dead holder's lease runs out
+    assert gate.sweep("g").outcome is GateOutcome.PROCESSED
+    assert handler.seen["g"] == [1]
+    assert store.load("consumer-a", "g").parked == ()

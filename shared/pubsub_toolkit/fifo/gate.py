@@ -115,17 +115,21 @@ class FifoGate:
 
     def deliver(self, message: Message, group: str, seq: int) -> GateResult:
         """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
+        stored_copy = False
         while True:
             state = self._store.load(self.consumer, group)
             now = self._clock.now()
             if seq <= state.last_processed:
+                if stored_copy:  # parked by an earlier turn of this loop, then overtaken
+                    self._store.unpark(self.consumer, group, seq)
                 self._decision("duplicate", group, seq, "already processed")
                 return GateResult(GateOutcome.DUPLICATE, group, seq)
-            if seq == state.head and state.lease_live(now):
-                # Another worker runs this very number; it acks or retries its own copy.
-                self._decision("in_progress", group, seq, "being processed elsewhere")
-                return GateResult(GateOutcome.IN_PROGRESS, group, seq)
-            if seq > state.head or state.blocked_at is not None:
+            running_elsewhere = seq == state.head and state.lease_live(now)
+            if seq > state.head or state.blocked_at is not None or running_elsewhere:
+                # Early, blocked, or this very number is being run elsewhere: keep a copy.
+                # (Acking a copy of a running head without parking it would lose the message
+                # if that worker died: its own copy may come back after our ack.)
+                stored_copy = True
                 parked = self._park(message, group, seq, state, now)
                 if parked is None:
                     continue  # the state moved under us: decide again
@@ -146,8 +150,20 @@ class FifoGate:
             if state.head not in state.parked:
                 return GateResult(GateOutcome.IDLE, group, state.head)
         message = self._store.parked_message(self.consumer, group, state.head)
+        if message is None:
+            # Listed as parked but not stored (a crash between the two writes): forget it, so
+            # the gap logic - not a lease held for nothing - decides what happens next.
+            head = state.head
+            self._store.save(
+                self.consumer,
+                group,
+                replace(state, parked=tuple(p for p in state.parked if p != head)),
+                state,
+            )
+            logger.error("%s/%s: parked head %d had no stored message", self.consumer, group, head)
+            return GateResult(GateOutcome.IDLE, group, head)
         leased = self._take_lease(group, state, now)
-        if message is None or leased is None:
+        if leased is None:
             return GateResult(GateOutcome.IDLE, group, state.head)
         return self._run(group, state.head, message, leased, from_park=True)
 
@@ -190,12 +206,15 @@ class FifoGate:
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
         self._store.park(self.consumer, group, seq, message)
         new = state.with_parked(seq)
-        if seq > state.head and new.gap_since is None:
+        if seq > state.head and new.gap_since is None and state.head not in state.parked:
             new = replace(new, gap_since=now)
         if seq in state.parked:
             return GateResult(GateOutcome.PARKED, group, seq)  # a redelivered early arrival
         if not self._store.save(self.consumer, group, new, state):
             return None
+        if seq == state.head and state.blocked_at is None:
+            self._decision("in_progress", group, seq, "being processed elsewhere; copy parked")
+            return GateResult(GateOutcome.IN_PROGRESS, group, seq)
         self._decision("parked", group, seq, f"early; waiting for {state.head}")
         outcome = GateOutcome.BLOCKED if state.blocked_at is not None else GateOutcome.PARKED
         return GateResult(outcome, group, seq)
@@ -206,12 +225,16 @@ class FifoGate:
         )
         if not self._store.save(self.consumer, group, leased, state):
             return None
-        return self._store.load(self.consumer, group)
+        return leased
 
     def _run(
         self, group: str, seq: int, message: Message, state: GroupState, *, from_park: bool
     ) -> GateResult:
-        """Run ``seq`` and then every parked successor, holding the lease throughout."""
+        """Run ``seq`` and then every parked successor, holding the lease throughout.
+
+        Every decision here is taken from the state *this worker wrote*, never from a re-read:
+        a re-read may already show the next worker's lease and parked messages.
+        """
         first, released = seq, 0
         token = state.lease_token
         while True:
@@ -227,11 +250,9 @@ class FifoGate:
                 state = self._advance(group, token, seq, skipped=())
                 self._store.unpark(self.consumer, group, seq)
                 self._decision("processed", group, seq, "processed in order")
-            next_message = (
-                self._store.parked_message(self.consumer, group, state.head)
-                if state.head in state.parked
-                else None
-            )
+            if state.lease_until is None:
+                return GateResult(GateOutcome.PROCESSED, group, first, released)  # lease freed
+            next_message = self._store.parked_message(self.consumer, group, state.head)
             if next_message is None:
                 self._release_lease(group, token)
                 return GateResult(GateOutcome.PROCESSED, group, first, released)
@@ -322,7 +343,11 @@ class FifoGate:
     def _update(
         self, group: str, token: int, change: Callable[[GroupState], GroupState]
     ) -> GroupState:
-        """Compare-and-set ``change`` while we still hold lease ``token``."""
+        """Compare-and-set ``change`` while we still hold lease ``token``; return what we wrote.
+
+        (Not a re-read: once our write frees the lease, the record belongs to whoever leases
+        it next.)
+        """
         while True:
             state = self._store.load(self.consumer, group)
             if state.lease_token != token:
@@ -332,7 +357,7 @@ class FifoGate:
                 )
             new = change(state)
             if self._store.save(self.consumer, group, new, state):
-                return self._store.load(self.consumer, group)
+                return new
 
     def _decision(
         self, outcome: str, group: str, seq: int, text: str, *, level: int = logging.INFO

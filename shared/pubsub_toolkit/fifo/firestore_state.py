@@ -1,0 +1,157 @@
+"""Firestore FIFO gate store: update-time preconditions for the CAS, a subcollection for parking.
+
+One document per ``(consumer, group)`` in one collection (default
+``pubsub_toolkit_fifo_state``), id ``sha256(consumer NUL group)`` so any names are valid. It holds
+the whole :class:`~pubsub_toolkit.fifo.state.GroupState` as one JSON string (``state``), plus
+``consumer``, ``group`` and ``last_processed`` as plain fields for operators and for the
+``groups()`` query (a single equality filter: no composite index needed).
+
+The CAS version is the document's ``update_time``. ``save`` is ``create()`` for a first write
+(AlreadyExists = lost) and otherwise ``update()`` with a ``last_update_time`` precondition
+(FailedPrecondition = lost): one atomic write, exactly one winner, no transaction (colliding
+transactions on one document run about one a second on the emulator and in production).
+
+Two details keep the CAS strict:
+
+* Firestore leaves ``update_time`` unchanged when a write does not change the document, so two
+  writers of identical content from one version would both "win". Every save therefore writes a
+  fresh ``write_id``: the document always changes, and so does its version.
+* A write retried after a transient error may find its own first attempt already applied and
+  fail its precondition. Only in that case the store reads ``write_id`` back and reports the
+  save as won, rather than leaving the gate to think someone else holds a lease it took.
+
+Parked messages are documents in the subcollection ``parked`` of the state document, id = the
+zero-padded seq (so they list in order), created with ``create()``: AlreadyExists means the
+first copy is kept. Every call has a bounded retry and fails closed (StoreUnavailableError).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from google.api_core import exceptions as gexc
+from google.cloud.firestore_v1.base_query import FieldFilter
+
+from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
+from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed
+from pubsub_toolkit.message import Message
+
+if TYPE_CHECKING:
+    from google.cloud import firestore
+
+
+DEFAULT_COLLECTION = "pubsub_toolkit_fifo_state"
+PARKED_COLLECTION = "parked"
+STATE_FIELD = "state"
+WRITE_ID_FIELD = "write_id"
+_TIMEOUT = TIMEOUT
+_RETRY = bounded_retry()
+# A lost CAS answers AlreadyExists (create) or FailedPrecondition (update); NotFound if the
+# document was deleted since it was read.
+_CONFLICT = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
+
+
+def document_id(consumer: str, group: str) -> str:
+    """A valid, fixed-length document id for any consumer and group."""
+    return hashlib.sha256(f"{consumer}\x00{group}".encode()).hexdigest()
+
+
+def parked_id(seq: int) -> str:
+    """A parked message's document id: zero-padded so ids sort like numbers."""
+    return f"{seq:020d}"
+
+
+class FirestoreFifoStore:
+    """Gate state and parked messages per ``(consumer, group)`` in a Firestore collection."""
+
+    def __init__(self, client: firestore.Client, *, collection: str = DEFAULT_COLLECTION) -> None:
+        self._client = client
+        self._collection = client.collection(collection)
+
+    def load(self, consumer: str, group: str) -> GroupState:
+        """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
+        ref = self._ref(consumer, group)
+        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        if not snapshot.exists:
+            return GroupState()
+        return GroupState.from_json(snapshot.get(STATE_FIELD), version=snapshot.update_time)
+
+    def save(self, consumer: str, group: str, state: GroupState, expected: GroupState) -> bool:
+        """Write ``state`` if the stored version is still ``expected.version``; False if not."""
+        ref = self._ref(consumer, group)
+        write_id = uuid.uuid4().hex
+        document = {
+            "consumer": consumer,
+            "group": group,
+            "last_processed": state.last_processed,
+            STATE_FIELD: state.to_json(),
+            WRITE_ID_FIELD: write_id,
+        }
+        option = (
+            None
+            if expected.version is None
+            else self._client.write_option(last_update_time=expected.version)
+        )
+        attempts = 0
+
+        def attempt() -> object:
+            nonlocal attempts
+            attempts += 1
+            if option is None:
+                return ref.create(document, retry=None, timeout=_TIMEOUT)
+            return ref.update(document, option=option, retry=None, timeout=_TIMEOUT)
+
+        try:
+            # The retry wraps the whole attempt, so we know whether it ran more than once.
+            fail_closed(_RETRY(attempt))
+        except _CONFLICT:
+            # After a retry the conflict may be our own first attempt, applied but unanswered.
+            return attempts > 1 and self._written_by(ref, write_id)
+        return True
+
+    def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
+        """Store an early arrival; ``create()`` keeps the first copy of a seq."""
+        ref = self._parked_ref(consumer, group, seq)
+        document = {
+            "consumer": consumer,
+            "group": group,
+            "seq": seq,
+            "message": encode_message(message),
+        }
+        # AlreadyExists: parked before (a redelivery, or our own retried create); keep that copy.
+        with contextlib.suppress(gexc.AlreadyExists):
+            fail_closed(lambda: ref.create(document, retry=_RETRY, timeout=_TIMEOUT))
+
+    def parked_message(self, consumer: str, group: str, seq: int) -> Message | None:
+        """The parked message for ``seq``, or None."""
+        ref = self._parked_ref(consumer, group, seq)
+        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        return decode_message(snapshot.get("message")) if snapshot.exists else None
+
+    def unpark(self, consumer: str, group: str, seq: int) -> None:
+        """Delete a parked message (deleting a missing one is fine)."""
+        ref = self._parked_ref(consumer, group, seq)
+        fail_closed(lambda: ref.delete(retry=_RETRY, timeout=_TIMEOUT))
+
+    def groups(self, consumer: str) -> list[str]:
+        """Every group this consumer has saved state for, sorted."""
+        query = self._collection.where(filter=FieldFilter("consumer", "==", consumer)).select(
+            ["group"]
+        )
+        snapshots = fail_closed(lambda: list(query.stream(retry=_RETRY, timeout=_TIMEOUT)))
+        return sorted(str(s.get("group")) for s in snapshots)
+
+    def _written_by(self, ref: Any, write_id: str) -> bool:
+        snapshot = fail_closed(
+            lambda: ref.get(field_paths=[WRITE_ID_FIELD], retry=_RETRY, timeout=_TIMEOUT)
+        )
+        return bool(snapshot.exists and snapshot.get(WRITE_ID_FIELD) == write_id)
+
+    def _ref(self, consumer: str, group: str) -> Any:
+        return self._collection.document(document_id(consumer, group))
+
+    def _parked_ref(self, consumer: str, group: str, seq: int) -> Any:
+        return self._ref(consumer, group).collection(PARKED_COLLECTION).document(parked_id(seq))

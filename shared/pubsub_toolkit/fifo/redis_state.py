@@ -1,0 +1,142 @@
+"""Redis (Memorystore) FIFO gate store: a Lua compare-and-set per state write, hashes for parking.
+
+Per ``(consumer, group)`` there are two keys, and one more per consumer:
+
+* ``{prefix}s:{len(consumer)}:{consumer}:{group}`` - a hash ``{v: version, s: GroupState JSON,
+  w: write id}``. ``v`` counts successful saves; it is the CAS token returned by :meth:`load`.
+* ``{prefix}p:{len(consumer)}:{consumer}:{group}`` - a hash of parked messages, field = seq.
+* ``{prefix}g:{len(consumer)}:{consumer}`` - a set of the consumer's group names.
+
+The consumer is length-prefixed so ``("a:b", "c")`` and ``("a", "b:c")`` never share a key.
+
+``save`` is one ``EVALSHA`` of a small script that checks ``v`` and bumps it atomically, so a
+strict compare-and-set costs one round trip and no WATCH retries. Every save carries a fresh
+write id: if redis-py retries the script after a dropped connection whose first attempt had
+already applied, the script sees its own write id and answers "saved" instead of a false "lost
+the race" (the gate would otherwise believe a lease it actually holds belongs to someone else).
+
+The default prefix differs from the sequence counter's ``pubsub_toolkit:fifo:``: counter keys
+are ``{prefix}{group}`` for any group name, so no layout under that prefix could be sure of
+never meeting one. The script touches the state hash and the groups set together, so this store
+needs a standalone Redis (Memorystore Basic/Standard tier), not Redis Cluster.
+
+The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pubsub_toolkit.errors import MissingDependencyError, StoreUnavailableError
+from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
+from pubsub_toolkit.message import Message
+
+if TYPE_CHECKING:
+    import redis as redis_lib
+
+T = TypeVar("T")
+
+DEFAULT_PREFIX = "pubsub_toolkit:fifo_state:"
+
+# KEYS[1] = state hash, KEYS[2] = the consumer's groups set.
+# ARGV[1] = expected version ('' = the record must not exist yet), ARGV[2] = state JSON,
+# ARGV[3] = write id (unique per save call), ARGV[4] = group name.
+# Returns 1 if the state is (now) ours, 0 if the expected version is stale.
+_SAVE_IF_VERSION = """
+local current = redis.call('HMGET', KEYS[1], 'v', 'w')
+if current[2] == ARGV[3] then return 1 end
+if ARGV[1] == '' then
+  if current[1] then return 0 end
+elseif current[1] ~= ARGV[1] then
+  return 0
+end
+local version = (tonumber(current[1]) or 0) + 1
+redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2], 'w', ARGV[3])
+if version == 1 then redis.call('SADD', KEYS[2], ARGV[4]) end
+return 1
+"""
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError(
+            "the Redis FIFO gate store needs redis-py: pip install 'pubsub-toolkit[redis]'"
+        ) from exc
+    return redis
+
+
+class RedisFifoStore:
+    """Gate state and parked messages per ``(consumer, group)`` in Redis hashes."""
+
+    def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+        self._redis_module = _import_redis()
+        self._client = client
+        self._prefix = prefix
+        # register_script runs EVALSHA and loads the script itself after a NOSCRIPT answer
+        # (a restarted or flushed Redis), so callers never see a missing script.
+        self._save_script = client.register_script(_SAVE_IF_VERSION)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisFifoStore:
+        """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
+        redis = _import_redis()
+        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        return cls(client, **kwargs)
+
+    def load(self, consumer: str, group: str) -> GroupState:
+        """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
+        key = self._state_key(consumer, group)
+        # One HMGET: the version and the state it belongs to are read atomically.
+        version, raw = self._call(lambda: self._client.hmget(key, ["v", "s"]))
+        if version is None or raw is None:
+            return GroupState()
+        return GroupState.from_json(raw, version=int(version))
+
+    def save(self, consumer: str, group: str, state: GroupState, expected: GroupState) -> bool:
+        """Write ``state`` if the stored version is still ``expected.version``; False if not."""
+        expected_version = "" if expected.version is None else str(expected.version)
+        keys = [self._state_key(consumer, group), self._groups_key(consumer)]
+        args = [expected_version, state.to_json(), uuid.uuid4().hex, group]
+        return bool(self._call(lambda: self._save_script(keys=keys, args=args)))
+
+    def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
+        """Store an early arrival; HSETNX keeps the first copy of a seq."""
+        key = self._parked_key(consumer, group)
+        self._call(lambda: self._client.hsetnx(key, str(seq), encode_message(message)))
+
+    def parked_message(self, consumer: str, group: str, seq: int) -> Message | None:
+        """The parked message for ``seq``, or None."""
+        key = self._parked_key(consumer, group)
+        raw = self._call(lambda: self._client.hget(key, str(seq)))
+        return None if raw is None else decode_message(raw)
+
+    def unpark(self, consumer: str, group: str, seq: int) -> None:
+        """Delete a parked message (Redis drops the hash with its last field)."""
+        key = self._parked_key(consumer, group)
+        self._call(lambda: self._client.hdel(key, str(seq)))
+
+    def groups(self, consumer: str) -> list[str]:
+        """Every group this consumer has saved state for, sorted."""
+        key = self._groups_key(consumer)
+        members = self._call(lambda: self._client.smembers(key))
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    def _state_key(self, consumer: str, group: str) -> str:
+        return f"{self._prefix}s:{len(consumer)}:{consumer}:{group}"
+
+    def _parked_key(self, consumer: str, group: str) -> str:
+        return f"{self._prefix}p:{len(consumer)}:{consumer}:{group}"
+
+    def _groups_key(self, consumer: str) -> str:
+        return f"{self._prefix}g:{len(consumer)}:{consumer}"
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        try:
+            return operation()
+        except (self._redis_module.ConnectionError, self._redis_module.TimeoutError) as exc:
+            # Fail closed: without the store the gate cannot know the group's position.
+            raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
