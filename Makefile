@@ -62,6 +62,8 @@ build: ## deployable bundles in build/: each function and the relay with the lib
 bench: install ## benchmarks (each starts its own servers); JSON results in bench/results/
 	$(PY) -m bench.dedup
 	$(PY) -m bench.delay
+	$(PY) -m bench.fifo_sequencer
+	$(PY) -m bench.fifo
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -39,7 +39,7 @@ def _prepare(messages: int, groups: int, *, fifo: bool) -> tuple[str, str]:
     topic = publisher.create_topic(name=f"projects/{project}/topics/final").name
     publisher.create_topic(name=f"projects/{project}/topics/dead-letter")
     sub = subscriber.create_subscription(
-        name=f"projects/{project}/subscriptions/s", topic=topic, ack_deadline_seconds=60
+        name=f"projects/{project}/subscriptions/final-sub", topic=topic, ack_deadline_seconds=60
     ).name
     subscriber.close()
     futures = []
