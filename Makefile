@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
-.PHONY: help install system-deps run test test-unit test-integration test-slow lint format build bench clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -29,6 +29,12 @@ install: system-deps $(VENV)/.installed ## create .venv and install the project 
 
 run: install ## run the pipeline locally on the emulators, narrated; stops everything afterwards
 	$(VENV)/bin/pubsub-toolkit demo
+
+up: install ## start the local stack in the background (then: eval "$$(.venv/bin/pubsub-toolkit local env)")
+	$(VENV)/bin/pubsub-toolkit local up
+
+down: ## stop everything `make up` started
+	test -x $(VENV)/bin/pubsub-toolkit && $(VENV)/bin/pubsub-toolkit local down || true
 
 test: install ## the whole suite: unit, integration (emulators, Redis, functions-framework)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -36,6 +36,7 @@ ORIGIN_MESSAGE_ID = "origin_message_id"
 ORIGIN_PUBLISH_TIME = "origin_publish_time"
 ERROR_REASON = "error_reason"
 ERROR_DETAIL = "error_detail"
+REPLAY_ID = "replay_id"  # set by `pubsub-toolkit dlq replay`: the dead-letter copy's message id
 
 # Attributes the toolkit stamps itself; they are not part of the content fingerprint, so a
 # message replayed from the dead-letter topic keeps its fingerprint, and a producer's retry that
@@ -50,6 +51,7 @@ TOOLKIT_STAMPED = frozenset(
         ERROR_REASON,
         ERROR_DETAIL,
         FIFO_SEQ,
+        REPLAY_ID,  # a replay is the same content as its original
     }
 )
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit.attributes import parse_time
 from pubsub_toolkit.errors import ConfigurationError, ToolkitError
@@ -243,6 +243,112 @@ def _cmd_fifo_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dead_letter_subscription(args: argparse.Namespace) -> str:
+    return _subscription(args.subscription)
+
+
+def _cmd_dlq_list(args: argparse.Namespace) -> int:
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    from pubsub_toolkit.clock import SYSTEM_CLOCK
+    from pubsub_toolkit.dlq import list_dead_letters
+
+    _require_emulator_if_local()
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        letters = list_dead_letters(subscriber, _dead_letter_subscription(args), limit=args.limit)
+    finally:
+        subscriber.close()
+    now = SYSTEM_CLOCK.now()
+    rows = [("dead-letter id", "reason", "dedup_key", "group", "seq", "age", "detail")]
+    for d in letters:
+        age = (
+            "-"
+            if d.dead_lettered_at is None
+            else f"{(now - d.dead_lettered_at).total_seconds():.0f}s"
+        )
+        rows.append(
+            (
+                d.dead_letter_id,
+                d.reason,
+                d.dedup_key or "-",
+                d.group or "-",
+                "-" if d.seq is None else str(d.seq),
+                age,
+                d.detail[:60],
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print(f"{len(letters)} dead letter(s)", file=sys.stderr)
+    return 0
+
+
+def _cmd_dlq_replay(args: argparse.Namespace) -> int:
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    from pubsub_toolkit.dlq import DeadLetter, replay
+    from pubsub_toolkit.publishing import PubSubSink
+
+    _require_emulator_if_local()
+
+    def selected(letter: DeadLetter) -> bool:
+        return (
+            (not args.reason or letter.reason == args.reason)
+            and (not args.group or letter.group == args.group)
+            and (not args.id or letter.dead_letter_id in args.id)
+        )
+
+    if not (args.all or args.reason or args.group or args.id):
+        raise ToolkitError("choose what to replay: --reason, --group, --id, or --all")
+    subscriber, sink = pubsub_v1.SubscriberClient(), PubSubSink()
+    try:
+        replayed = replay(
+            subscriber, _dead_letter_subscription(args), sink, _topic(args.topic), select=selected
+        )
+    finally:
+        subscriber.close()
+        sink.close()
+    print(f"replayed {len(replayed)} message(s) to {args.topic}")
+    return 0
+
+
+def _cmd_local_up(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.local import control
+    from pubsub_toolkit.local.stack import StackOptions
+
+    ports = {name: getattr(args, name) for name in control.DEFAULT_PORTS}
+    options = StackOptions(project=args.project, dedup_backend=args.dedup_backend, **ports)
+    print("starting the local stack (emulators, Cloud Tasks emulator, ingress, relay)...")
+    state = control.up(_repo_root(), options)
+    print("\n".join(control.status_lines(state)))
+    print('\nready. Point your code at it with:  eval "$(pubsub-toolkit local env)"')
+    return 0
+
+
+def _cmd_local_env(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.local import control
+
+    print("\n".join(control.export_lines(control.require_running(_repo_root()))))
+    return 0
+
+
+def _cmd_local_status(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.local import control
+
+    print("\n".join(control.status_lines(control.require_running(_repo_root()))))
+    return 0
+
+
+def _cmd_local_down(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.local import control
+
+    stopped = control.down(_repo_root())
+    print(f"stopped: {', '.join(stopped)}" if stopped else "the local stack was not running")
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -287,6 +393,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
     status.set_defaults(func=_cmd_status)
 
+    _add_fifo_commands(commands)
+    _add_dlq_commands(commands)
+    _add_local_commands(commands)
+    return parser
+
+
+def _add_fifo_commands(commands: Any) -> None:
     fifo = commands.add_parser("fifo", help="operator actions on FIFO groups")
     fifo_commands = fifo.add_subparsers(dest="fifo_command", required=True, metavar="ACTION")
     skip = fifo_commands.add_parser("skip", help="pass over GROUP's SEQ with a tombstone")
@@ -298,7 +411,48 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("group")
     replay.add_argument("--consumer-id")
     replay.set_defaults(func=_cmd_fifo_replay)
-    return parser
+
+
+def _add_dlq_commands(commands: Any) -> None:
+    dlq = commands.add_parser("dlq", help="inspect and replay the dead-letter topic")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    dlq_list = dlq_commands.add_parser("list", help="reason, key, group, seq and age of each")
+    dlq_list.add_argument("--subscription", default="dead-letter-sub")
+    dlq_list.add_argument("--limit", type=int, default=1000)
+    dlq_list.set_defaults(func=_cmd_dlq_list)
+    dlq_replay = dlq_commands.add_parser(
+        "replay", help="re-publish selected dead letters to origin (FIFO order, same dedup keys)"
+    )
+    dlq_replay.add_argument("--subscription", default="dead-letter-sub")
+    dlq_replay.add_argument(
+        "--topic", default="origin", help="where to re-publish (default origin)"
+    )
+    dlq_replay.add_argument("--reason", help="only those dead-lettered for this reason")
+    dlq_replay.add_argument("--group", help="only this FIFO group")
+    dlq_replay.add_argument("--id", action="append", help="only these dead-letter message ids")
+    dlq_replay.add_argument("--all", action="store_true", help="every dead letter")
+    dlq_replay.set_defaults(func=_cmd_dlq_replay)
+
+
+def _add_local_commands(commands: Any) -> None:
+    local = commands.add_parser("local", help="run the pipeline locally in the background")
+    local_commands = local.add_subparsers(dest="local_command", required=True, metavar="ACTION")
+    up = local_commands.add_parser("up", help="start every part; ports and pids go to a state file")
+    up.add_argument("--project", default="local-project")
+    up.add_argument("--dedup-backend", choices=("firestore", "redis"), default="firestore")
+    from pubsub_toolkit.local.control import DEFAULT_PORTS
+
+    for name, port in DEFAULT_PORTS.items():
+        flag = "--" + name.replace("_", "-")
+        up.add_argument(flag, type=int, default=port, help=f"(default {port})")
+    up.set_defaults(func=_cmd_local_up)
+    local_commands.add_parser("env", help="print export lines for your shell").set_defaults(
+        func=_cmd_local_env
+    )
+    local_commands.add_parser("status", help="show what runs").set_defaults(func=_cmd_local_status)
+    local_commands.add_parser("down", help="stop everything `up` started").set_defaults(
+        func=_cmd_local_down
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -137,8 +137,14 @@ class Ingress:
             envelope = attr.parse_envelope(message, now=self._clock.now())
         except PermanentError as exc:
             return self._reject(message, exc)
+        # A replay from the dead-letter topic is claimed under its own key: the original key is
+        # already recorded (as dead-lettered) and would drop it as a duplicate.
+        replay_id = message.attributes.get(attr.REPLAY_ID)
+        claim_key = (
+            envelope.dedup_key if not replay_id else f"{envelope.dedup_key}#replay:{replay_id}"
+        )
         processed = self._processor.process(
-            envelope.dedup_key, envelope.fingerprint, lambda: self._route(envelope)
+            claim_key, envelope.fingerprint, lambda: self._route(envelope)
         )
         key = envelope.dedup_key
         if processed.outcome is Outcome.MISMATCH:
