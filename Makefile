@@ -25,7 +25,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
-install: system-deps $(VENV)/.installed ## create .venv and install the project with its dev tools
+tests/e2e/node/node_modules/.installed: tests/e2e/node/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  (cd tests/e2e/node && npm ci --no-audit --no-fund --loglevel=error) && touch $@; \
+	else echo "npm not found: the Node.js client e2e test will be skipped"; fi
+
+install: system-deps $(VENV)/.installed tests/e2e/node/node_modules/.installed ## create .venv (and the Node client for its e2e test) with the dev tools
 
 run: install ## run the pipeline locally on the emulators, narrated; stops everything afterwards
 	$(VENV)/bin/pubsub-toolkit demo
