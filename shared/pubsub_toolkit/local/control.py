@@ -9,6 +9,7 @@ command. ``env`` prints the ``export`` lines a user's code needs, ``status`` sho
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 from dataclasses import asdict, dataclass
@@ -80,7 +81,9 @@ class StackState:
 
 
 def state_path(repo: Path) -> Path:
-    return repo / ".local-stack" / "state.json"
+    """Where `up` records what it started: PUBSUB_TOOLKIT_STATE_DIR, else .local-stack/."""
+    configured = os.environ.get("PUBSUB_TOOLKIT_STATE_DIR", "").strip()
+    return (Path(configured) if configured else repo / ".local-stack") / "state.json"
 
 
 def up(repo: Path, options: StackOptions) -> StackState:
