@@ -223,7 +223,43 @@ def _cmd_status(args: argparse.Namespace) -> int:
     rows = group_statuses(store, gate.consumer, now=SYSTEM_CLOCK.now(), counter=counter)
     print(f"FIFO groups of consumer {gate.consumer!r}:")
     print(render_table(rows) if rows else "(none yet)")
+    print(f"\ndead letters: {_dead_letter_summary(args.dead_letter_subscription)}")
+    print(f"scheduled deliveries: {_scheduled_summary()}")
     return 0
+
+
+def _dead_letter_summary(subscription: str) -> str:
+    from collections import Counter
+
+    from google.api_core import exceptions as gexc
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    from pubsub_toolkit.dlq import list_dead_letters
+
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        letters = list_dead_letters(subscriber, _subscription(subscription))
+    except gexc.NotFound:
+        return f"(no subscription {subscription})"
+    finally:
+        subscriber.close()
+    reasons = Counter(d.reason for d in letters)
+    detail = ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
+    return f"{len(letters)}" + (f" ({detail})" if detail else "")
+
+
+def _scheduled_summary() -> str:
+    queue = os.environ.get("TASKS_QUEUE", "").strip()
+    if not queue:
+        return "(TASKS_QUEUE not set)"
+    from pubsub_toolkit.config import queue_path
+    from pubsub_toolkit.delay.scheduler import tasks_client
+
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT", "")
+    path = queue_path(project, os.environ.get("TASKS_LOCATION", ""), queue)
+    client = tasks_client(os.environ.get("CLOUD_TASKS_EMULATOR_HOST") or None)
+    tasks = list(client.list_tasks(parent=path, timeout=10))
+    return f"{len(tasks)} waiting in {path.rsplit('/', 1)[-1]}"
 
 
 def _cmd_fifo_skip(args: argparse.Namespace) -> int:
@@ -389,8 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.add_argument("--json", action="store_true", help="one JSON object per line")
     subscribe.set_defaults(func=_cmd_subscribe)
 
-    status = commands.add_parser("status", help="FIFO groups: issued, processed, parked, gaps")
+    status = commands.add_parser(
+        "status", help="FIFO groups, dead-letter count, scheduled deliveries"
+    )
     status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
+    status.add_argument("--dead-letter-subscription", default="dead-letter-sub")
     status.set_defaults(func=_cmd_status)
 
     _add_fifo_commands(commands)

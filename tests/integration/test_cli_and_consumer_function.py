@@ -65,6 +65,8 @@ def test_publish_subscribe_and_status_round_trip(env: dict[str, str]) -> None:
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if line.startswith("order-7"))
     assert row.split()[:4] == ["order-7", "3", "3", "0"]  # issued, processed, parked
+    assert "dead letters: (no subscription dead-letter-sub)" in status.stdout
+    assert "scheduled deliveries: (TASKS_QUEUE not set)" in status.stdout
 
 
 def test_bad_arguments_get_one_line_and_non_zero_exit(env: dict[str, str]) -> None:
