@@ -30,18 +30,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from google.api_core import exceptions as gexc
+from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
 from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed
 from pubsub_toolkit.message import Message
-
-if TYPE_CHECKING:
-    from google.cloud import firestore
-
 
 DEFAULT_COLLECTION = "pubsub_toolkit_fifo_state"
 PARKED_COLLECTION = "parked"
@@ -143,6 +142,54 @@ class FirestoreFifoStore:
         )
         snapshots = fail_closed(lambda: list(query.stream(retry=_RETRY, timeout=_TIMEOUT)))
         return sorted(str(s.get("group")) for s in snapshots)
+
+    def commit_with(
+        self,
+        consumer: str,
+        group: str,
+        *,
+        token: int,
+        change: Callable[[GroupState], GroupState],
+        writes: Callable[[firestore.Transaction], object],
+    ) -> GroupState:
+        """The transactional mode: in ONE transaction, check that lease ``token`` still holds,
+        apply the handler's ``writes`` and write ``change(state)`` (the advance).
+
+        A crash or an exception anywhere before the commit leaves neither the handler's writes
+        nor the advance; a redelivery runs the handler again from scratch. Returns the state
+        written. Raises StaleClaimError if the lease was taken over.
+        """
+        ref = self._ref(consumer, group)
+
+        @firestore.transactional
+        def run(transaction: firestore.Transaction) -> GroupState:
+            snapshot = ref.get(transaction=transaction)
+            state = (
+                GroupState.from_json(snapshot.get(STATE_FIELD)) if snapshot.exists else GroupState()
+            )
+            if state.lease_token != token:
+                raise StaleClaimError(f"{consumer}/{group}: lease {token} was taken over")
+            writes(transaction)
+            new = change(state)
+            transaction.update(
+                ref,
+                {
+                    "last_processed": new.last_processed,
+                    STATE_FIELD: new.to_json(),
+                    WRITE_ID_FIELD: uuid.uuid4().hex,
+                },
+            )
+            return new
+
+        try:
+            result: GroupState = fail_closed(lambda: run(self._client.transaction()))
+        except ValueError as exc:
+            # "Failed to commit in N attempts" is a ValueError caused by Aborted; any other
+            # ValueError is the handler's own and goes back to the gate as a handler failure.
+            if not isinstance(exc.__cause__, gexc.Aborted):
+                raise
+            raise StoreUnavailableError(f"transaction kept aborting: {exc}") from exc
+        return result
 
     def _written_by(self, ref: Any, write_id: str) -> bool:
         snapshot = fail_closed(

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dead_letter import DeadLetterer
@@ -39,6 +40,23 @@ logger = logging.getLogger(__name__)
 
 REASON_POISON = "fifo_poison"
 Handler = Callable[[Message], object]
+# Transactional mode: the handler writes through the Firestore transaction it is given, and
+# those writes commit together with the group's advance (see FirestoreFifoStore.commit_with).
+TransactionalHandler = Callable[[Message, Any], object]
+
+
+class TransactionalStore(Protocol):
+    """A FifoStore that can commit a handler's writes together with the advance."""
+
+    def commit_with(
+        self,
+        consumer: str,
+        group: str,
+        *,
+        token: int,
+        change: Callable[[GroupState], GroupState],
+        writes: Callable[[Any], object],
+    ) -> GroupState: ...
 
 
 class PoisonPolicy(enum.StrEnum):
@@ -102,10 +120,17 @@ class FifoGate:
         policy: GatePolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
         log: DecisionLog | None = None,
+        transactional_handler: TransactionalHandler | None = None,
     ) -> None:
+        """``handler`` runs each message; or, with a store that supports it (Firestore),
+        ``transactional_handler(message, transaction)`` writes through the transaction and
+        those writes commit together with the advance of ``last_processed``."""
+        if transactional_handler is not None and not hasattr(store, "commit_with"):
+            raise ValueError("transactional mode needs a store with commit_with (Firestore)")
         self._store = store
         self.consumer = consumer
         self._handler = handler
+        self._transactional_handler = transactional_handler
         self._dead_letters = dead_letters
         self.policy = policy or GatePolicy()
         self._clock = clock
@@ -239,7 +264,9 @@ class FifoGate:
         token = state.lease_token
         while True:
             try:
-                self._handler(message)
+                state = self._handle_and_advance(group, token, seq, message)
+            except StaleClaimError:
+                raise  # not the handler's failure: we lost the group; the new holder goes on
             except Exception as exc:
                 state, stop = self._on_failure(
                     group, seq, message, token=token, exc=exc, from_park=from_park
@@ -247,7 +274,6 @@ class FifoGate:
                 if stop is not None:
                     return GateResult(stop, group, first, released)
             else:
-                state = self._advance(group, token, seq, skipped=())
                 self._store.unpark(self.consumer, group, seq)
                 self._decision("processed", group, seq, "processed in order")
             if state.lease_until is None:
@@ -325,7 +351,24 @@ class FifoGate:
         self._decision("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
         return self._store.load(self.consumer, group)
 
-    def _advance(self, group: str, token: int, seq: int, *, skipped: tuple[int, ...]) -> GroupState:
+    def _handle_and_advance(self, group: str, token: int, seq: int, message: Message) -> GroupState:
+        """Run the handler for ``seq`` and advance past it - in one transaction if configured."""
+        if self._transactional_handler is not None:
+            handler = self._transactional_handler
+            store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
+            return store.commit_with(
+                self.consumer,
+                group,
+                token=token,
+                change=self._advance_change(seq, skipped=()),
+                writes=lambda transaction: handler(message, transaction),
+            )
+        self._handler(message)
+        return self._advance(group, token, seq, skipped=())
+
+    def _advance_change(
+        self, seq: int, *, skipped: tuple[int, ...]
+    ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
             new = s.advanced_to(seq, skipped=skipped)
             # Keep the lease while a parked successor is ready to run next.
@@ -335,7 +378,10 @@ class FifoGate:
                 return replace(new, gap_since=self._clock.now())
             return new
 
-        return self._update(group, token, advance)
+        return advance
+
+    def _advance(self, group: str, token: int, seq: int, *, skipped: tuple[int, ...]) -> GroupState:
+        return self._update(group, token, self._advance_change(seq, skipped=skipped))
 
     def _release_lease(self, group: str, token: int) -> None:
         self._update(group, token, lambda s: replace(s, lease_until=None))
