@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit.attributes import parse_time
 from pubsub_toolkit.errors import ConfigurationError, ToolkitError
+from pubsub_toolkit.text_table import format_table
 
 if TYPE_CHECKING:
     from pubsub_toolkit.fifo.counter import SequenceCounter
@@ -314,9 +315,7 @@ def _cmd_dlq_list(args: argparse.Namespace) -> int:
                 d.detail[:60],
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print("\n".join(format_table(rows)))
     print(f"{len(letters)} dead letter(s)", file=sys.stderr)
     return 0
 

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from pubsub_toolkit.fifo.counter import SequenceCounter
 from pubsub_toolkit.fifo.state import FifoStore
+from pubsub_toolkit.text_table import format_table
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,4 @@ def render_table(rows: Sequence[GroupStatus]) -> str:
                 state,
             )
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
-    )
+    return "\n".join(format_table(lines))

@@ -18,6 +18,7 @@ from pathlib import Path
 from pubsub_toolkit.errors import ServiceStartError, ToolkitError
 from pubsub_toolkit.local.processes import process_group_alive, stop_process_group
 from pubsub_toolkit.local.stack import LocalStack, StackOptions
+from pubsub_toolkit.text_table import format_table
 
 # Defaults chosen away from the emulators' own defaults (8085, 8080) and common services.
 DEFAULT_PORTS = {
@@ -148,5 +149,4 @@ def status_lines(state: StackState) -> list[str]:
                 s.log,
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return format_table(rows)
