@@ -50,11 +50,10 @@ def create_app(
     def release() -> ResponseReturnValue:
         try:
             caller = authenticator.authenticate(request.headers)
+            result = relay.release(request.get_data())
         except AuthError as exc:
             logger.warning("refused release request: %s", exc.detail)
             return jsonify(error=exc.detail), exc.status
-        try:
-            result = relay.release(request.get_data())
         except TransientError as exc:
             logger.warning("transient failure, Cloud Tasks will retry: %s", exc)
             return jsonify(error=str(exc)), 503

@@ -178,6 +178,9 @@ def _cmd_subscribe(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         while not done.wait(1.0):
+            failure = consumer.stream_error()
+            if failure is not None:
+                raise ToolkitError(f"cannot read {args.subscription}: {failure}")
             if args.timeout and time.monotonic() - started >= args.timeout.total_seconds():
                 break
             if args.max and not args.json:
@@ -208,11 +211,12 @@ def _gate_and_counter(
     def refuse(_message: object) -> None:
         raise ToolkitError("operator commands do not run handlers")
 
-    return (
-        FifoGate(store, consumer=consumer.consumer_id, handler=refuse),
-        store,
-        counter_from_settings(settings),
+    from pubsub_toolkit.processing import gate_policy
+
+    gate = FifoGate(
+        store, consumer=consumer.consumer_id, handler=refuse, policy=gate_policy(consumer)
     )
+    return gate, store, counter_from_settings(settings)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -266,17 +270,23 @@ def _scheduled_summary() -> str:
 def _cmd_fifo_skip(args: argparse.Namespace) -> int:
     gate, _, _ = _gate_and_counter(args.consumer_id)
     try:
-        state = gate.skip(args.group, args.seq)
+        state = gate.skip(args.group, args.seq, run=False)  # the consumer resumes the group
     except ValueError as exc:
         raise ToolkitError(str(exc)) from exc
-    print(f"skipped {args.group}#{args.seq}; last processed is now {state.last_processed}")
+    print(
+        f"skipped {args.group}#{args.seq} (tombstone); last processed is now "
+        f"{state.last_processed}; the consumer's sweeper resumes the group"
+    )
     return 0
 
 
 def _cmd_fifo_replay(args: argparse.Namespace) -> int:
     gate, _, _ = _gate_and_counter(args.consumer_id)
-    result = gate.replay(args.group)
-    print(f"replayed {args.group}: {result.outcome} from {result.seq}")
+    result = gate.replay(args.group, run=False)  # the consumer's handler must run it
+    print(
+        f"unblocked {args.group}: #{result.seq} gets fresh attempts; "
+        "the consumer's sweeper runs it next"
+    )
     return 0
 
 

@@ -49,6 +49,18 @@ def fifo_address(message: Message) -> FifoAddress | None:
     return FifoAddress(group, seq)
 
 
+def gate_policy(consumer: ConsumerSettings) -> GatePolicy:
+    """The FIFO gate's policy from a consumer's settings."""
+    return GatePolicy(
+        max_attempts=consumer.max_attempts,
+        poison=PoisonPolicy(consumer.poison_policy),
+        gap_timeout=consumer.gap_timeout,
+        gap=GapPolicy(consumer.gap_policy),
+        lease=consumer.lease,
+        park=consumer.park,
+    )
+
+
 class MessageProcessor:
     """Applies the gate or dedup to one message and runs the user's handler."""
 
@@ -81,14 +93,7 @@ class MessageProcessor:
             consumer=consumer.consumer_id,
             handler=handler,
             dead_letters=dead_letters,
-            policy=GatePolicy(
-                max_attempts=consumer.max_attempts,
-                poison=PoisonPolicy(consumer.poison_policy),
-                gap_timeout=consumer.gap_timeout,
-                gap=GapPolicy(consumer.gap_policy),
-                lease=consumer.lease,
-                park=consumer.park,
-            ),
+            policy=gate_policy(consumer),
             log=log,
         )
         dedup = IdempotentProcessor(

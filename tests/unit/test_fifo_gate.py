@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -171,7 +172,9 @@ def test_gap_timeout_skip_passes_over_the_gap_with_tombstones(
     assert handler.seen["g"] == [1, 4, 5]
     state = store.load("consumer-a", "g")
     assert (state.last_processed, state.skipped) == (5, (2, 3))
-    assert deliver(gate, "g", 2) == GateOutcome.DUPLICATE  # late arrival of a skipped number
+    # A skipped number that turns up after all was never processed: kept, with the reason.
+    assert deliver(gate, "g", 2) == GateOutcome.DEAD_LETTERED
+    assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == ["fifo_late_after_skip"]
 
 
 def test_poison_is_dead_lettered_after_max_attempts_and_skipped(
@@ -273,3 +276,71 @@ def test_a_copy_of_a_running_head_is_kept_so_a_dead_holder_loses_nothing(
     assert gate.sweep("g").outcome is GateOutcome.PROCESSED
     assert handler.seen["g"] == [1]
     assert store.load("consumer-a", "g").parked == ()
+
+
+def test_a_long_backlog_renews_the_lease_so_no_one_else_runs_it_twice(
+    clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    runs: list[tuple[str, int]] = []
+    other = make_gate(Recorder(), clock, sink, store)
+
+    def slow(message: Message) -> None:
+        seq = int(message.attributes["fifo_seq"])
+        runs.append(("A", seq))
+        clock.advance(timedelta(seconds=25))  # each run well inside the 60 s lease
+        if seq == 4:
+            assert other.sweep("g").outcome is GateOutcome.IDLE  # the lease is still ours
+
+    gate = FifoGate(store, consumer="consumer-a", handler=slow, clock=clock)
+    for seq in (2, 3, 4, 5):
+        gate.deliver(msg("g", seq), "g", seq)
+    assert gate.deliver(msg("g", 1), "g", 1).released == 4
+    assert runs == [("A", 1), ("A", 2), ("A", 3), ("A", 4), ("A", 5)]
+
+
+def test_an_operator_cannot_skip_a_number_that_is_running(
+    clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    refused: list[str] = []
+
+    def handler(message: Message) -> None:
+        operator = make_gate(Recorder(), clock, sink, store)
+        try:
+            operator.skip("g", 1, run=False)
+        except ValueError as exc:
+            refused.append(str(exc))
+
+    FifoGate(store, consumer="consumer-a", handler=handler, clock=clock).deliver(
+        msg("g", 1), "g", 1
+    )
+    assert refused and "being processed" in refused[0]
+    assert store.load("consumer-a", "g").last_processed == 1
+
+
+def test_a_store_error_after_a_successful_handler_is_not_counted_as_poison(
+    clock: ManualClock, sink: RecordingSink
+) -> None:
+    from pubsub_toolkit.errors import StoreUnavailableError
+
+    class BlippingStore(MemoryFifoStore):
+        fail_next = False
+
+        def save(self, *args: Any) -> bool:
+            if self.fail_next:
+                self.fail_next = False
+                raise StoreUnavailableError("blip")
+            return super().save(*args)
+
+    store = BlippingStore()
+
+    def handler(message: Message) -> None:
+        store.fail_next = True  # the advance after this successful run hits a store hiccup
+
+    gate = make_gate(Recorder(), clock, sink, store, max_attempts=1)
+    gate._handler = handler
+    with pytest.raises(StoreUnavailableError):
+        gate.deliver(msg("g", 1), "g", 1)
+    assert sink.on(DLQ) == []  # redelivered later, not dead-lettered as poison
+    assert store.load("consumer-a", "g").attempts == 0

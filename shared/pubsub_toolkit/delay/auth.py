@@ -19,11 +19,12 @@ from typing import Any, Protocol
 import requests
 
 from pubsub_toolkit.config import DelaySettings
-from pubsub_toolkit.errors import ConfigurationError, ToolkitError
+from pubsub_toolkit.errors import ConfigurationError, ToolkitError, TransientError
 
 GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
 GOOGLE_ISSUERS = frozenset({"https://accounts.google.com", "accounts.google.com"})
 _CERT_CACHE_SECONDS = 300.0
+_MIN_REFRESH = 30.0
 _CLOCK_SKEW_SECONDS = 10
 
 
@@ -52,12 +53,18 @@ class _CertCache:
         self._fetched_at = float("-inf")
 
     def get(self, *, refresh: bool = False) -> dict[str, str]:
+        """The certificates; ``refresh`` refetches, but at most once per refresh interval, so
+        tokens with made-up key ids cannot make every request fetch."""
         with self._lock:
-            stale = time.monotonic() - self._fetched_at > _CERT_CACHE_SECONDS
-            if refresh or stale or not self._certs:
-                response = requests.get(self._url, timeout=10)
-                response.raise_for_status()
-                self._certs = dict(response.json())
+            age = time.monotonic() - self._fetched_at
+            if age > _CERT_CACHE_SECONDS or not self._certs or (refresh and age > _MIN_REFRESH):
+                try:
+                    response = requests.get(self._url, timeout=10)
+                    response.raise_for_status()
+                    self._certs = dict(response.json())
+                except (requests.RequestException, ValueError) as exc:
+                    # Not the caller's fault: answer 5xx so Cloud Tasks retries later.
+                    raise TransientError(f"cannot fetch signing certificates: {exc}") from exc
                 self._fetched_at = time.monotonic()
             return self._certs
 

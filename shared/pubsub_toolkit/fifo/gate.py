@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dead_letter import DeadLetterer
-from pubsub_toolkit.errors import StaleClaimError, TransientError
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError, TransientError
 from pubsub_toolkit.fifo.state import FifoStore, GroupState
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
@@ -39,6 +39,7 @@ from pubsub_toolkit.observability import DecisionLog
 logger = logging.getLogger(__name__)
 
 REASON_POISON = "fifo_poison"
+REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
 Handler = Callable[[Message], object]
 # Transactional mode: the handler writes through the Firestore transaction it is given, and
 # those writes commit together with the group's advance (see FirestoreFifoStore.commit_with).
@@ -147,6 +148,16 @@ class FifoGate:
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
                     self._store.unpark(self.consumer, group, seq)
+                if seq in state.skipped and self._dead_letters is not None:
+                    # It was given up on (gap or operator skip) and arrived after all: it was
+                    # never processed, so it is not a duplicate - keep it, with the reason.
+                    self._dead_letters.send(
+                        message,
+                        REASON_LATE_AFTER_SKIP,
+                        f"{group}#{seq} arrived after the group had skipped it",
+                        dedup_key=f"{group}#{seq}",
+                    )
+                    return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
                 self._decision("duplicate", group, seq, "already processed")
                 return GateResult(GateOutcome.DUPLICATE, group, seq)
             running_elsewhere = seq == state.head and state.lease_live(now)
@@ -194,28 +205,36 @@ class FifoGate:
 
     # --- operator actions -----------------------------------------------------------------
 
-    def skip(self, group: str, seq: int) -> GroupState:
-        """Pass over ``seq`` (a poison or lost message) with a tombstone; then resume the group."""
+    def skip(self, group: str, seq: int, *, run: bool = True) -> GroupState:
+        """Pass over ``seq`` (a poison or lost message) with a tombstone; then, with ``run``,
+        resume the group here (an operator's CLI leaves that to the consumer's sweeper)."""
         while True:
             state = self._store.load(self.consumer, group)
             if seq != state.head:
                 raise ValueError(f"group {group!r} waits for {state.head}; cannot skip {seq}")
-            new = state.advanced_to(seq, skipped=(seq,))
+            if state.blocked_at is None and state.lease_live(self._clock.now()):
+                raise ValueError(f"{group!r} #{seq} is being processed right now; not skipped")
+            # A new lease token fences any worker that still thinks it runs this number.
+            new = replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
             if self._store.save(self.consumer, group, new, state):
                 break
         self._store.unpark(self.consumer, group, seq)
         self._decision("skipped", group, seq, "skipped by operator", level=logging.WARNING)
-        self.sweep(group)
+        if run:
+            self.sweep(group)
         return self._store.load(self.consumer, group)
 
-    def replay(self, group: str) -> GateResult:
-        """Unblock a group and run its parked head (the poison message) once more."""
+    def replay(self, group: str, *, run: bool = True) -> GateResult:
+        """Unblock a group and give its parked head (the poison message) fresh attempts; with
+        ``run``, run it now, else the consumer's sweeper runs it next."""
         while True:
             state = self._store.load(self.consumer, group)
             new = replace(state, blocked_at=None, attempts=0)
             if self._store.save(self.consumer, group, new, state):
                 break
         self._decision("replayed", group, state.head, "replay requested by operator")
+        if not run:
+            return GateResult(GateOutcome.IDLE, group, state.head)
         return self.sweep(group)
 
     def groups(self) -> list[str]:
@@ -245,6 +264,8 @@ class FifoGate:
         return GateResult(outcome, group, seq)
 
     def _take_lease(self, group: str, state: GroupState, now: datetime) -> GroupState | None:
+        if state.blocked_at is not None or state.lease_live(now):
+            return None  # someone runs the group, or an operator must act first
         leased = replace(
             state, lease_token=state.lease_token + 1, lease_until=now + self.policy.lease
         )
@@ -265,8 +286,10 @@ class FifoGate:
         while True:
             try:
                 state = self._handle_and_advance(group, token, seq, message)
-            except StaleClaimError:
-                raise  # not the handler's failure: we lost the group; the new holder goes on
+            except (StaleClaimError, StoreUnavailableError):
+                # Not the handler's failure: we lost the group, or the store hiccuped after the
+                # handler ran. Counting it as an attempt could dead-letter a processed message.
+                raise
             except Exception as exc:
                 state, stop = self._on_failure(
                     group, seq, message, token=token, exc=exc, from_park=from_park
@@ -370,10 +393,14 @@ class FifoGate:
         self, seq: int, *, skipped: tuple[int, ...]
     ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
+            if s.last_processed >= seq:
+                # An operator skipped past it meanwhile: never move the counter backwards.
+                raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")
             new = s.advanced_to(seq, skipped=skipped)
             # Keep the lease while a parked successor is ready to run next.
             if new.head in new.parked:
-                return replace(new, lease_until=s.lease_until)
+                # Renewed, not kept: a long backlog must not outlive the lease it started with.
+                return replace(new, lease_until=self._clock.now() + self.policy.lease)
             if new.parked:
                 return replace(new, gap_since=self._clock.now())
             return new

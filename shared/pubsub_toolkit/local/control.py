@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from google.api_core.exceptions import GoogleAPICallError
+
 from pubsub_toolkit.errors import ServiceStartError, ToolkitError
 from pubsub_toolkit.local.processes import process_group_alive, stop_process_group
 from pubsub_toolkit.local.stack import LocalStack, StackOptions
@@ -94,10 +96,13 @@ def up(repo: Path, options: StackOptions) -> StackState:
     if existing is not None and any(process_group_alive(s.pid) for s in existing.services):
         raise ToolkitError(
             f"the local stack is already running (state in {path}); "
-            "`pubsub-toolkit local down` stops it"
+            "`pubsub-toolkit local down` stops it (or delete that file if it is stale)"
         )
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-local-"))
-    stack = LocalStack(options, work, repo).start()
+    try:
+        stack = LocalStack(options, work, repo).start()
+    except GoogleAPICallError as exc:  # creating the topology or the queue failed
+        raise ServiceStartError(f"the stack started but could not be set up: {exc}") from exc
     state = StackState(
         project=options.project,
         work_dir=str(work),

@@ -134,6 +134,8 @@ def stop_process_group(pgid: int, *, grace: float = 10.0) -> bool:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        return False  # not ours (a stale record whose id was reused): never touch it
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         _reap(pgid)
