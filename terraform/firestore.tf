@@ -1,0 +1,51 @@
+# Firestore: the database (optional), TTL on dedup records, and the indexes the queries need.
+#
+# Collections the toolkit uses (names are the library's defaults):
+#   pubsub_toolkit_dedup          one document per (namespace, key); carries expire_at -> TTL below.
+#   pubsub_toolkit_fifo_state     one document per (consumer, group); the only query is
+#                                 `consumer == X` (FirestoreGateStore.groups). A single-field
+#                                 equality is served by Firestore's automatic single-field index:
+#                                 no composite index is needed, so none is declared.
+#   .../parked (subcollection)    read by document id (zero-padded seq): no query, no index.
+#   pubsub_toolkit_fifo_counters  read and incremented by document id: no query, no index.
+# The FIFO documents are live state (a group's last number must outlive any message), so they
+# have no expire_at and no TTL policy.
+
+resource "google_firestore_database" "this" {
+  count = var.create_firestore_database ? 1 : 0
+
+  project     = var.project_id
+  name        = var.firestore_database
+  location_id = var.firestore_location_id
+  type        = "FIRESTORE_NATIVE"
+  # Dedup markers and FIFO counters are the pipeline's memory: losing them re-runs effects.
+  delete_protection_state = "DELETE_PROTECTION_ENABLED"
+
+  depends_on = [google_project_service.this]
+
+  lifecycle {
+    precondition {
+      condition     = var.firestore_location_id != null
+      error_message = "firestore_location_id is required when create_firestore_database is true."
+    }
+  }
+}
+
+# TTL policy on expire_at. Firestore deletes expired documents up to ~24 h late, which is why
+# the library treats an expired record as absent on read.
+resource "google_firestore_field" "ttl" {
+  for_each = local.ttl_collection_groups
+
+  project    = var.project_id
+  database   = var.create_firestore_database ? google_firestore_database.this[0].name : var.firestore_database
+  collection = each.value
+  field      = "expire_at"
+
+  ttl_config {}
+
+  # An empty index_config removes the automatic single-field indexes on expire_at: nothing
+  # queries it, and an index on a monotonically increasing timestamp is a write hotspot.
+  index_config {}
+
+  depends_on = [google_project_service.this]
+}

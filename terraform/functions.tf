@@ -1,0 +1,137 @@
+# 2nd-gen Cloud Functions from the bundles `make build` writes (library copied next to main.py),
+# zipped here and uploaded to a private source bucket. Each object's name carries the bundle's
+# hash, so a code change replaces the object and redeploys the function.
+
+locals {
+  functions = merge(
+    {
+      ingress = {
+        name          = var.ingress.name
+        description   = "pubsub-toolkit ingress: validate, dedup, publish now or schedule for later."
+        entry_point   = "ingress"
+        trigger_topic = "origin"
+        account       = "ingress"
+        memory        = var.ingress.memory
+        cpu           = var.ingress.cpu
+        timeout       = var.ingress.timeout_seconds
+        min_instances = var.ingress.min_instances
+        max_instances = var.ingress.max_instances
+        concurrency   = var.ingress.concurrency
+        retry         = var.ingress.retry_on_failure
+        env           = local.ingress_env
+      }
+    },
+    var.consumer == null ? {} : {
+      consumer = {
+        name          = var.consumer.name
+        description   = "pubsub-toolkit consumer template: dedup + FIFO gate + HANDLER."
+        entry_point   = "consumer"
+        trigger_topic = "final"
+        account       = "consumer"
+        memory        = var.consumer.memory
+        cpu           = var.consumer.cpu
+        timeout       = var.consumer.timeout_seconds
+        min_instances = var.consumer.min_instances
+        max_instances = var.consumer.max_instances
+        concurrency   = var.consumer.concurrency
+        # Raising is how the template asks for redelivery (transient errors, handler failures
+        # below FIFO_MAX_ATTEMPTS), so it always runs with retries.
+        retry = true
+        env   = local.consumer_env
+      }
+    },
+  )
+}
+
+resource "google_storage_bucket" "sources" {
+  project                     = var.project_id
+  name                        = "${var.project_id}-pubsub-toolkit-sources"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = true
+  labels                      = var.labels
+
+  depends_on = [google_project_service.this]
+}
+
+data "archive_file" "function" {
+  for_each = local.functions
+
+  type        = "zip"
+  source_dir  = "${local.build_dir}/functions/${each.key}"
+  output_path = "${path.module}/.bundles/function-${each.key}.zip"
+  excludes    = ["**/__pycache__/**", "**/*.pyc"]
+}
+
+resource "google_storage_bucket_object" "function" {
+  for_each = local.functions
+
+  bucket = google_storage_bucket.sources.name
+  name   = "functions/${each.key}-${data.archive_file.function[each.key].output_md5}.zip"
+  source = data.archive_file.function[each.key].output_path
+}
+
+resource "google_cloudfunctions2_function" "this" {
+  for_each = local.functions
+
+  project     = var.project_id
+  location    = var.region
+  name        = each.value.name
+  description = each.value.description
+  labels      = var.labels
+
+  build_config {
+    runtime         = var.function_runtime
+    entry_point     = each.value.entry_point
+    service_account = google_service_account.component["build"].id
+    source {
+      storage_source {
+        bucket = google_storage_bucket.sources.name
+        object = google_storage_bucket_object.function[each.key].name
+      }
+    }
+  }
+
+  service_config {
+    available_memory                 = each.value.memory
+    available_cpu                    = each.value.cpu
+    timeout_seconds                  = each.value.timeout
+    min_instance_count               = each.value.min_instances
+    max_instance_count               = each.value.max_instances
+    max_instance_request_concurrency = each.value.concurrency
+    # Only Eventarc's push reaches a Pub/Sub-triggered function.
+    ingress_settings               = "ALLOW_INTERNAL_ONLY"
+    all_traffic_on_latest_revision = true
+    service_account_email          = google_service_account.component[each.value.account].email
+    environment_variables          = each.value.env
+  }
+
+  # Eventarc creates (and owns) the push subscription behind this trigger; see README.md for
+  # giving it a dead-letter policy, which the trigger API does not expose.
+  event_trigger {
+    trigger_region        = var.region
+    event_type            = "google.cloud.pubsub.topic.v1.messagePublished"
+    pubsub_topic          = google_pubsub_topic.this[each.value.trigger_topic].id
+    retry_policy          = each.value.retry ? "RETRY_POLICY_RETRY" : "RETRY_POLICY_DO_NOT_RETRY"
+    service_account_email = google_service_account.component["trigger"].email
+  }
+
+  depends_on = [
+    google_project_service.this,
+    google_project_iam_member.build,
+    google_storage_bucket_iam_member.build_reads_sources,
+  ]
+}
+
+# The trigger's identity may invoke exactly these functions (a 2nd-gen function is a Cloud Run
+# service, so the role is run.invoker on that service).
+resource "google_cloud_run_v2_service_iam_member" "trigger_invokes_function" {
+  for_each = google_cloudfunctions2_function.this
+
+  project  = var.project_id
+  location = var.region
+  name     = each.value.service_config[0].service
+  role     = "roles/run.invoker"
+  member   = google_service_account.component["trigger"].member
+}

@@ -1,0 +1,122 @@
+# One service account per component, each granted only what its code calls. No primitive
+# roles (owner/editor/viewer) anywhere; resource-level bindings wherever the API has them.
+#
+#   ingress        publish final + dead-letter, Firestore records, create tasks (acting as invoker)
+#   relay          publish final + dead-letter, Firestore records, create tasks for long-delay hops
+#   consumer       publish dead-letter, Firestore records and FIFO state           (optional)
+#   tasks-invoker  the identity Cloud Tasks signs OIDC tokens as; holds no roles itself: the
+#                  relay is a public App Engine URL that checks token email and audience
+#   trigger        Eventarc's identity pushing to the functions: run.invoker on them only
+#   build          Cloud Build identity for the functions' builds
+
+locals {
+  components = merge(
+    {
+      ingress = "pubsub-toolkit ingress function"
+      trigger = "pubsub-toolkit Eventarc triggers (invokes the functions)"
+      build   = "pubsub-toolkit function builds"
+    },
+    local.delay ? { relay = "pubsub-toolkit App Engine relay" } : {},
+    local.oidc ? { "tasks-invoker" = "pubsub-toolkit Cloud Tasks OIDC invoker (TASKS_SERVICE_ACCOUNT)" } : {},
+    var.consumer == null ? {} : { consumer = "pubsub-toolkit consumer function" },
+  )
+
+  # Who publishes where (component => topic keys).
+  publishers = merge(
+    { ingress = ["final", "dead_letter"] },
+    local.delay ? { relay = ["final", "dead_letter"] } : {},
+    var.consumer == null ? {} : { consumer = ["dead_letter"] },
+  )
+  publisher_bindings = merge([
+    for component, topics in local.publishers : {
+      for topic in topics : "${component}/${topic}" => { component = component, topic = topic }
+    }
+  ]...)
+
+  # Components that read and write Firestore (dedup records, FIFO state and counters).
+  firestore_users = var.dedup_backend == "firestore" ? setintersection(
+    toset(["ingress", "relay", "consumer"]), toset(keys(local.components))
+  ) : toset([])
+
+  # Components that create Cloud Tasks tasks.
+  enqueuers = local.delay ? toset(["ingress", "relay"]) : toset([])
+}
+
+resource "google_service_account" "component" {
+  for_each = local.components
+
+  project      = var.project_id
+  account_id   = "${var.service_account_prefix}${each.key}"
+  display_name = each.value
+  description  = "Managed by the pubsub-toolkit Terraform module."
+
+  depends_on = [google_project_service.this]
+}
+
+resource "google_pubsub_topic_iam_member" "publisher" {
+  for_each = local.publisher_bindings
+
+  project = var.project_id
+  topic   = google_pubsub_topic.this[each.value.topic].name
+  role    = "roles/pubsub.publisher"
+  member  = google_service_account.component[each.value.component].member
+}
+
+# Firestore has no per-collection IAM; datastore.user is the narrowest role that reads and
+# writes documents (no index or database administration).
+resource "google_project_iam_member" "firestore_user" {
+  for_each = local.firestore_users
+
+  project = var.project_id
+  role    = "roles/datastore.user"
+  member  = google_service_account.component[each.key].member
+}
+
+resource "google_cloud_tasks_queue_iam_member" "enqueuer" {
+  for_each = local.enqueuers
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_tasks_queue.delay[0].name
+  role     = "roles/cloudtasks.enqueuer"
+  member   = google_service_account.component[each.key].member
+}
+
+# Creating a task with an OIDC token for the invoker is "acting as" the invoker: the creator
+# needs iam.serviceAccountUser on that one account, never on the project.
+resource "google_service_account_iam_member" "act_as_invoker" {
+  for_each = local.oidc ? local.enqueuers : toset([])
+
+  service_account_id = google_service_account.component["tasks-invoker"].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.component[each.key].member
+}
+
+# Function builds (Cloud Build with a user-managed account): write logs, push the image to
+# Artifact Registry's gcf-artifacts repository (created by Cloud Functions, hence project
+# level), read the source bucket.
+resource "google_project_iam_member" "build" {
+  for_each = toset(["roles/logging.logWriter", "roles/artifactregistry.writer"])
+
+  project = var.project_id
+  role    = each.value
+  member  = google_service_account.component["build"].member
+}
+
+resource "google_storage_bucket_iam_member" "build_reads_sources" {
+  bucket = google_storage_bucket.sources.name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.component["build"].member
+}
+
+# App Engine fetches the relay's zip from the source bucket when it creates the version.
+resource "google_storage_bucket_iam_member" "appengine_reads_sources" {
+  for_each = local.relay_by_terraform ? {
+    relay         = google_service_account.component["relay"].member
+    service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-gae-service.iam.gserviceaccount.com"
+  } : {}
+
+  bucket = google_storage_bucket.sources.name
+  role   = "roles/storage.objectViewer"
+  member = each.value
+}

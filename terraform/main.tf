@@ -1,0 +1,104 @@
+# pubsub-toolkit: origin topic -> ingress function -> final topic (now, or later through Cloud Tasks
+# and the App Engine relay) -> consumers, with dedup records and FIFO state in Firestore.
+# Resources are split by concern: pubsub.tf firestore.tf tasks.tf functions.tf appengine.tf
+# iam.tf monitoring.tf. This file holds what they share: names, the rendered environment, APIs.
+
+locals {
+  build_dir = coalesce(var.build_dir, "${path.module}/../build")
+
+  topics = {
+    origin      = var.topics.origin
+    final       = var.topics.final
+    dead_letter = var.topics.dead_letter
+  }
+
+  delay = var.enable_delayed_delivery
+  # OIDC only when tasks call the relay over HTTP; App Engine routing uses the queue header.
+  oidc = local.delay && var.tasks_target == "http"
+
+  app_engine_hostname = one(google_app_engine_application.app[*].default_hostname)
+  relay_host = local.app_engine_hostname == null ? null : (
+    var.relay.service == "default"
+    ? local.app_engine_hostname
+    : "${var.relay.service}-dot-${local.app_engine_hostname}"
+  )
+  relay_url = var.relay_url != null ? trimsuffix(var.relay_url, "/") : (
+    local.relay_host != null ? "https://${local.relay_host}" : null
+  )
+
+  # Built from its parts rather than the queue's id so the value is known (and testable) at plan.
+  tasks_queue_path = local.delay ? "projects/${var.project_id}/locations/${var.region}/queues/${google_cloud_tasks_queue.delay[0].name}" : null
+
+  ttl_collection_groups = merge({ dedup = var.dedup_collection }, var.extra_ttl_collection_groups)
+
+  # The README's Configuration table, rendered. Topic names are short; Settings.from_env expands
+  # them with GOOGLE_CLOUD_PROJECT.
+  common_env = merge(
+    {
+      GOOGLE_CLOUD_PROJECT = var.project_id
+      FINAL_TOPIC          = google_pubsub_topic.this["final"].name
+      DEAD_LETTER_TOPIC    = google_pubsub_topic.this["dead_letter"].name
+      DEDUP_BACKEND        = var.dedup_backend
+      DEDUP_TTL_SECONDS    = tostring(var.dedup_ttl_seconds)
+      DEDUP_COLLECTION     = var.dedup_collection
+      FIRESTORE_DATABASE   = var.firestore_database
+    },
+    var.dedup_backend == "redis" ? { REDIS_URL = var.redis_url } : {},
+  )
+
+  delay_env = !local.delay ? {} : local.oidc ? {
+    TASKS_QUEUE           = local.tasks_queue_path
+    TASKS_TARGET          = "http"
+    RELAY_URL             = local.relay_url
+    RELAY_AUDIENCE        = local.relay_url
+    RELAY_AUTH            = "oidc"
+    TASKS_SERVICE_ACCOUNT = google_service_account.component["tasks-invoker"].email
+    } : {
+    TASKS_QUEUE   = local.tasks_queue_path
+    TASKS_TARGET  = "appengine"
+    RELAY_SERVICE = var.relay.service
+    RELAY_AUTH    = "appengine"
+  }
+
+  ingress_env = merge(local.common_env, local.delay_env, {
+    PUBLISH_TIMEOUT_SECONDS = tostring(var.ingress.publish_timeout)
+    DEDUP_LEASE_SECONDS     = tostring(var.ingress.lease_seconds)
+  }, var.ingress.extra_env)
+
+  relay_env = merge(local.common_env, local.delay_env)
+
+  consumer_env = var.consumer == null ? {} : merge(local.common_env, {
+    CONSUMER_ID = var.consumer.consumer_id
+    HANDLER     = var.consumer.handler
+  }, var.consumer.extra_env)
+
+  apis = toset(concat(
+    [
+      "artifactregistry.googleapis.com",
+      "cloudbuild.googleapis.com",
+      "cloudfunctions.googleapis.com",
+      "eventarc.googleapis.com",
+      "firestore.googleapis.com",
+      "iam.googleapis.com",
+      "logging.googleapis.com",
+      "monitoring.googleapis.com",
+      "pubsub.googleapis.com",
+      "run.googleapis.com",
+      "storage.googleapis.com",
+    ],
+    local.delay ? ["appengine.googleapis.com", "cloudtasks.googleapis.com"] : [],
+  ))
+}
+
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+resource "google_project_service" "this" {
+  for_each = var.enable_apis ? local.apis : toset([])
+
+  project = var.project_id
+  service = each.value
+  # Other workloads in the project may use the same APIs: never switch them off on destroy.
+  disable_on_destroy = false
+}

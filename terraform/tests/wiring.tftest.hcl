@@ -1,0 +1,329 @@
+# Wiring tests: `terraform test` with mocked providers (no credentials, no network). They check
+# what connects to what - the values the deployed code depends on - not Google's API behaviour.
+
+mock_provider "google" {
+  mock_data "google_project" {
+    defaults = {
+      number = "123456789012"
+    }
+  }
+  mock_resource "google_app_engine_application" {
+    defaults = {
+      default_hostname = "test-project.ew.r.appspot.com"
+    }
+  }
+}
+
+mock_provider "archive" {
+  mock_data "archive_file" {
+    defaults = {
+      output_md5  = "0123456789abcdef0123456789abcdef"
+      output_path = "/nonexistent/bundle.zip"
+    }
+  }
+}
+
+variables {
+  project_id             = "test-project"
+  region                 = "europe-west1"
+  app_engine_location_id = "europe-west"
+  build_dir              = "/nonexistent/build"
+}
+
+run "ingress_is_triggered_by_origin_and_retries" {
+  command = apply
+
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].event_trigger[0].pubsub_topic == google_pubsub_topic.this["origin"].id
+    error_message = "ingress must be triggered by the origin topic."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].event_trigger[0].event_type == "google.cloud.pubsub.topic.v1.messagePublished"
+    error_message = "ingress must use the Pub/Sub messagePublished event."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].event_trigger[0].retry_policy == "RETRY_POLICY_RETRY"
+    error_message = "ingress must retry on failure (a raised transient error is redelivered)."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].build_config[0].entry_point == "ingress"
+    error_message = "ingress entry point must be the function in functions/ingress/main.py."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].build_config[0].source[0].storage_source[0].object == google_storage_bucket_object.function["ingress"].name
+    error_message = "ingress must deploy the uploaded bundle."
+  }
+  assert {
+    condition = (
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["FINAL_TOPIC"] == "final" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["DEAD_LETTER_TOPIC"] == "dead-letter" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["GOOGLE_CLOUD_PROJECT"] == "test-project"
+    )
+    error_message = "ingress environment must name the project, final and dead-letter topics."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].service_config[0].service_account_email == google_service_account.component["ingress"].email
+    error_message = "ingress must run as its own service account."
+  }
+  assert {
+    condition     = google_cloud_run_v2_service_iam_member.trigger_invokes_function["ingress"].member == google_service_account.component["trigger"].member
+    error_message = "the trigger's account must be allowed to invoke ingress."
+  }
+  assert {
+    condition     = !contains(keys(google_cloudfunctions2_function.this), "consumer")
+    error_message = "the consumer function is optional and off by default."
+  }
+}
+
+run "every_subscription_has_a_dead_letter_policy" {
+  command = apply
+
+  variables {
+    subscriptions = {
+      "final-sub"    = { topic = "final", enable_message_ordering = true }
+      "billing"      = { topic = "final", max_delivery_attempts = 20 }
+      "origin-audit" = { topic = "origin" }
+    }
+  }
+
+  assert {
+    condition = alltrue([
+      for s in google_pubsub_subscription.this :
+      length(s.dead_letter_policy) == 1 && s.dead_letter_policy[0].dead_letter_topic == google_pubsub_topic.this["dead_letter"].id
+    ])
+    error_message = "every subscription must dead-letter to the dead-letter topic."
+  }
+  assert {
+    condition     = alltrue([for s in google_pubsub_subscription.this : length(s.retry_policy) == 1])
+    error_message = "every subscription must have a retry policy."
+  }
+  assert {
+    condition     = length(google_pubsub_subscription.dead_letter.retry_policy) == 1 && google_pubsub_subscription.dead_letter.topic == google_pubsub_topic.this["dead_letter"].id
+    error_message = "the terminal dead-letter subscription reads the dead-letter topic and has a retry policy."
+  }
+  assert {
+    condition     = google_pubsub_subscription.this["final-sub"].enable_message_ordering && google_pubsub_subscription.this["final-sub"].topic == google_pubsub_topic.this["final"].id
+    error_message = "the final subscription must enable message ordering."
+  }
+  assert {
+    condition = alltrue([
+      for k, s in google_pubsub_subscription.this :
+      google_pubsub_subscription_iam_member.service_agent_subscriber[k].member == "serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com" &&
+      google_pubsub_subscription_iam_member.service_agent_subscriber[k].role == "roles/pubsub.subscriber"
+    ])
+    error_message = "Pub/Sub's service agent must be able to subscribe to every source subscription."
+  }
+  assert {
+    condition = (
+      google_pubsub_topic_iam_member.service_agent_dead_letter_publisher.topic == google_pubsub_topic.this["dead_letter"].name &&
+      google_pubsub_topic_iam_member.service_agent_dead_letter_publisher.role == "roles/pubsub.publisher"
+    )
+    error_message = "Pub/Sub's service agent must be able to publish to the dead-letter topic."
+  }
+  assert {
+    condition     = alltrue([for t in google_pubsub_topic.this : t.message_retention_duration == "604800s"])
+    error_message = "every topic retains messages."
+  }
+}
+
+run "oidc_audience_is_the_relay_url" {
+  command = apply
+
+  assert {
+    condition     = google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience == "https://test-project.ew.r.appspot.com"
+    error_message = "the queue's OIDC audience must be the relay's URL."
+  }
+  assert {
+    condition     = google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].service_account_email == google_service_account.component["tasks-invoker"].email
+    error_message = "tasks must sign their OIDC tokens as the invoker account."
+  }
+  assert {
+    condition = (
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_URL"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_TARGET"] == "http" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_QUEUE"] == "projects/test-project/locations/europe-west1/queues/pubsub-toolkit-delay"
+    )
+    error_message = "ingress must create HTTP tasks on the queue, for the relay's URL, signed as the invoker."
+  }
+  assert {
+    condition = (
+      google_app_engine_standard_app_version.relay[0].env_variables["RELAY_AUDIENCE"] == "https://test-project.ew.r.appspot.com" &&
+      google_app_engine_standard_app_version.relay[0].env_variables["TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
+      google_app_engine_standard_app_version.relay[0].env_variables["RELAY_AUTH"] == "oidc"
+    )
+    error_message = "the relay must accept exactly the invoker's tokens for its own URL."
+  }
+  assert {
+    condition     = google_app_engine_standard_app_version.relay[0].service_account == google_service_account.component["relay"].email
+    error_message = "the relay must run as its own service account."
+  }
+  assert {
+    condition     = google_app_engine_service_split_traffic.relay[0].split[0].allocations[google_app_engine_standard_app_version.relay[0].version_id] == "1"
+    error_message = "the new relay version must receive all traffic."
+  }
+  assert {
+    condition = (
+      toset(keys(google_service_account_iam_member.act_as_invoker)) == toset(["ingress", "relay"]) &&
+      alltrue([for m in google_service_account_iam_member.act_as_invoker : m.service_account_id == google_service_account.component["tasks-invoker"].name && m.role == "roles/iam.serviceAccountUser"])
+    )
+    error_message = "serviceAccountUser only for the task creators, only on the invoker account."
+  }
+  assert {
+    condition     = toset(keys(google_cloud_tasks_queue_iam_member.enqueuer)) == toset(["ingress", "relay"])
+    error_message = "only ingress and the relay (long-delay hops) create tasks."
+  }
+}
+
+run "explicit_relay_url_without_creating_app_engine" {
+  command = apply
+
+  variables {
+    create_app_engine_application = false
+    relay_url                     = "https://relay.example.com/"
+  }
+
+  assert {
+    condition     = google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience == "https://relay.example.com"
+    error_message = "the audience is the given relay URL without its trailing slash."
+  }
+  assert {
+    condition     = length(google_app_engine_application.app) == 0
+    error_message = "no App Engine application is created when told not to."
+  }
+}
+
+run "http_target_needs_a_relay_url" {
+  command = plan
+
+  variables {
+    create_app_engine_application = false
+  }
+
+  expect_failures = [google_cloud_tasks_queue.delay]
+}
+
+run "app_engine_target_uses_routing_not_oidc" {
+  command = apply
+
+  variables {
+    tasks_target = "appengine"
+  }
+
+  assert {
+    condition     = length(google_cloud_tasks_queue.delay[0].http_target) == 0 && google_cloud_tasks_queue.delay[0].app_engine_routing_override[0].service == "default"
+    error_message = "App Engine targets route to the relay's service without OIDC."
+  }
+  assert {
+    condition     = !contains(keys(google_service_account.component), "tasks-invoker") && length(google_service_account_iam_member.act_as_invoker) == 0
+    error_message = "no invoker account, and nobody acts as one, without OIDC."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_AUTH"] == "appengine"
+    error_message = "the relay must trust the App Engine queue header."
+  }
+}
+
+run "dedup_records_have_a_ttl_on_expire_at" {
+  command = apply
+
+  assert {
+    condition = (
+      google_firestore_field.ttl["dedup"].collection == "pubsub_toolkit_dedup" &&
+      google_firestore_field.ttl["dedup"].field == "expire_at" &&
+      length(google_firestore_field.ttl["dedup"].ttl_config) == 1
+    )
+    error_message = "the dedup collection group needs a TTL policy on expire_at."
+  }
+  assert {
+    condition     = google_firestore_field.ttl["dedup"].database == "(default)"
+    error_message = "the TTL policy belongs to FIRESTORE_DATABASE."
+  }
+  assert {
+    condition     = toset(keys(google_project_iam_member.firestore_user)) == toset(["ingress", "relay"])
+    error_message = "only the components that read and write records use Firestore."
+  }
+}
+
+run "no_primitive_roles" {
+  command = apply
+
+  variables {
+    consumer = { consumer_id = "billing", handler = "example_handler:handle" }
+  }
+
+  assert {
+    condition = alltrue([
+      for m in concat(values(google_project_iam_member.firestore_user), values(google_project_iam_member.build)) :
+      !contains(["roles/owner", "roles/editor", "roles/viewer"], m.role)
+    ])
+    error_message = "no primitive roles."
+  }
+  assert {
+    condition     = google_cloudfunctions2_function.this["consumer"].event_trigger[0].pubsub_topic == google_pubsub_topic.this["final"].id
+    error_message = "the consumer function reads the final topic."
+  }
+  assert {
+    condition = (
+      google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables["CONSUMER_ID"] == "billing" &&
+      google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables["HANDLER"] == "example_handler:handle"
+    )
+    error_message = "the consumer function needs CONSUMER_ID and HANDLER."
+  }
+  assert {
+    condition     = toset(keys(google_pubsub_topic_iam_member.publisher)) == toset(["ingress/final", "ingress/dead_letter", "relay/final", "relay/dead_letter", "consumer/dead_letter"])
+    error_message = "publishers are exactly ingress and relay (final, dead-letter) and the consumer (dead-letter)."
+  }
+}
+
+run "delays_off" {
+  command = apply
+
+  variables {
+    enable_delayed_delivery = false
+  }
+
+  assert {
+    condition     = length(google_cloud_tasks_queue.delay) == 0 && length(google_app_engine_standard_app_version.relay) == 0
+    error_message = "no queue and no relay when delayed delivery is off."
+  }
+  assert {
+    condition     = !contains(keys(google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables), "TASKS_QUEUE")
+    error_message = "TASKS_QUEUE stays unset, so ingress dead-letters due-later messages instead of delivering them early."
+  }
+}
+
+run "ttl_shorter_than_redelivery_window_is_refused" {
+  command = plan
+
+  variables {
+    dedup_ttl_seconds = 3600
+  }
+
+  expect_failures = [var.dedup_ttl_seconds]
+}
+
+run "log_metrics_and_alerts" {
+  command = apply
+
+  assert {
+    condition     = strcontains(google_logging_metric.this["fingerprint_mismatch"].filter, "jsonPayload.alert=\"fingerprint_mismatch\"")
+    error_message = "the mismatch metric counts the alert=fingerprint_mismatch log lines."
+  }
+  assert {
+    condition     = strcontains(google_logging_metric.this["fifo_gap_timeout"].filter, "jsonPayload.outcome=\"gap_timeout\"")
+    error_message = "the gap metric counts outcome=gap_timeout log lines."
+  }
+  assert {
+    condition     = strcontains(google_logging_metric.this["dead_lettered"].filter, "jsonPayload.outcome=\"dead_lettered\"")
+    error_message = "the dead-letter metric counts outcome=dead_lettered log lines."
+  }
+  assert {
+    condition     = alltrue([for k, p in google_monitoring_alert_policy.log_metric : strcontains(p.conditions[0].condition_threshold[0].filter, google_logging_metric.this[k].name)])
+    error_message = "each alert policy watches its own log-based metric."
+  }
+  assert {
+    condition     = strcontains(google_monitoring_alert_policy.dead_letter_backlog.conditions[0].condition_threshold[0].filter, "subscription_id=\"dead-letter-sub\"")
+    error_message = "the backlog alert watches the dead-letter subscription."
+  }
+}
