@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build bench clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -69,6 +69,9 @@ build: ## deployable bundles in build/: each function and the relay with the lib
 	done
 	find build -name __pycache__ -prune -exec rm -rf {} +
 	@find build -maxdepth 2 -mindepth 2 -type d | sed 's/^/built /'
+
+tf-check: ## Terraform fmt, validate and tests (offline providers when the registry is out of reach)
+	scripts/tf-check
 
 bench: install ## benchmarks (each starts its own servers); JSON results in bench/results/
 	$(PY) -m bench.dedup
