@@ -37,3 +37,18 @@ def fail_closed(operation: Callable[[], T]) -> T:
         return operation()
     except UNAVAILABLE as exc:
         raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc
+
+
+def run_transaction(operation: Callable[[], T]) -> T:
+    """Run a ``@firestore.transactional`` call, failing closed.
+
+    The client reports "failed to commit in N attempts" as a ValueError caused by Aborted:
+    that is contention, so it becomes StoreUnavailableError (deliver again later). Any other
+    ValueError is the handler's own and is raised as it is.
+    """
+    try:
+        return fail_closed(operation)
+    except ValueError as exc:
+        if not isinstance(exc.__cause__, gexc.Aborted):
+            raise
+        raise StoreUnavailableError(f"transaction kept aborting: {exc}") from exc

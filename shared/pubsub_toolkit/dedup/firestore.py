@@ -82,7 +82,7 @@ class FirestoreDedupStore:
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
     ) -> Claim:
-        return _call(lambda: self._claim(namespace, key, fingerprint, lease, ttl))
+        return fail_closed(lambda: self._claim(namespace, key, fingerprint, lease, ttl))
 
     def _claim(
         self, namespace: str, key: str, fingerprint: str, lease: timedelta, ttl: timedelta
@@ -126,7 +126,7 @@ class FirestoreDedupStore:
         if claim.record is None:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         done = rules.done_record(claim.record, result, now=self._clock.now(), ttl=ttl)
-        _call(lambda: self._replace_if_token(namespace, key, claim, to_document(done)))
+        fail_closed(lambda: self._replace_if_token(namespace, key, claim, to_document(done)))
 
     def release(self, namespace: str, key: str, claim: Claim) -> None:
         if claim.record is None:
@@ -134,7 +134,9 @@ class FirestoreDedupStore:
         released = rules.released_record(claim.record, now=self._clock.now())
         # A StaleClaimError means someone else holds the key now: nothing of ours to release.
         with contextlib.suppress(StaleClaimError):
-            _call(lambda: self._replace_if_token(namespace, key, claim, to_document(released)))
+            fail_closed(
+                lambda: self._replace_if_token(namespace, key, claim, to_document(released))
+            )
 
     def _replace_if_token(
         self, namespace: str, key: str, claim: Claim, document: dict[str, Any]
@@ -175,12 +177,8 @@ class FirestoreDedupStore:
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         ref = self._collection.document(document_id(namespace, key))
-        snapshot = _call(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
         if not snapshot.exists:
             return None
         record = from_document(snapshot.to_dict() or {})
         return None if record.is_expired(self._clock.now()) else record
-
-
-# Fail closed: without the store we cannot know whether this is a duplicate.
-_call = fail_closed

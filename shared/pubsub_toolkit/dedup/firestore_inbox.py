@@ -30,8 +30,8 @@ from pubsub_toolkit.dedup.firestore import (
 )
 from pubsub_toolkit.dedup.idempotent import Outcome, ProcessResult
 from pubsub_toolkit.dedup.store import ClaimStatus
-from pubsub_toolkit.errors import ClaimInProgressError, StoreUnavailableError
-from pubsub_toolkit.firestore_calls import fail_closed
+from pubsub_toolkit.errors import ClaimInProgressError
+from pubsub_toolkit.firestore_calls import fail_closed, run_transaction
 from pubsub_toolkit.observability import DecisionLog
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class TransactionalInbox:
     def _on_existing(
         self, ref: Any, key: str, fingerprint: str, handler: TransactionalHandler
     ) -> ProcessResult:
-        snapshot = _unavailable_is_transient(ref.get)
+        snapshot = fail_closed(ref.get)
         existing = from_document(snapshot.to_dict() or {}) if snapshot.exists else None
         now = self._clock.now()
         status = rules.evaluate_claim(existing, fingerprint, now)
@@ -127,14 +127,7 @@ class TransactionalInbox:
             return result
 
         transaction = self._client.transaction(max_attempts=self._max_attempts)
-        try:
-            result: str | None = _unavailable_is_transient(lambda: run(transaction))
-        except ValueError as exc:
-            # The client reports "failed to commit in N attempts" as a ValueError caused by
-            # Aborted; any other ValueError (the handler's own) is the caller's to see.
-            if not isinstance(exc.__cause__, gexc.Aborted):
-                raise
-            raise StoreUnavailableError(f"transaction kept aborting: {exc}") from exc
+        result: str | None = run_transaction(lambda: run(transaction))
         return result
 
     def _marker(
@@ -159,6 +152,3 @@ class TransactionalInbox:
             self.log.decision(Outcome.DUPLICATE, "duplicate delivery skipped", dedup_key=key)
         else:
             self.log.decision(Outcome.PROCESSED, "processed in one transaction", dedup_key=key)
-
-
-_unavailable_is_transient = fail_closed

@@ -21,7 +21,8 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import codec, rules
 from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord
-from pubsub_toolkit.errors import MissingDependencyError, StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.redis_calls import fail_closed, import_redis
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -43,16 +44,6 @@ return 1
 """
 
 
-def _import_redis() -> Any:
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError(
-            "the Redis dedup store needs redis-py: pip install 'pubsub-toolkit[redis]'"
-        ) from exc
-    return redis
-
-
 class RedisDedupStore:
     """Dedup records as JSON strings under ``{prefix}{namespace}:{key}``."""
 
@@ -63,7 +54,7 @@ class RedisDedupStore:
         prefix: str = "pubsub_toolkit:dedup:",
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._redis_module = _import_redis()
+        self._redis_module = import_redis("the Redis dedup store")
         self._client = client
         self._prefix = prefix
         self._clock = clock
@@ -74,7 +65,7 @@ class RedisDedupStore:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
         """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
-        redis = _import_redis()
+        redis = import_redis("the Redis dedup store")
         client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         return cls(client, **kwargs)
 
@@ -200,11 +191,8 @@ class RedisDedupStore:
         return f"{self._prefix}{len(namespace)}:{namespace}:{key}"
 
     def _call(self, operation: Callable[[], T]) -> T:
-        try:
-            return operation()
-        except (self._redis_module.ConnectionError, self._redis_module.TimeoutError) as exc:
-            # Fail closed: without the store we cannot know whether this is a duplicate.
-            raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+        # Fail closed: without the store we cannot know whether this is a duplicate.
+        return fail_closed(self._redis_module, operation)
 
 
 def _ms(until: datetime, now: datetime) -> int:

@@ -51,7 +51,6 @@ LAST_FIELD = "last"
 GROUP_FIELD = "group"  # the plain group name, for operators (the id is a hash)
 _TIMEOUT = TIMEOUT
 # A retried commit whose first attempt was applied leaves a gap, never a duplicate.
-_bounded_retry = bounded_retry
 
 
 def document_id(group: str) -> str:
@@ -72,12 +71,12 @@ class FirestoreSequenceCounter:
         self._client = client
         self._collection = client.collection(collection)
         self._timeout = timeout
-        self._retry = _bounded_retry(timeout)
+        self._retry = bounded_retry(timeout)
         self._coalescer = Coalescer(self._flush)
 
     def reserve(self, group: str, count: int = 1) -> SequenceBlock:
         check_reservation(group, count)
-        block: SequenceBlock = _call(
+        block: SequenceBlock = fail_closed(
             lambda: self._coalescer.run(lambda requests: requests.append((group, count)))
         )
         return block
@@ -146,13 +145,13 @@ class FirestoreTransactionCounter:
             transaction.set(ref, {GROUP_FIELD: group, LAST_FIELD: last})
             return last
 
-        last = _call(lambda: take(self._client.transaction(max_attempts=self._max_attempts)))
+        last = fail_closed(lambda: take(self._client.transaction(max_attempts=self._max_attempts)))
         return SequenceBlock.ending_at(group, last, count)
 
     def current(self, group: str) -> int:
         check_group(group)
         ref = self._collection.document(document_id(group))
-        return _read_last(ref, retry=_bounded_retry(self._timeout), timeout=self._timeout)
+        return _read_last(ref, retry=bounded_retry(self._timeout), timeout=self._timeout)
 
 
 def _incremented_value(result: WriteResult) -> int:
@@ -165,9 +164,5 @@ def _incremented_value(result: WriteResult) -> int:
 
 
 def _read_last(ref: Any, *, retry: retries.Retry, timeout: float) -> int:
-    snapshot = _call(lambda: ref.get(retry=retry, timeout=timeout))
+    snapshot = fail_closed(lambda: ref.get(retry=retry, timeout=timeout))
     return int((snapshot.to_dict() or {}).get(LAST_FIELD, 0)) if snapshot.exists else 0
-
-
-# Fail closed: a guessed number could repeat one already published.
-_call = fail_closed

@@ -37,9 +37,9 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
-from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed
+from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed, run_transaction
 from pubsub_toolkit.message import Message
 
 DEFAULT_COLLECTION = "pubsub_toolkit_fifo_state"
@@ -181,14 +181,8 @@ class FirestoreFifoStore:
             )
             return new
 
-        try:
-            result: GroupState = fail_closed(lambda: run(self._client.transaction()))
-        except ValueError as exc:
-            # "Failed to commit in N attempts" is a ValueError caused by Aborted; any other
-            # ValueError is the handler's own and goes back to the gate as a handler failure.
-            if not isinstance(exc.__cause__, gexc.Aborted):
-                raise
-            raise StoreUnavailableError(f"transaction kept aborting: {exc}") from exc
+        # A ValueError of the handler goes back to the gate as a handler failure.
+        result: GroupState = run_transaction(lambda: run(self._client.transaction()))
         return result
 
     def _written_by(self, ref: Any, write_id: str) -> bool:

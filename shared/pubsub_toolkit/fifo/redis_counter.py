@@ -24,11 +24,11 @@ the Firestore counter. A reserved but unpublished number is a gap, detectable as
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
-from pubsub_toolkit.errors import MissingDependencyError, StoreUnavailableError
 from pubsub_toolkit.fifo.counter import SequenceBlock, check_group, check_reservation
+from pubsub_toolkit.redis_calls import fail_closed, import_redis
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -38,21 +38,11 @@ T = TypeVar("T")
 DEFAULT_PREFIX = "pubsub_toolkit:fifo:"
 
 
-def _import_redis() -> Any:
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError(
-            "the Redis sequence counter needs redis-py: pip install 'pubsub-toolkit[redis]'"
-        ) from exc
-    return redis
-
-
 class RedisSequenceCounter:
     """Per-group counters as Redis integers under ``{prefix}{group}``."""
 
     def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
-        self._redis_module = _import_redis()
+        self._redis_module = import_redis("the Redis sequence counter")
         self._client = client
         self._prefix = prefix
         self._coalescer = Coalescer(self._flush)
@@ -60,7 +50,7 @@ class RedisSequenceCounter:
     @classmethod
     def from_url(cls, url: str, *, prefix: str = DEFAULT_PREFIX) -> RedisSequenceCounter:
         """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
-        redis = _import_redis()
+        redis = import_redis("the Redis sequence counter")
         client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         return cls(client, prefix=prefix)
 
@@ -92,8 +82,5 @@ class RedisSequenceCounter:
         return f"{self._prefix}{group}"
 
     def _call(self, operation: Callable[[], T]) -> T:
-        try:
-            return operation()
-        except (self._redis_module.ConnectionError, self._redis_module.TimeoutError) as exc:
-            # Fail closed: a guessed number could repeat one already published.
-            raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+        # Fail closed: a guessed number could repeat one already published.
+        return fail_closed(self._redis_module, operation)

@@ -29,9 +29,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pubsub_toolkit.errors import MissingDependencyError, StoreUnavailableError
 from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.redis_calls import fail_closed, import_redis
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -59,21 +59,11 @@ return 1
 """
 
 
-def _import_redis() -> Any:
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError(
-            "the Redis FIFO gate store needs redis-py: pip install 'pubsub-toolkit[redis]'"
-        ) from exc
-    return redis
-
-
 class RedisFifoStore:
     """Gate state and parked messages per ``(consumer, group)`` in Redis hashes."""
 
     def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
-        self._redis_module = _import_redis()
+        self._redis_module = import_redis("the Redis FIFO gate store")
         self._client = client
         self._prefix = prefix
         # register_script runs EVALSHA and loads the script itself after a NOSCRIPT answer
@@ -83,7 +73,7 @@ class RedisFifoStore:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisFifoStore:
         """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
-        redis = _import_redis()
+        redis = import_redis("the Redis FIFO gate store")
         client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         return cls(client, **kwargs)
 
@@ -135,8 +125,5 @@ class RedisFifoStore:
         return f"{self._prefix}g:{len(consumer)}:{consumer}"
 
     def _call(self, operation: Callable[[], T]) -> T:
-        try:
-            return operation()
-        except (self._redis_module.ConnectionError, self._redis_module.TimeoutError) as exc:
-            # Fail closed: without the store the gate cannot know the group's position.
-            raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+        # Fail closed: without the store the gate cannot know the group's position.
+        return fail_closed(self._redis_module, operation)
