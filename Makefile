@@ -10,9 +10,12 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
 
-system-deps: ## install what the machine lacks (redis-server; checks Java and the emulators)
-	@command -v redis-server >/dev/null || { echo "installing redis-server"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
+system-deps: ## install what the machine lacks (redis-server, chromium; checks Java and the emulators)
+	@missing=""; \
+	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
 	@command -v java >/dev/null || { echo "Java 17 is required by the emulators: apt-get install openjdk-17-jre-headless"; exit 1; }
 	@test -x /usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator || \
 	  { echo "missing Pub/Sub emulator: apt-get install google-cloud-cli-pubsub-emulator"; exit 1; }
