@@ -4,16 +4,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
+TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check bench clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
 
-system-deps: ## install what the machine lacks (redis-server, chromium; checks Java and the emulators)
+system-deps: ## install what the machine lacks (redis-server, chromium, shellcheck; checks Java and the emulators)
 	@missing=""; \
 	  command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null; fi
 	@command -v java >/dev/null || { echo "Java 17 is required by the emulators: apt-get install openjdk-17-jre-headless"; exit 1; }
@@ -63,15 +65,13 @@ format: install ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 build: ## deployable bundles in build/: each function and the relay with the library beside main.py
-	rm -rf build
-	for dir in functions/*/ appengine/*/; do \
-	  out=build/$${dir%/}; mkdir -p $$out; \
-	  cp $$dir/*.py $$dir/requirements.txt $$out/; \
-	  if [ -f $$dir/app.yaml ]; then cp $$dir/app.yaml $$out/; fi; \
-	  cp -r shared/pubsub_toolkit $$out/; \
-	done
-	find build -name __pycache__ -prune -exec rm -rf {} +
-	@find build -maxdepth 2 -mindepth 2 -type d | sed 's/^/built /'
+	scripts/build-bundles
+
+deploy: install ## deploy with Terraform (TFVARS=path, default deploy/terraform.tfvars), then the Eventarc dead-letter step
+	TFVARS=$(TFVARS) scripts/deploy-terraform
+
+deploy-gcloud: ## deploy with plain gcloud (PROJECT_ID=... REGION=...; DRY_RUN=1 prints the commands)
+	scripts/deploy-gcloud
 
 tf-check: ## Terraform fmt, validate and tests (offline providers when the registry is out of reach)
 	scripts/tf-check

@@ -1,0 +1,21 @@
+# The deploy root `make deploy` (scripts/deploy-terraform) applies: the module in ../../terraform
+# with the bundles from ../../build, configured by deploy/terraform.tfvars (see the .example).
+# State stays local (terraform.tfstate here) unless you add a backend block: for a team, use a
+# GCS backend (`terraform { backend "gcs" { bucket = "..." } }`) in a file next to this one.
+
+module "pubsub_toolkit" {
+  source = "../../terraform"
+
+  project_id                    = var.project_id
+  region                        = var.region
+  app_engine_location_id        = var.app_engine_location_id
+  create_app_engine_application = var.create_app_engine_application
+  relay_url                     = var.relay_url
+  create_firestore_database     = var.create_firestore_database
+  firestore_location_id         = var.firestore_location_id
+  enable_delayed_delivery       = var.enable_delayed_delivery
+  consumer                      = var.consumer
+  notification_channels         = var.notification_channels
+  labels                        = var.labels
+  build_dir                     = coalesce(var.build_dir, "${path.module}/../../build")
+}

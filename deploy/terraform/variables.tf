@@ -1,0 +1,83 @@
+variable "project_id" {
+  type        = string
+  description = "Project to deploy into."
+}
+
+variable "region" {
+  type        = string
+  description = "Region of the functions, the Cloud Tasks queue and the source bucket (e.g. europe-west1)."
+}
+
+variable "app_engine_location_id" {
+  type        = string
+  description = "App Engine location of the relay, permanent for the project (europe-west1 is spelled europe-west, us-central1 us-central)."
+  default     = null
+}
+
+variable "create_app_engine_application" {
+  type        = bool
+  description = "Create the project's App Engine application; false when it already has one (then set relay_url)."
+  default     = true
+}
+
+variable "relay_url" {
+  type        = string
+  description = "The relay's URL when the App Engine application is not created here (https://PROJECT.REGION_ID.r.appspot.com)."
+  default     = null
+}
+
+variable "create_firestore_database" {
+  type        = bool
+  description = "Create the Firestore (native) database; false to use the project's existing (default)."
+  default     = false
+}
+
+variable "firestore_location_id" {
+  type        = string
+  description = "Location of the Firestore database when created here (e.g. eur3, nam5)."
+  default     = null
+}
+
+variable "enable_delayed_delivery" {
+  type        = bool
+  description = "Deploy the Cloud Tasks queue and the App Engine relay."
+  default     = true
+}
+
+variable "consumer" {
+  type = object({
+    consumer_id = string
+    handler     = string
+  })
+  description = "Deploy functions/consumer on the final topic with this CONSUMER_ID and HANDLER (module:function); null: not deployed."
+  default     = null
+}
+
+variable "notification_channels" {
+  type        = list(string)
+  description = "Monitoring notification channel ids the alert policies notify."
+  default     = []
+}
+
+variable "labels" {
+  type        = map(string)
+  description = "Labels on every resource that takes them."
+  default     = {}
+}
+
+variable "eventarc_max_delivery_attempts" {
+  type        = number
+  description = "Dead-letter policy that scripts/deploy-terraform sets on the Eventarc subscriptions behind the functions (Terraform cannot)."
+  default     = 10
+
+  validation {
+    condition     = var.eventarc_max_delivery_attempts >= 5 && var.eventarc_max_delivery_attempts <= 100
+    error_message = "eventarc_max_delivery_attempts must be between 5 and 100 (Pub/Sub's limits)."
+  }
+}
+
+variable "build_dir" {
+  type        = string
+  description = "Where scripts/build-bundles wrote the bundles; null: the repository's build/."
+  default     = null
+}

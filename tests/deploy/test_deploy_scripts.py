@@ -1,0 +1,278 @@
+"""The deploy scripts, checked where no cloud is reachable: dry-runs compared with terraform/.
+
+scripts/deploy-gcloud --dry-run prints every gcloud command; the expected topology (topics,
+subscriptions, roles, APIs) is read from the Terraform module, so the two paths cannot drift
+apart silently. scripts/deploy-terraform --dry-run stops before init/apply. Both must name a
+missing setting in one line, and pass `bash -n` and shellcheck.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import hcl2
+import pytest
+
+from pubsub_toolkit.config import Settings
+from tests.conftest import repo_root
+from tests.deploy.sdk import load_app_yaml
+
+ROOT = repo_root()
+TF = ROOT / "terraform"
+SCRIPTS = ["scripts/deploy-gcloud", "scripts/deploy-terraform", "scripts/build-bundles"]
+PRIMITIVE_ROLES = {"roles/owner", "roles/editor", "roles/viewer"}
+
+
+def run_script(script: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(
+        [str(ROOT / script), *args],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def commands(stdout: str) -> list[list[str]]:
+    """The printed commands (lines "+ cmd ..."), split as the shell would."""
+    return [shlex.split(line[2:]) for line in stdout.splitlines() if line.startswith("+ ")]
+
+
+def flag(cmd: list[str], name: str) -> str | None:
+    prefix = f"--{name}="
+    return next((a[len(prefix) :] for a in cmd if a.startswith(prefix)), None)
+
+
+def gcloud(cmds: list[list[str]], *words: str) -> list[list[str]]:
+    return [c for c in cmds if c[: len(words) + 1] == ["gcloud", *words]]
+
+
+# --- what the Terraform module creates -------------------------------------------------------
+
+
+def tf_text() -> str:
+    return "\n".join(p.read_text() for p in sorted(TF.glob("*.tf")))
+
+
+def tf_topics() -> set[str]:
+    block = re.search(r'variable "topics" \{.*?\n\}', tf_text(), re.S)
+    assert block
+    return set(re.findall(r'optional\(string, "([^"]+)"\)', block.group(0)))
+
+
+def tf_subscriptions() -> tuple[set[str], str]:
+    """(consumer subscriptions with a dead-letter policy, the terminal dead-letter one)."""
+    with (TF / "variables.tf").open() as f:
+        variables = {k: v for d in hcl2.load(f)["variable"] for k, v in d.items()}
+    consumer_subs = {k.strip('"') for k in variables['"subscriptions"']["default"]}
+    return consumer_subs, variables['"dead_letter_subscription"']["default"].strip('"')
+
+
+def tf_roles() -> set[str]:
+    return set(re.findall(r'"(roles/[a-zA-Z.]+)"', tf_text()))
+
+
+def tf_apis() -> set[str]:
+    return set(re.findall(r'"([a-z]+\.googleapis\.com)"', (TF / "main.tf").read_text()))
+
+
+def tf_publishers() -> dict[str, set[str]]:
+    """iam.tf's `publishers` local: component -> topic keys it may publish to."""
+    block = re.search(r"publishers = merge\((.*?)\n  \)", (TF / "iam.tf").read_text(), re.S)
+    assert block
+    pairs = re.findall(r"\{ (\w+) = \[([^\]]*)\] \}", block.group(1))
+    names = {"final": "final", "dead_letter": "dead-letter"}
+    return {c: {names[t.strip(' "')] for t in topics.split(",")} for c, topics in pairs}
+
+
+# --- deploy-gcloud ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gcloud_dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[list[str]], Path]:
+    build = tmp_path_factory.mktemp("deploy") / "build"
+    result = run_script(
+        "scripts/deploy-gcloud",
+        "--dry-run",
+        PROJECT_ID="fake-proj",
+        REGION="europe-west1",
+        CONSUMER_ID="billing",
+        HANDLER="example_handler:handle",
+        BUILD_DIR=str(build),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Dry run: nothing was changed" in result.stdout
+    return commands(result.stdout), build
+
+
+def test_every_topic_and_subscription_of_the_module(gcloud_dry_run: tuple) -> None:
+    cmds, _ = gcloud_dry_run
+    created_topics = {c[4] for c in gcloud(cmds, "pubsub", "topics", "create")}
+    assert created_topics == tf_topics() == {"origin", "final", "dead-letter"}
+    consumer_subs, terminal = tf_subscriptions()
+    created = {c[4]: c for c in gcloud(cmds, "pubsub", "subscriptions", "create")}
+    assert set(created) == consumer_subs | {terminal}
+    for name in consumer_subs:
+        assert flag(created[name], "dead-letter-topic") == "dead-letter", name
+        assert flag(created[name], "max-delivery-attempts") == "10", name
+    assert flag(created["final-sub"], "topic") == "final"
+    assert "--enable-message-ordering" in created["final-sub"]
+    # Like the module: the terminal subscription has none (it would dead-letter into itself).
+    assert flag(created[terminal], "dead-letter-topic") is None
+
+
+def test_roles_match_the_module_and_none_is_primitive(gcloud_dry_run: tuple) -> None:
+    cmds, _ = gcloud_dry_run
+    granted = {flag(c, "role") for c in cmds if "add-iam-policy-binding" in c[:4]}
+    # `functions add-invoker-policy-binding` is how gcloud grants run.invoker on a function.
+    if any(c[:3] == ["gcloud", "functions", "add-invoker-policy-binding"] for c in cmds):
+        granted.add("roles/run.invoker")
+    assert granted == tf_roles()
+    assert not granted & PRIMITIVE_ROLES
+    assert not any(r in " ".join(c) for c in cmds for r in PRIMITIVE_ROLES)
+
+
+def test_publisher_bindings_are_per_topic_as_in_iam_tf(gcloud_dry_run: tuple) -> None:
+    cmds, _ = gcloud_dry_run
+    bindings: dict[str, set[str]] = {}
+    for c in gcloud(cmds, "pubsub", "topics", "add-iam-policy-binding"):
+        match = re.fullmatch(
+            r"serviceAccount:ptk-(\w+)@fake-proj\.iam\.gserviceaccount\.com",
+            flag(c, "member") or "",
+        )
+        if match:  # the Pub/Sub service agent's binding is checked with the subscriptions
+            bindings.setdefault(match.group(1), set()).add(c[4])
+    assert bindings == tf_publishers()
+    # Project-level grants are only the ones Firestore and Cloud Build have no narrower scope for.
+    project_roles = {flag(c, "role") for c in gcloud(cmds, "projects", "add-iam-policy-binding")}
+    assert project_roles == {
+        "roles/datastore.user",
+        "roles/logging.logWriter",
+        "roles/artifactregistry.writer",
+    }
+
+
+def test_apis_match_the_module(gcloud_dry_run: tuple) -> None:
+    cmds, _ = gcloud_dry_run
+    (enable,) = gcloud(cmds, "services", "enable")
+    assert {a for a in enable if a.endswith(".googleapis.com")} == tf_apis()
+
+
+def test_functions_triggers_and_eventarc_dead_letter(gcloud_dry_run: tuple) -> None:
+    cmds, build = gcloud_dry_run
+    deploys = {c[3]: c for c in gcloud(cmds, "functions", "deploy")}
+    assert set(deploys) == {"ingress", "consumer"}
+    ingress = deploys["ingress"]
+    assert flag(ingress, "trigger-topic") == "origin"
+    assert flag(ingress, "entry-point") == "ingress"
+    assert flag(ingress, "source") == str(build / "functions/ingress")
+    assert "--gen2" in ingress and "--retry" in ingress
+    assert flag(deploys["consumer"], "trigger-topic") == "final"
+    # Each function's Eventarc subscription gets the dead-letter policy after its deploy.
+    updates = gcloud(cmds, "pubsub", "subscriptions", "update")
+    assert [u[4] for u in updates] == ["<subscription-of-ingress>", "<subscription-of-consumer>"]
+    assert all(flag(u, "dead-letter-topic") == "dead-letter" for u in updates)
+    # The rendered environment is one the function's Settings accept.
+    env_file = Path(flag(ingress, "env-vars-file") or "")
+    env = dict(re.findall(r'^(\w+): "(.*)"$', env_file.read_text(), re.M))
+    settings = Settings.from_env(env)
+    assert settings.delay is not None and settings.delay.relay_auth == "oidc"
+
+
+def test_rendered_relay_app_yaml_is_valid_and_complete(gcloud_dry_run: tuple) -> None:
+    cmds, build = gcloud_dry_run
+    (deploy,) = gcloud(cmds, "app", "deploy")
+    assert deploy[3] == str(build / "appengine/relay/app.yaml")
+    assert flag(deploy, "service-account") == "ptk-relay@fake-proj.iam.gserviceaccount.com"
+    env = load_app_yaml(build / "appengine/relay/app.yaml")["version"]["envVariables"]
+    settings = Settings.from_env(env)
+    assert settings.delay is not None
+    assert (
+        settings.delay.queue
+        == "projects/fake-proj/locations/europe-west1/queues/pubsub-toolkit-delay"
+    )
+
+
+@pytest.mark.parametrize("missing", ["PROJECT_ID", "REGION"])
+def test_missing_setting_is_named_in_one_line(missing: str) -> None:
+    env = {"PROJECT_ID": "fake-proj", "REGION": "europe-west1"}
+    del env[missing]
+    result = run_script("scripts/deploy-gcloud", "--dry-run", **env)
+    assert result.returncode != 0
+    assert result.stdout == ""  # nothing ran before the check
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"environment variable {missing} is required" in result.stderr
+
+
+# --- deploy-terraform ------------------------------------------------------------------------
+
+
+def test_terraform_dry_run_needs_a_tfvars_file(tmp_path: Path) -> None:
+    result = run_script(
+        "scripts/deploy-terraform", "--dry-run", TFVARS=str(tmp_path / "nope.tfvars")
+    )
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert "nope.tfvars not found" in line and "terraform.tfvars.example" in line
+
+
+def test_terraform_dry_run_stops_before_apply(tmp_path: Path) -> None:
+    tfvars = tmp_path / "my.tfvars"
+    shutil.copy(ROOT / "deploy/terraform.tfvars.example", tfvars)
+    build = tmp_path / "build"
+    result = run_script(
+        "scripts/deploy-terraform", "--dry-run", TFVARS=str(tfvars), BUILD_DIR=str(build)
+    )
+    assert result.returncode == 0, result.stderr
+    cmds = commands(result.stdout)
+    tf = [c for c in cmds if c[0] == "terraform"]
+    assert [c[2] for c in tf] == ["init", "apply"]
+    assert f"-var-file={tfvars}" in tf[1] and f"-var=build_dir={build}" in tf[1]
+    assert (build / "functions/ingress/pubsub_toolkit").is_dir()
+    assert gcloud(cmds, "pubsub", "subscriptions", "update")  # the Eventarc step is planned
+    assert "stopped before terraform init/apply" in result.stdout
+    assert not (ROOT / "deploy/terraform/.terraform").exists()
+
+
+def test_deploy_root_passes_module_variables_that_exist() -> None:
+    """deploy/terraform/main.tf passes only real module inputs and every required one."""
+    with (TF / "variables.tf").open() as f:
+        module_vars = {k.strip('"'): v for d in hcl2.load(f)["variable"] for k, v in d.items()}
+    with (ROOT / "deploy/terraform/main.tf").open() as f:
+        (block,) = hcl2.load(f)["module"]
+    passed = {k for k in block['"pubsub_toolkit"'] if k not in {"source", "__is_block__"}}
+    required = {k for k, v in module_vars.items() if "default" not in v}
+    assert passed <= set(module_vars), passed - set(module_vars)
+    assert required <= passed, required - passed
+    example = (ROOT / "deploy/terraform.tfvars.example").read_text()
+    with (ROOT / "deploy/terraform/variables.tf").open() as f:
+        root_vars = {k.strip('"'): v for d in hcl2.load(f)["variable"] for k, v in d.items()}
+    # The example sets every variable without a default (uncommented) and mentions the rest.
+    for name, spec in root_vars.items():
+        pattern = rf"^{name}\s*=" if "default" not in spec else rf"^#?\s*{name}\s*="
+        if name != "build_dir":  # set by the script, not by the user
+            assert re.search(pattern, example, re.M), f"{name} missing from the tfvars example"
+
+
+# --- shell hygiene ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", [*SCRIPTS, "deploy/lib.sh"])
+def test_scripts_parse_and_pass_shellcheck(script: str) -> None:
+    path = ROOT / script
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    if script != "deploy/lib.sh":
+        assert "set -euo pipefail" in path.read_text()
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: apt-get install shellcheck (make system-deps)"
+    result = subprocess.run(
+        [shellcheck, "-x", str(path)], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout
