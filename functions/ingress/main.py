@@ -16,6 +16,8 @@ from cloudevents.http import CloudEvent
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.ingress import Ingress
 from pubsub_toolkit.observability import configure_logging
+from pubsub_toolkit.stats.factory import stats_store_from_settings
+from pubsub_toolkit.stats.flusher import CounterFlusher
 
 _lock = threading.Lock()
 _ingress: Ingress | None = None
@@ -27,7 +29,14 @@ def _get_ingress() -> Ingress:
     with _lock:
         if _ingress is None:
             configure_logging()
-            _ingress = Ingress.from_settings(Settings.from_env())
+            settings = Settings.from_env()
+            _ingress = Ingress.from_settings(settings)
+            # The dashboard's dedup hit rate: counter deltas go to the dedup backend every few
+            # seconds from a background thread, never on the message path. 0 turns it off.
+            if settings.stats_flush is not None:
+                store = stats_store_from_settings(settings)
+                interval = settings.stats_flush.total_seconds()
+                CounterFlusher(_ingress.metrics, store, interval=interval).start()
         return _ingress
 
 

@@ -86,6 +86,8 @@ class Settings:
     firestore_database: str = "(default)"
     publish_timeout: timedelta = timedelta(seconds=30)
     delay: DelaySettings | None = None
+    # How often ingress adds its counters to the stats store (the status page); None: never.
+    stats_flush: timedelta | None = timedelta(seconds=5)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -121,6 +123,9 @@ class Settings:
             firestore_database=env.get("FIRESTORE_DATABASE", "(default)"),
             publish_timeout=publish_timeout,
             delay=DelaySettings.from_env(env, project),
+            stats_flush=None
+            if env.get("STATS_FLUSH_SECONDS", "").strip() == "0"
+            else _seconds(env, "STATS_FLUSH_SECONDS", 5),
         )
 
 

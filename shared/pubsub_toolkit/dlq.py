@@ -2,8 +2,14 @@
 
 ``list_dead_letters`` pulls without consuming (every message is handed straight back).
 ``replay`` re-publishes the selected ones to the origin topic - original data and attributes,
-minus the ``error_*`` ones, plus ``replay_id`` - sorted by FIFO group and number so a group's
-messages go back in order; only then are they acked on the dead-letter subscription.
+minus the ``error_*`` ones, plus ``replay_id`` - sorted by FIFO group and number, one at a time
+and with the group as ordering key, so a group's messages go back in order; only then are they
+acked on the dead-letter subscription.
+
+Both read by pulling until the subscription has nothing more to give (one pull may return only
+part of what is waiting), holding what they pulled until they are done. A reader running at the
+same moment (another ``list``, the status page) may briefly hold some messages; ``replay``
+then simply does not see those, and they stay on the dead-letter topic for the next run.
 
 Ingress deduplicates a replay under ``dedup_key#replay:replay_id``: the original key is already
 recorded (as dead-lettered), and without this the replay would be dropped as a duplicate. A
@@ -68,6 +74,31 @@ def unwrap(received: Message) -> Message:
 
 
 def _pull(subscriber: Any, subscription: str, max_messages: int) -> list[DeadLetter]:
+    """Pull until nothing more comes or ``max_messages`` are held (none is acked here)."""
+    letters: list[DeadLetter] = []
+    seen: set[str] = set()
+    while len(letters) < max_messages:
+        batch = _pull_once(subscriber, subscription, max_messages - len(letters))
+        fresh = [d for d in batch if d.dead_letter_id not in seen]
+        if not fresh:
+            # Nothing new: release any second copy we got, and stop.
+            _release(subscriber, subscription, [d.ack_id for d in batch])
+            break
+        seen.update(d.dead_letter_id for d in fresh)
+        letters += fresh
+        kept = {d.ack_id for d in fresh}
+        _release(subscriber, subscription, [d.ack_id for d in batch if d.ack_id not in kept])
+    return letters
+
+
+def _release(subscriber: Any, subscription: str, ack_ids: list[str]) -> None:
+    if ack_ids:
+        subscriber.modify_ack_deadline(
+            subscription=subscription, ack_ids=ack_ids, ack_deadline_seconds=0
+        )
+
+
+def _pull_once(subscriber: Any, subscription: str, max_messages: int) -> list[DeadLetter]:
     response = subscriber.pull(
         subscription=subscription, max_messages=max_messages, return_immediately=True, timeout=10
     )
@@ -91,10 +122,7 @@ def _pull(subscriber: Any, subscription: str, max_messages: int) -> list[DeadLet
 def list_dead_letters(subscriber: Any, subscription: str, *, limit: int = 1000) -> list[DeadLetter]:
     """Up to ``limit`` dead letters; none is consumed (each is released at once)."""
     letters = _pull(subscriber, subscription, limit)
-    if letters:
-        subscriber.modify_ack_deadline(
-            subscription=subscription, ack_ids=[d.ack_id for d in letters], ack_deadline_seconds=0
-        )
+    _release(subscriber, subscription, [d.ack_id for d in letters])
     return letters
 
 
@@ -110,14 +138,20 @@ def replay(
     """Re-publish the selected dead letters to origin, in FIFO order; return what was replayed."""
     letters = _pull(subscriber, subscription, limit)
     chosen = sorted((d for d in letters if select(d)), key=lambda d: (d.group or "", d.seq or 0))
-    for letter in chosen:
-        attributes = {**letter.message.attributes, attr.REPLAY_ID: letter.dead_letter_id}
-        sink.publish(origin_topic, OutboundMessage(letter.message.data, attributes))
-    if chosen:
-        subscriber.acknowledge(subscription=subscription, ack_ids=[d.ack_id for d in chosen])
-    rest = [d.ack_id for d in letters if d not in chosen]
-    if rest:
-        subscriber.modify_ack_deadline(
-            subscription=subscription, ack_ids=rest, ack_deadline_seconds=0
-        )
+    try:
+        for letter in chosen:
+            # The replay id is the dead-letter copy's own message id: a replay that crashed
+            # before its ack below and runs again re-publishes under the same id, so ingress
+            # (claiming dedup_key#replay:ID) lets exactly one copy through.
+            attributes = {**letter.message.attributes, attr.REPLAY_ID: letter.dead_letter_id}
+            # A group that broke the contract may not be a valid ordering key either.
+            ordered = letter.reason != attr.REASON_INVALID_FIFO_GROUP
+            key = (letter.group or "") if ordered else ""
+            outbound = OutboundMessage(letter.message.data, attributes, ordering_key=key)
+            sink.publish(origin_topic, outbound)  # waits for the publish: order is kept
+        if chosen:
+            subscriber.acknowledge(subscription=subscription, ack_ids=[d.ack_id for d in chosen])
+    finally:
+        replayed = {d.ack_id for d in chosen}
+        _release(subscriber, subscription, [d.ack_id for d in letters if d.ack_id not in replayed])
     return chosen

@@ -34,6 +34,7 @@ from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.publishing import MessageSink
+from pubsub_toolkit.stats.store import DELIVERIES
 
 INGRESS_NAMESPACE = "ingress"
 REJECTED_NAMESPACE = "ingress-rejected"
@@ -127,12 +128,14 @@ class Ingress:
         try:
             message = message_from_event_data(data)
         except PermanentError as exc:
+            self.metrics.increment(DELIVERIES)  # counted here: it never reaches handle()
             raw = json.dumps(data, default=str).encode()
             return self._reject(Message(raw), exc)
         return self.handle(message)
 
     def handle(self, message: Message) -> IngressResult:
         """Validate, deduplicate and route one delivery. Raises TransientError to redeliver."""
+        self.metrics.increment(DELIVERIES)  # the dedup hit rate's denominator (stats/)
         try:
             envelope = attr.parse_envelope(message, now=self._clock.now())
         except PermanentError as exc:

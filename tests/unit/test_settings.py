@@ -53,3 +53,13 @@ def test_topic_path_accepts_full_paths() -> None:
     assert topic_path("p", "projects/q/topics/t") == "projects/q/topics/t"
     with pytest.raises(ConfigurationError):
         topic_path("p", "projects/q/subscriptions/t")
+
+
+def test_stats_flush_interval() -> None:
+    assert Settings.from_env(BASE).stats_flush == timedelta(seconds=5)
+    assert Settings.from_env({**BASE, "STATS_FLUSH_SECONDS": "0.5"}).stats_flush == timedelta(
+        seconds=0.5
+    )
+    assert Settings.from_env({**BASE, "STATS_FLUSH_SECONDS": "0"}).stats_flush is None
+    with pytest.raises(ConfigurationError, match="STATS_FLUSH_SECONDS"):
+        Settings.from_env({**BASE, "STATS_FLUSH_SECONDS": "often"})

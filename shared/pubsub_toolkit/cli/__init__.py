@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pubsub_toolkit.cli.common import attribute, duration, timestamp
+from pubsub_toolkit.cli.dashboard import add_dashboard_command
 from pubsub_toolkit.cli.local import cmd_local_down, cmd_local_env, cmd_local_status, cmd_local_up
 from pubsub_toolkit.cli.messaging import cmd_demo, cmd_publish, cmd_subscribe
 from pubsub_toolkit.cli.operations import (
@@ -64,12 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     subscribe.set_defaults(func=cmd_subscribe)
 
     status = commands.add_parser(
-        "status", help="FIFO groups, dead-letter count, scheduled deliveries"
+        "status", help="FIFO groups, dead letters, scheduled deliveries, dedup hit rate"
     )
     status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
     status.add_argument("--dead-letter-subscription", default="dead-letter-sub")
     status.set_defaults(func=cmd_status)
 
+    add_dashboard_command(commands)
     _add_fifo_commands(commands)
     _add_dlq_commands(commands)
     _add_local_commands(commands)
@@ -108,6 +110,11 @@ def _add_dlq_commands(commands: Any) -> None:
     dlq_replay.add_argument("--group", help="only this FIFO group")
     dlq_replay.add_argument("--id", action="append", help="only these dead-letter message ids")
     dlq_replay.add_argument("--all", action="store_true", help="every dead letter")
+    dlq_replay.add_argument(
+        "--consumer-id",
+        help="unblock this consumer's groups BLOCKED at a replayed fifo_poison message "
+        "(default: $CONSUMER_ID or cli)",
+    )
     dlq_replay.set_defaults(func=cmd_dlq_replay)
 
 

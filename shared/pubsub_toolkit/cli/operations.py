@@ -12,6 +12,8 @@ from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit.text_table import format_table
 
 if TYPE_CHECKING:
+    from pubsub_toolkit.dashboard.snapshot import StatusSnapshot
+    from pubsub_toolkit.dlq import DeadLetter
     from pubsub_toolkit.fifo.counter import SequenceCounter
     from pubsub_toolkit.fifo.gate import FifoGate
     from pubsub_toolkit.fifo.state import FifoStore
@@ -44,50 +46,49 @@ def gate_and_counter(
 
 def cmd_status(args: argparse.Namespace) -> int:
     from pubsub_toolkit.clock import SYSTEM_CLOCK
-    from pubsub_toolkit.fifo.status import group_statuses, render_table
+    from pubsub_toolkit.dashboard.snapshot import gather
+    from pubsub_toolkit.dashboard.sources import LiveStatusSource
 
     require_emulator_if_local()
-    gate, store, counter = gate_and_counter(args.consumer_id)
-    rows = group_statuses(store, gate.consumer, now=SYSTEM_CLOCK.now(), counter=counter)
-    print(f"FIFO groups of consumer {gate.consumer!r}:")
-    print(render_table(rows) if rows else "(none yet)")
-    print(f"\ndead letters: {dead_letter_summary(args.dead_letter_subscription)}")
-    print(f"scheduled deliveries: {scheduled_summary()}")
+    source = LiveStatusSource.from_env(
+        consumer=args.consumer_id, dead_letter_subscription=args.dead_letter_subscription
+    )
+    try:
+        snapshot = gather(source, now=SYSTEM_CLOCK.now())
+    finally:
+        source.close()
+    print("\n".join(status_lines(snapshot, dead_letter_name=args.dead_letter_subscription)))
     return 0
 
 
-def dead_letter_summary(subscription: str) -> str:
-    from collections import Counter
+def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str]:
+    """The `status` command's text for ``snapshot``."""
+    from pubsub_toolkit.fifo.status import render_table
 
-    from google.api_core import exceptions as gexc
-    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
-    from pubsub_toolkit.dlq import list_dead_letters
-
-    subscriber = pubsub_v1.SubscriberClient()
-    try:
-        letters = list_dead_letters(subscriber, full_subscription(subscription))
-    except gexc.NotFound:
-        return f"(no subscription {subscription})"
-    finally:
-        subscriber.close()
-    reasons = Counter(d.reason for d in letters)
-    detail = ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
-    return f"{len(letters)}" + (f" ({detail})" if detail else "")
-
-
-def scheduled_summary() -> str:
-    queue = os.environ.get("TASKS_QUEUE", "").strip()
-    if not queue:
-        return "(TASKS_QUEUE not set)"
-    from pubsub_toolkit.config import queue_path
-    from pubsub_toolkit.delay.scheduler import tasks_client
-
-    project = os.environ.get("GOOGLE_CLOUD_PROJECT", "")
-    path = queue_path(project, os.environ.get("TASKS_LOCATION", ""), queue)
-    client = tasks_client(os.environ.get("CLOUD_TASKS_EMULATOR_HOST") or None)
-    tasks = list(client.list_tasks(parent=path, timeout=10))
-    return f"{len(tasks)} waiting in {path.rsplit('/', 1)[-1]}"
+    lines = [f"FIFO groups of consumer {snapshot.consumer!r}:"]
+    lines.append(render_table(snapshot.groups) if snapshot.groups else "(none yet)")
+    dead = snapshot.dead_letters
+    if not dead.exists:
+        dead_text = f"(no subscription {dead_letter_name})"
+    else:
+        detail = ", ".join(f"{reason} {n}" for reason, n in dead.by_reason)
+        dead_text = f"{dead.total}" + (f" ({detail})" if detail else "")
+    lines.append(f"\ndead letters: {dead_text}")
+    scheduled = snapshot.scheduled
+    lines.append(
+        "scheduled deliveries: "
+        + (
+            "(TASKS_QUEUE not set)"
+            if scheduled.queue is None
+            else f"{scheduled.waiting} waiting in {scheduled.queue.rsplit('/', 1)[-1]}"
+        )
+    )
+    rate = snapshot.dedup.hit_rate
+    lines.append(
+        f"ingress deliveries: {snapshot.dedup.deliveries}, duplicates: "
+        f"{snapshot.dedup.duplicates}" + ("" if rate is None else f" (dedup hit rate {rate:.1%})")
+    )
+    return lines
 
 
 def cmd_fifo_skip(args: argparse.Namespace) -> int:
@@ -156,7 +157,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-    from pubsub_toolkit.dlq import DeadLetter, replay
+    from pubsub_toolkit.dlq import replay
     from pubsub_toolkit.publishing import PubSubSink
 
     require_emulator_if_local()
@@ -183,4 +184,44 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         subscriber.close()
         sink.close()
     print(f"replayed {len(replayed)} message(s) to {args.topic}")
+    for line in unblock_replayed_poison(replayed, args.consumer_id):
+        print(line)
     return 0
+
+
+def unblock_replayed_poison(replayed: list[DeadLetter], consumer_id: str | None) -> list[str]:
+    """Unblock each group that is BLOCKED at a poison message just replayed; say what was done.
+
+    With the ``block`` poison policy the gate keeps the poison message parked and the group
+    stopped. The replayed copy would only be parked behind that block, so replaying it means
+    "try it again": the group is unblocked (as `fifo replay` does) and the consumer's sweeper
+    runs the message - the parked original or the replayed copy, whichever comes first; the
+    other is then a duplicate of a processed number.
+    """
+    from pubsub_toolkit.fifo.gate import REASON_POISON
+
+    poison = [d for d in replayed if d.reason == REASON_POISON and d.group and d.seq is not None]
+    if not poison:
+        return []
+    gate, store, _ = gate_and_counter(consumer_id)
+    lines = []
+    for letter in poison:
+        assert letter.group is not None  # filtered above
+        state = store.load(gate.consumer, letter.group)
+        if state.blocked_at == letter.seq:
+            gate.replay(letter.group, run=False)  # the consumer's handler runs it, not the CLI
+            lines.append(
+                f"unblocked {letter.group} at #{letter.seq} for consumer {gate.consumer!r}; "
+                "its sweeper runs the message next"
+            )
+        elif state.blocked_at is not None:
+            lines.append(
+                f"{letter.group} stays blocked at #{state.blocked_at} (not #{letter.seq}) for "
+                f"consumer {gate.consumer!r}"
+            )
+        else:
+            lines.append(
+                f"{letter.group} is not blocked for consumer {gate.consumer!r} "
+                "(another consumer? pass --consumer-id)"
+            )
+    return lines

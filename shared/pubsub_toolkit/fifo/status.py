@@ -54,18 +54,21 @@ def group_statuses(
     return rows
 
 
+def state_text(row: GroupStatus) -> str:
+    """One phrase for the group's condition (the CLI table and the status page share it)."""
+    if row.blocked_at is not None:
+        return f"BLOCKED at {row.blocked_at}"
+    if row.parked:
+        return f"waiting for {row.waiting_for}"
+    return "ok"
+
+
 def render_table(rows: Sequence[GroupStatus]) -> str:
     """A plain-text table, one group a line."""
     header = ("group", "last issued", "last processed", "parked", "gap age", "state")
     lines = [header]
     for row in rows:
-        state = (
-            f"BLOCKED at {row.blocked_at}"
-            if row.blocked_at is not None
-            else f"waiting for {row.waiting_for}"
-            if row.parked
-            else "ok"
-        )
+        state = state_text(row)
         lines.append(
             (
                 row.group,

@@ -1,0 +1,131 @@
+"""The shared stats stores (memory, real Redis, Firestore emulator) under one contract, and
+what flushing costs ingress."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+import redis
+from google.cloud import firestore
+
+from pubsub_toolkit.dedup.redis import RedisDedupStore
+from pubsub_toolkit.ingress import Ingress
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stats.firestore import FirestoreStatsStore
+from pubsub_toolkit.stats.flusher import CounterFlusher
+from pubsub_toolkit.stats.memory import MemoryStatsStore
+from pubsub_toolkit.stats.redis import RedisStatsStore
+from pubsub_toolkit.stats.store import StatsStore
+from tests.support.sinks import RecordingSink
+
+# A factory returns a new *writer* (an ingress instance) sharing the backend's counters.
+WriterFactory = Callable[[], StatsStore]
+
+
+@pytest.fixture(params=["memory", "redis", "firestore"])
+def writers(request: pytest.FixtureRequest, unique: str) -> Iterator[WriterFactory]:
+    if request.param == "memory":
+        shared = MemoryStatsStore()
+        yield lambda: shared  # one process: every "instance" is the same store
+    elif request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        client = redis.Redis.from_url(url)
+        yield lambda: RedisStatsStore(client, prefix=f"test:{unique}:")
+        client.close()
+    else:
+        request.getfixturevalue("firestore_emulator")
+        client = firestore.Client(project=request.getfixturevalue("project_id"))
+        yield lambda: FirestoreStatsStore(client)
+
+
+def test_totals_sum_every_writer_and_keep_odd_names(writers: WriterFactory) -> None:
+    a, b = writers(), writers()
+    assert a.totals() == {}
+    a.add({"deliveries": 3, "duplicate": 1, "dead_lettered.invalid_delay_seconds": 1})
+    b.add({"deliveries": 2})
+    a.add({})  # nothing to write
+    a.add({"deliveries": 1})
+    assert writers().totals() == {
+        "deliveries": 6,
+        "duplicate": 1,
+        "dead_lettered.invalid_delay_seconds": 1,
+    }
+
+
+def test_concurrent_writers_lose_nothing(writers: WriterFactory) -> None:
+    stores = [writers() for _ in range(4)]
+
+    def write(store: StatsStore) -> None:
+        for _ in range(10):
+            store.add({"deliveries": 1, "duplicate": 2})
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert writers().totals() == {"deliveries": 40, "duplicate": 80}
+
+
+def test_firestore_writes_one_document_per_instance(
+    firestore_emulator: str, project_id: str
+) -> None:
+    client = firestore.Client(project=project_id)
+    FirestoreStatsStore(client, instance="a").add({"deliveries": 1})
+    FirestoreStatsStore(client, instance="a").add({"deliveries": 1})
+    FirestoreStatsStore(client, instance="b").add({"deliveries": 1})
+    docs = {d.id: d.to_dict() for d in client.collection("pubsub_toolkit_stats").stream()}
+    assert set(docs) == {"ingress-a", "ingress-b"}
+    assert docs["ingress-a"]["counts"] == {"deliveries": 2}
+    assert docs["ingress-a"]["expire_at"] > docs["ingress-a"]["updated_at"]
+
+
+def test_flushing_does_not_slow_ingress(
+    redis_url: str, unique: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ingress (Redis dedup, in-memory sink, 8 threads) with and without a flusher writing to
+    Redis every 50 ms - a hundred times the default rate. Rounds alternate; medians compared."""
+    client = redis.Redis.from_url(redis_url)
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    for round_no in range(6):
+        for variant in ("without", "with"):
+            ingress = Ingress(
+                store=RedisDedupStore(client, prefix=f"bench:{unique}:{round_no}:{variant}:"),
+                sink=RecordingSink(),
+                final_topic="projects/p/topics/final",
+                dead_letter_topic="projects/p/topics/dead-letter",
+                lease=timedelta(seconds=60),
+                ttl=timedelta(minutes=5),
+            )
+            flusher = None
+            if variant == "with":
+                stats = RedisStatsStore(client, prefix=f"stats:{unique}:")
+                flusher = CounterFlusher(ingress.metrics, stats, interval=0.05).start()
+            messages = [
+                Message(b"x", {"dedup_key": f"k{i % 800}"}, message_id=str(i)) for i in range(1000)
+            ]
+            started = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(ingress.handle, messages))
+            rates[variant].append(len(messages) / (time.perf_counter() - started))
+            if flusher is not None:
+                flusher.stop()
+                assert RedisStatsStore(client, prefix=f"stats:{unique}:").totals()[
+                    "deliveries"
+                ] == 1000 * (len(rates["with"]))
+    client.close()
+    ratio = statistics.median(rates["with"]) / statistics.median(rates["without"])
+    with capsys.disabled():
+        print(
+            "\nstats flush overhead:",
+            json.dumps({k: [round(r) for r in v] for k, v in rates.items()}),
+            f"ratio {ratio:.2f}",
+        )
+    assert ratio >= 0.75, rates  # the machine is shared and noisy; see the printed rates
