@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud bench clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud bench soak test-faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -76,11 +76,15 @@ deploy-gcloud: ## deploy with plain gcloud (PROJECT_ID=... REGION=...; DRY_RUN=1
 tf-check: ## Terraform fmt, validate and tests (offline providers when the registry is out of reach)
 	scripts/tf-check
 
-bench: install ## benchmarks (each starts its own servers); JSON results in bench/results/
+bench: install ## benchmarks (each starts its own servers); JSON and a PNG chart in bench/results/
 	$(PY) -m bench.dedup
 	$(PY) -m bench.delay
 	$(PY) -m bench.fifo_sequencer
 	$(PY) -m bench.fifo
+	$(PY) -m bench.charts
+
+soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)
+	$(PY) -m bench.soak
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
