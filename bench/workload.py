@@ -268,7 +268,10 @@ class Ledger:
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     duplicate_decisions: int = 0  # ingress "duplicate" decisions (>= deduplicated copies)
     consumer_outcomes: dict[str, int] = field(default_factory=dict)
-    lateness_ms: list[float] = field(default_factory=list)
+    lateness_ms: list[float] = field(default_factory=list)  # handler start - due time
+    # Final topic's publish time - due time: the pipeline's own lateness, without the time the
+    # message then waits in the consumer (which shares the process with the publisher).
+    release_lateness_ms: list[float] = field(default_factory=list)
     fifo_groups_in_order: int = 0
     fifo_groups: int = 0
     problems: list[str] = field(default_factory=list)
@@ -349,6 +352,9 @@ def check_ledger(sent: dict[str, Publish], seen: Observer) -> Ledger:
         if p.kind is Kind.DELAYED:
             due = attr.parse_time(message.attributes[attr.DELIVER_AT])
             ledger.lateness_ms.append((arrived - due.timestamp()) * 1000)
+            if message.publish_time:
+                released = (message.publish_time - due).total_seconds() * 1000
+                ledger.release_lateness_ms.append(released)
             if arrived < due.timestamp() or (message.publish_time and message.publish_time < due):
                 early.append(p.key)
         if p.kind is Kind.FIFO:
