@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud bench soak test-faults clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench soak test-faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -35,7 +35,7 @@ tests/e2e/node/node_modules/.installed: tests/e2e/node/package-lock.json
 	  (cd tests/e2e/node && npm ci --no-audit --no-fund --loglevel=error) && touch $@; \
 	else echo "npm not found: the Node.js client e2e test will be skipped"; fi
 
-install: system-deps $(VENV)/.installed tests/e2e/node/node_modules/.installed ## create .venv (and the Node client for its e2e test) with the dev tools
+install: system-deps $(VENV)/.installed tests/e2e/node/node_modules/.installed iac-tools ## create .venv (and the Node client for its e2e test) with the dev tools
 
 run: install ## run the pipeline locally on the emulators, narrated; stops everything afterwards
 	$(VENV)/bin/pubsub-toolkit demo
@@ -73,7 +73,10 @@ deploy: install ## deploy with Terraform (TFVARS=path, default deploy/terraform.
 deploy-gcloud: ## deploy with plain gcloud (PROJECT_ID=... REGION=...; DRY_RUN=1 prints the commands)
 	scripts/deploy-gcloud
 
-tf-check: ## Terraform fmt, validate and tests (offline providers when the registry is out of reach)
+iac-tools: ## checkov in its own venv (.tools/checkov-venv) for tf-check and tests/terraform
+	scripts/install-iac-tools
+
+tf-check: install ## Terraform fmt, validate, test, checkov, trivy, hcl2 structure (offline providers when the registry is out of reach)
 	scripts/tf-check
 
 bench: install ## benchmarks (each starts its own servers); JSON and a PNG chart in bench/results/

@@ -8,6 +8,8 @@
 #                                 no composite index is needed, so none is declared.
 #   .../parked (subcollection)    read by document id (zero-padded seq): no query, no index.
 #   pubsub_toolkit_fifo_counters  read and incremented by document id: no query, no index.
+#   pubsub_toolkit_stats          one document per ingress instance (status page counters);
+#                                 read whole (a few documents), carries expire_at -> TTL below.
 # The FIFO documents are live state (a group's last number must outlive any message), so they
 # have no expire_at and no TTL policy.
 

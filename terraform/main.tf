@@ -29,7 +29,12 @@ locals {
   # Built from its parts rather than the queue's id so the value is known (and testable) at plan.
   tasks_queue_path = local.delay ? "projects/${var.project_id}/locations/${var.region}/queues/${google_cloud_tasks_queue.delay[0].name}" : null
 
-  ttl_collection_groups = merge({ dedup = var.dedup_collection }, var.extra_ttl_collection_groups)
+  # Stats documents (one per ingress instance, for the status page) carry expire_at too, so
+  # those of instances long gone are removed.
+  ttl_collection_groups = merge(
+    { dedup = var.dedup_collection, stats = "pubsub_toolkit_stats" },
+    var.extra_ttl_collection_groups,
+  )
 
   # The README's Configuration table, rendered. Topic names are short; Settings.from_env expands
   # them with GOOGLE_CLOUD_PROJECT.

@@ -236,6 +236,13 @@ run "dedup_records_have_a_ttl_on_expire_at" {
     error_message = "the dedup collection group needs a TTL policy on expire_at."
   }
   assert {
+    condition = (
+      google_firestore_field.ttl["stats"].collection == "pubsub_toolkit_stats" &&
+      google_firestore_field.ttl["stats"].field == "expire_at"
+    )
+    error_message = "the ingress stats documents (status page) need a TTL policy on expire_at."
+  }
+  assert {
     condition     = google_firestore_field.ttl["dedup"].database == "(default)"
     error_message = "the TTL policy belongs to FIRESTORE_DATABASE."
   }

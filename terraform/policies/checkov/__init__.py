@@ -1,0 +1,1 @@
+"""Custom checkov policies of the pubsub-toolkit module (checkov loads every module here)."""

@@ -1,0 +1,198 @@
+"""Every offline Terraform check passes on terraform/ and fails on a copy broken for it.
+
+A check that cannot fail proves nothing, so each one gets a copy of terraform/ (with its
+examples/, tests/, policies/ and .trivyignore; the example calls the module by ``../..``, which
+stays valid inside the copy) broken once in the way it exists to catch, and must fail naming
+that breakage. The commands are iac.py's, the same ones scripts/tf-check runs. All runs happen
+in one module-scoped fixture, two at a time, since `terraform test` alone takes ~50 s of CPU.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.terraform import iac
+
+# The fixture runs every check at once; under load it needs more than the default 300 s.
+pytestmark = pytest.mark.timeout(900)
+
+INGRESS_RUN = "ingress_is_triggered_by_origin_and_retries"
+
+
+@dataclass(frozen=True)
+class Breakage:
+    check: str
+    file: str  # relative to the module folder
+    old: str  # must occur exactly once, so a drifted file fails here rather than test nothing
+    new: str
+    evidence: str  # must appear in a finding (or, without findings, in the output)
+
+
+BREAKAGES = {
+    "fmt_misindented": Breakage(
+        "fmt",
+        "versions.tf",
+        '\n  required_version = ">= 1.7, < 2.0"',
+        '\n      required_version = ">= 1.7, < 2.0"',
+        "versions.tf",
+    ),
+    "validate_unknown_argument": Breakage(
+        "validate",
+        "functions.tf",
+        '  public_access_prevention    = "enforced"\n',
+        '  public_access_prevention    = "enforced"\n  not_an_argument = true\n',
+        'An argument named "not_an_argument" is not expected here',
+    ),
+    "test_ingress_on_final_topic": Breakage(
+        "test",
+        "functions.tf",
+        'entry_point   = "ingress"\n        trigger_topic = "origin"',
+        'entry_point   = "ingress"\n        trigger_topic = "final"',
+        INGRESS_RUN,
+    ),
+    "checkov_no_dead_letter_policy": Breakage(
+        "checkov",
+        "pubsub.tf",
+        "  dead_letter_policy {\n"
+        '    dead_letter_topic     = google_pubsub_topic.this["dead_letter"].id\n'
+        "    max_delivery_attempts = each.value.max_delivery_attempts\n"
+        "  }\n",
+        "",
+        "CKV_PTK_1 module.pubsub_toolkit.google_pubsub_subscription.this",
+    ),
+    # The terminal subscription is exempt from CKV_PTK_1 only while it reads the dead-letter topic.
+    "checkov_exempt_subscription_elsewhere": Breakage(
+        "checkov",
+        "pubsub.tf",
+        "  name                       = var.dead_letter_subscription\n"
+        '  topic                      = google_pubsub_topic.this["dead_letter"].id\n',
+        "  name                       = var.dead_letter_subscription\n"
+        '  topic                      = google_pubsub_topic.this["final"].id\n',
+        "CKV_PTK_1 module.pubsub_toolkit.google_pubsub_subscription.dead_letter ",
+    ),
+    "checkov_editor_role": Breakage(
+        "checkov",
+        "iam.tf",
+        'toset(["roles/logging.logWriter", "roles/artifactregistry.writer"])',
+        'toset(["roles/logging.logWriter", "roles/artifactregistry.writer", "roles/editor"])',
+        "CKV_PTK_2 module.pubsub_toolkit.google_project_iam_member.build",
+    ),
+    "checkov_no_oidc_token": Breakage(
+        "checkov",
+        "tasks.tf",
+        "      oidc_token {\n"
+        '        service_account_email = google_service_account.component["tasks-invoker"].email\n'
+        "        audience              = local.relay_url\n"
+        "      }\n",
+        "",
+        "CKV_PTK_3 module.pubsub_toolkit.google_cloud_tasks_queue.delay",
+    ),
+    "trivy_public_bucket": Breakage(
+        "trivy",
+        "iam.tf",
+        '  role   = "roles/storage.objectViewer"\n'
+        '  member = google_service_account.component["build"].member',
+        '  role   = "roles/storage.objectViewer"\n  member = "allUsers"',
+        "GCP-0001 iam.tf",
+    ),
+    "structure_no_description": Breakage(
+        "structure",
+        "variables.tf",
+        '  description = "Project that holds the topics, Firestore, the queue, the functions and'
+        ' App Engine."\n',
+        "",
+        "variables.tf: variable project_id has no description",
+    ),
+}
+
+
+def _copy_module(dest: Path) -> Path:
+    tf_dir = dest / "terraform"
+    shutil.copytree(
+        iac.TERRAFORM_DIR,
+        tf_dir,
+        ignore=shutil.ignore_patterns(".terraform", ".bundles", "__pycache__"),
+    )
+    return tf_dir
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{path.name} changed: update the breakage {old!r}"
+    path.write_text(text.replace(old, new))
+
+
+def _keep_only_run(test_file: Path, name: str) -> None:
+    """Drop every run block but ``name`` (the ~10 others only add ~45 s of CPU to the proof)."""
+    head, *runs = re.split(r'(?m)^(?=run ")', test_file.read_text())
+    kept = [run for run in runs if run.startswith(f'run "{name}"')]
+    assert len(kept) == 1, f"{test_file.name} has no run {name!r}: update INGRESS_RUN"
+    test_file.write_text(head + kept[0])
+
+
+def _broken_copy(dest: Path, breakage: Breakage) -> Path:
+    tf_dir = _copy_module(dest)
+    _edit(tf_dir / breakage.file, breakage.old, breakage.new)
+    if breakage.check == "test":
+        _keep_only_run(tf_dir / "tests/wiring.tftest.hcl", INGRESS_RUN)
+    return tf_dir
+
+
+@dataclass(frozen=True)
+class Runs:
+    providers: str  # which terraform providers ran (real or offline), for failure messages
+    pristine: dict[str, iac.Result]
+    broken: dict[str, iac.Result]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    try:
+        iac.require_tools()
+    except iac.ToolMissing as missing:
+        pytest.fail(str(missing))
+    work = tmp_path_factory.mktemp("iac")
+    tf = iac.terraform_setup(work / "setup")
+    pristine = _copy_module(work / "pristine")
+    jobs = [(check, pristine) for check in iac.CHECKS]
+    jobs += [(b.check, _broken_copy(work / name, b)) for name, b in BREAKAGES.items()]
+    results = iac.run_many(jobs, tf, work / "runs")
+    count = len(iac.CHECKS)
+    return Runs(
+        tf.describe(),
+        dict(zip(iac.CHECKS, results[:count], strict=True)),
+        dict(zip(BREAKAGES, results[count:], strict=True)),
+    )
+
+
+def test_iac_tools_are_installed() -> None:
+    # Missing scanners fail the suite (never skip): `make install` runs scripts/install-iac-tools.
+    iac.require_tools()
+
+
+@pytest.mark.parametrize("check", iac.CHECKS)
+def test_check_passes_on_the_module(runs: Runs, check: str) -> None:
+    result = runs.pristine[check]
+    assert result.ok, f"{check} ({runs.providers}):\n" + "\n".join(
+        result.findings or (result.output,)
+    )
+
+
+@pytest.mark.parametrize("name", BREAKAGES)
+def test_check_fails_on_a_broken_copy(runs: Runs, name: str) -> None:
+    breakage, result = BREAKAGES[name], runs.broken[name]
+    assert not result.ok, f"{breakage.check} passed on a copy broken by {name} ({runs.providers})"
+    evidence = result.findings or (result.output,)
+    assert any(breakage.evidence in item for item in evidence), (
+        f"{breakage.check} failed, but not for {name}: expected {breakage.evidence!r} in\n"
+        + "\n".join(evidence)
+    )
+
+
+def test_every_check_is_proven_to_fail() -> None:
+    assert {b.check for b in BREAKAGES.values()} == set(iac.CHECKS)
