@@ -58,11 +58,10 @@ resource "google_pubsub_subscription" "dead_letter" {
   message_retention_duration = "604800s"
   labels                     = var.labels
 
-  retry_policy {
-    minimum_backoff = "10s"
-    maximum_backoff = "600s"
-  }
-
+  # No retry_policy: listing releases every message with a nack, and a backoff would hide the
+  # dead letters from the next `dlq list`, `dlq replay` or status page refresh for up to its
+  # maximum. Without one, a released message is redelivered at once (the nacks cost nothing
+  # here: this subscription has no dead-letter policy to count attempts against).
   expiration_policy {
     ttl = ""
   }

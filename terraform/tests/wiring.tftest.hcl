@@ -98,8 +98,8 @@ run "every_subscription_has_a_dead_letter_policy" {
     error_message = "every subscription must have a retry policy."
   }
   assert {
-    condition     = length(google_pubsub_subscription.dead_letter.retry_policy) == 1 && google_pubsub_subscription.dead_letter.topic == google_pubsub_topic.this["dead_letter"].id
-    error_message = "the terminal dead-letter subscription reads the dead-letter topic and has a retry policy."
+    condition     = length(google_pubsub_subscription.dead_letter.retry_policy) == 0 && google_pubsub_subscription.dead_letter.topic == google_pubsub_topic.this["dead_letter"].id
+    error_message = "the terminal dead-letter subscription reads the dead-letter topic with no retry backoff (listing nacks; a backoff would hide dead letters from operators)."
   }
   assert {
     condition     = google_pubsub_subscription.this["final-sub"].enable_message_ordering && google_pubsub_subscription.this["final-sub"].topic == google_pubsub_topic.this["final"].id

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import hcl2
@@ -276,3 +277,42 @@ def test_scripts_parse_and_pass_shellcheck(script: str) -> None:
         [shellcheck, "-x", str(path)], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout
+
+
+def test_every_gcloud_command_parses_with_the_installed_sdk(
+    gcloud_dry_run: tuple, tmp_path: Path
+) -> None:
+    """Each printed command goes through gcloud's own argument parser (no credentials: it stops
+    at authentication). gcloud exits 2 on a bad flag or value, e.g. a URL where a flag wants
+    `key:value` pairs, which no dry-run comparison would notice."""
+    cmds, _ = gcloud_dry_run
+    sdk = shutil.which("gcloud")
+    assert sdk, "gcloud (the Cloud SDK, where the emulators come from) is required"
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),  # empty: no account, no project
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+        "CLOUDSDK_CORE_CHECK_GCE_METADATA": "false",  # never probe a metadata server
+    }
+
+    def parse(cmd: list[str]) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+        proc = subprocess.run(
+            [sdk, *cmd[1:]], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        return cmd, proc
+
+    gcloud_cmds = [c for c in cmds if c[0] == "gcloud"]
+    assert len(gcloud_cmds) > 30
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(parse, gcloud_cmds))
+    refused = [
+        f"{shlex.join(cmd)}\n  -> {proc.stderr.strip().splitlines()[0]}"
+        for cmd, proc in results
+        if proc.returncode == 2 or "argument" in proc.stderr.lower()
+    ]
+    assert not refused, "gcloud rejected its arguments:\n" + "\n".join(refused)
+    # And they really reached the point after parsing: the missing credentials.
+    assert all(proc.returncode == 1 for _, proc in results), [
+        (shlex.join(c), p.returncode, p.stderr[-300:]) for c, p in results if p.returncode != 1
+    ]

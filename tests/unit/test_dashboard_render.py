@@ -3,6 +3,7 @@ and the counter flusher's arithmetic."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 
@@ -112,6 +113,16 @@ def test_app_serves_page_panel_and_json_read_only() -> None:
     assert doc["fifo_groups"][1]["state"] == "BLOCKED at 5"
     assert client.post("/").status_code == 405
     assert client.delete("/status.json").status_code == 405
+    # DNS rebinding: a foreign name that resolves to 127.0.0.1 is refused.
+    assert client.get("/", headers={"Host": "evil.example:8760"}).status_code == 403
+    assert client.get("/status.json", headers={"Host": "127.0.0.1:8760"}).status_code == 200
+
+
+def test_a_count_that_stopped_at_its_limit_shows_a_plus() -> None:
+    counts = DeadLetterCounts("dl", True, (("fifo_poison", 1000),), truncated=True)
+    assert counts.total_text == "1000+"
+    page = render_page(replace(snapshot(), dead_letters=counts), refresh_seconds=2)
+    assert "id='dead-letter-total'>1000+<" in page
 
 
 def test_requests_within_the_interval_share_one_snapshot() -> None:

@@ -72,7 +72,7 @@ def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str
         dead_text = f"(no subscription {dead_letter_name})"
     else:
         detail = ", ".join(f"{reason} {n}" for reason, n in dead.by_reason)
-        dead_text = f"{dead.total}" + (f" ({detail})" if detail else "")
+        dead_text = dead.total_text + (f" ({detail})" if detail else "")
     lines.append(f"\ndead letters: {dead_text}")
     scheduled = snapshot.scheduled
     lines.append(

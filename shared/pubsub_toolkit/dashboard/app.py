@@ -11,10 +11,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, abort, jsonify, request
 
 from pubsub_toolkit.dashboard.render import render_page, render_panel
 from pubsub_toolkit.dashboard.snapshot import StatusSnapshot
+
+# The page binds 127.0.0.1 only; checking the Host header as well stops DNS rebinding (a web
+# page whose own name resolves to 127.0.0.1 would otherwise read the status, and each request
+# pulls and releases the dead letters).
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
 
 class SnapshotCache:
@@ -40,6 +45,12 @@ def create_app(
     """The app; ``take`` returns a fresh snapshot (see :func:`~.snapshot.gather`)."""
     app = Flask(__name__)
     cache = SnapshotCache(take, min_interval=min_interval)
+
+    @app.before_request
+    def only_local_hosts() -> None:
+        host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+        if host.lower() not in LOCAL_HOSTS:
+            abort(403)
 
     def html(body: str) -> Response:
         response = Response(body, mimetype="text/html")

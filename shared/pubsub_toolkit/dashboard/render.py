@@ -120,7 +120,7 @@ def _dead_letter_card(snapshot: StatusSnapshot) -> str:
         body = f"<table><tr><th>reason</th><th>count</th></tr>{rows}</table>"
     return (
         "<section class='card' id='dead-letters'><h2>Dead letters</h2>"
-        f"<div class='big' id='dead-letter-total'>{d.total}</div>{body}</section>"
+        f"<div class='big' id='dead-letter-total'>{d.total_text}</div>{body}</section>"
     )
 
 

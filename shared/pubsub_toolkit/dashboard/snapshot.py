@@ -21,6 +21,12 @@ class DeadLetterCounts:
     subscription: str
     exists: bool  # False: there is no such subscription (nothing to count)
     by_reason: tuple[tuple[str, int], ...] = ()  # sorted by reason
+    truncated: bool = False  # the count stopped at its limit: there may be more
+
+    @property
+    def total_text(self) -> str:
+        """The total as shown: ``1000+`` when the count stopped at its limit."""
+        return f"{self.total}+" if self.truncated else str(self.total)
 
     @property
     def total(self) -> int:
@@ -81,6 +87,7 @@ class StatusSnapshot:
                 "subscription": self.dead_letters.subscription,
                 "exists": self.dead_letters.exists,
                 "total": self.dead_letters.total,
+                "truncated": self.dead_letters.truncated,
                 "by_reason": dict(self.dead_letters.by_reason),
             },
             "scheduled": {"queue": self.scheduled.queue, "waiting": self.scheduled.waiting},

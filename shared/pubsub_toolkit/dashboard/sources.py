@@ -18,6 +18,9 @@ from pubsub_toolkit.fifo.status import GroupStatus, group_statuses
 from pubsub_toolkit.stats.store import DELIVERIES, DUPLICATES, StatsStore
 
 DEFAULT_DEAD_LETTER_SUBSCRIPTION = "dead-letter-sub"
+# Counting dead letters means pulling them (Pub/Sub has no count by attribute): stop here and
+# show "1000+" rather than hold more messages on every refresh.
+DEAD_LETTER_COUNT_LIMIT = 1000
 
 
 class LiveStatusSource:
@@ -92,11 +95,12 @@ class LiveStatusSource:
 
         name = self._dead_letter_subscription
         try:
-            letters = list_dead_letters(self._subscriber, name)
+            letters = list_dead_letters(self._subscriber, name, limit=DEAD_LETTER_COUNT_LIMIT)
         except gexc.NotFound:
             return DeadLetterCounts(subscription=name, exists=False)
         reasons = Counter(d.reason for d in letters)
-        return DeadLetterCounts(name, True, tuple(sorted(reasons.items())))
+        truncated = len(letters) >= DEAD_LETTER_COUNT_LIMIT
+        return DeadLetterCounts(name, True, tuple(sorted(reasons.items())), truncated)
 
     def scheduled(self) -> ScheduledCount:
         if self._queue is None or self._tasks_client is None:
