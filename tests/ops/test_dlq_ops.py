@@ -202,3 +202,39 @@ def test_a_blocked_group_is_unblocked(make_stack: StackFactory, way_out: str) ->
             assert set(replay_outcomes) <= {"parked", "blocked", "duplicate", "processed"}
             assert not [d for d in dead_letters(stack) if d.reason == REASON_POISON]
         assert seen.handled_in(group) == expected  # nothing ran twice
+
+
+def test_a_poison_message_the_group_skipped_is_kept_not_replayed(make_stack: StackFactory) -> None:
+    """With the skip policy the group goes on past a poison number; replaying it could not run
+    in order (it would only come back as fifo_late_after_skip), so `dlq replay` keeps it on the
+    dead-letter topic and says why."""
+    stack = make_stack()
+    assert stack.topology is not None
+    consumer_id, group = "ops-skipper", "g-skip"
+    client = firestore.Client(project=stack.env["GOOGLE_CLOUD_PROJECT"])
+    store = FirestoreFifoStore(client)
+    with recording_consumer(
+        stack, consumer_id, poison_policy="skip", max_attempts=2, poison_data=b"bad"
+    ) as seen:
+        sink = PubSubSink()
+        publisher = Publisher(sink, stack.topology.origin, FirestoreSequenceCounter(client))
+        for data in (b"one", b"bad", b"three"):
+            publisher.publish(data, {}, fifo_group=group)
+        sink.close()
+        wait_until(lambda: seen.handled_in(group) == [1, 3], timeout=60, what="1 and 3 handled")
+        poison = wait_until(
+            lambda: [d for d in dead_letters(stack) if d.reason == REASON_POISON],
+            timeout=30,
+            what="the poison message on the dead-letter topic",
+        )
+        assert [(d.group, d.seq) for d in poison] == [(group, 2)]
+
+        seen.fixed.set()
+        done = cli(stack.env, "dlq", "replay", "--group", group, "--consumer-id", consumer_id)
+        assert done.returncode == 0, done.stderr
+        assert "replayed 0 message(s)" in done.stdout
+        assert f"kept {group} #2 on the dead-letter topic" in done.stdout
+        still = [d for d in dead_letters(stack) if d.reason == REASON_POISON]
+        assert [(d.group, d.seq) for d in still] == [(group, 2)]
+        assert store.load(consumer_id, group).last_processed == 3
+        assert seen.handled_in(group) == [1, 3]

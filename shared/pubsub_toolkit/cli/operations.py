@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pubsub_toolkit.dlq import DeadLetter
     from pubsub_toolkit.fifo.counter import SequenceCounter
     from pubsub_toolkit.fifo.gate import FifoGate
-    from pubsub_toolkit.fifo.state import FifoStore
+    from pubsub_toolkit.fifo.state import FifoStore, GroupState
 
 
 def gate_and_counter(
@@ -171,6 +171,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     if not (args.all or args.reason or args.group or args.id):
         raise ToolkitError("choose what to replay: --reason, --group, --id, or --all")
+    passed = PassedNumbers(args.consumer_id)
     subscriber, sink = pubsub_v1.SubscriberClient(), PubSubSink()
     try:
         replayed = replay(
@@ -178,15 +179,53 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
             dead_letter_subscription(args),
             sink,
             full_topic(args.topic),
-            select=selected,
+            select=lambda letter: selected(letter) and not passed.check(letter),
         )
     finally:
         subscriber.close()
         sink.close()
     print(f"replayed {len(replayed)} message(s) to {args.topic}")
+    for line in passed.notes:
+        print(line)
     for line in unblock_replayed_poison(replayed, args.consumer_id):
         print(line)
     return 0
+
+
+class PassedNumbers:
+    """Keeps FIFO dead letters whose group has already moved past them out of a replay.
+
+    With the ``skip`` policies the group goes on without a poison (or gap-skipped) number; a
+    replayed copy could no longer run in order and would only be dead-lettered again as
+    ``fifo_late_after_skip``. Such letters stay on the dead-letter subscription, and the
+    operator is told to handle them out of band.
+    """
+
+    def __init__(self, consumer_id: str | None) -> None:
+        self._consumer_id = consumer_id
+        self._gate: tuple[FifoGate, FifoStore] | None = None  # connected on first FIFO letter
+        self._states: dict[str, GroupState] = {}
+        self.notes: list[str] = []
+
+    def check(self, letter: DeadLetter) -> bool:
+        """True when ``letter``'s group already passed its number (it is then not replayed)."""
+        if letter.group is None or letter.seq is None:
+            return False
+        if self._gate is None:
+            gate, store, _ = gate_and_counter(self._consumer_id)
+            self._gate = (gate, store)
+        gate, store = self._gate
+        if letter.group not in self._states:
+            self._states[letter.group] = store.load(gate.consumer, letter.group)
+        state = self._states[letter.group]
+        if letter.seq > state.last_processed or state.blocked_at == letter.seq:
+            return False
+        self.notes.append(
+            f"kept {letter.group} #{letter.seq} on the dead-letter topic: consumer "
+            f"{gate.consumer!r} has already moved past it (last processed "
+            f"#{state.last_processed}), so it cannot run in order; handle it out of band"
+        )
+        return True
 
 
 def unblock_replayed_poison(replayed: list[DeadLetter], consumer_id: str | None) -> list[str]:
