@@ -22,7 +22,8 @@ copy carries it too. Each copy is therefore exactly one of: *delivered* (the han
 on it), *dead-lettered* (with a reason), or *deduplicated* (never forwarded). The checks:
 every delivered or dead-lettered id was published, none twice, each key has exactly the fate its
 kind expects (one delivery for a valid key, never two), every deduplicated copy is matched by a
-``duplicate`` decision ingress logged for its key, no delayed message arrived early, and each FIFO
+``duplicate`` decision ingress logged for that very copy (its message id: a redelivery of another
+copy cannot stand in for it), no delayed message arrived early, and each FIFO
 group was handled in exactly its numbered order (poison skipped). ``in = delivered +
 deduplicated + dead-lettered`` then holds by construction of disjoint, verified sets.
 """
@@ -211,7 +212,10 @@ class Observer:
         self.dead_letters: list[tuple[str, str]] = []  # (origin message id, reason)
         self.consumer_outcomes: Counter[str] = Counter()
         self.ingress: Counter[tuple[str, str]] = Counter()  # (outcome, key)
-        self.ingress_terminal = 0  # deliveries ingress finished (processed/duplicate/mismatch)
+        # Origin message ids ingress finished (processed/duplicate/mismatch; rejected), and
+        # those it found duplicate: by id, so a redelivery of one copy never stands for another.
+        self.ingress_decided: set[str] = set()
+        self.ingress_duplicate_ids: set[str] = set()
         self.last_event = time.monotonic()
         self._log = ingress_log
         self._offset = 0
@@ -250,11 +254,19 @@ class Observer:
                 continue  # functions-framework's own lines
             entry = json.loads(line)
             outcome, consumer = entry.get("outcome"), entry.get("consumer")
+            message_id = entry.get("message_id") or ""
             if consumer == "ingress" and outcome in ("processed", "duplicate", "mismatch"):
                 self.ingress[(outcome, entry.get("dedup_key") or "")] += 1
-                self.ingress_terminal += 1
-            elif consumer == "ingress-rejected" and outcome == "processed":
-                self.ingress_terminal += 1
+                self.ingress_decided.add(message_id)
+                if outcome == "duplicate":
+                    self.ingress_duplicate_ids.add(message_id)
+            elif consumer == "ingress-rejected" and outcome in ("processed", "duplicate"):
+                self.ingress_decided.add(message_id)
+
+    @property
+    def ingress_terminal(self) -> int:
+        """How many distinct published copies ingress has finished with."""
+        return len(self.ingress_decided)
 
 
 @dataclass
@@ -331,7 +343,8 @@ def check_ledger(sent: dict[str, Publish], seen: Observer) -> Ledger:
         ledger.delivered += len(d)
         ledger.dead_lettered += len(x)
         ledger.deduplicated += duplicates
-        if seen.ingress[("duplicate", key)] < duplicates:
+        deduplicated_ids = set(ids) - set(d) - set(x)
+        if not deduplicated_ids <= seen.ingress_duplicate_ids:
             uncorroborated.append(key)
     if wrong:
         problems.append(f"{len(wrong)} keys with the wrong fate: {wrong[:5]}")

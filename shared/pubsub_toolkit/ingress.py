@@ -147,7 +147,10 @@ class Ingress:
             envelope.dedup_key if not replay_id else f"{envelope.dedup_key}#replay:{replay_id}"
         )
         processed = self._processor.process(
-            claim_key, envelope.fingerprint, lambda: self._route(envelope)
+            claim_key,
+            envelope.fingerprint,
+            lambda: self._route(envelope),
+            context={"message_id": message.message_id},
         )
         key = envelope.dedup_key
         if processed.outcome is Outcome.MISMATCH:
@@ -177,6 +180,7 @@ class Ingress:
             f"{message.message_id}:{fingerprint}",
             fingerprint,
             lambda: self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=key),
+            context={"message_id": message.message_id},
         )
         return IngressResult(IngressOutcome.DEAD_LETTERED, key, exc.reason)
 

@@ -221,3 +221,18 @@ def test_every_decision_is_one_json_log_line(
         ("INFO", "processed", "k", "ingress"),
         ("INFO", "duplicate", "k", "ingress"),
     ]
+
+
+def test_every_decision_names_the_delivery_it_was_about(
+    ingress: Ingress, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Decision logs carry the Pub/Sub message id, so each line traces to one delivery (the
+    soak's ledger matches deduplicated copies by it)."""
+    caplog.set_level(logging.INFO, logger="pubsub_toolkit")
+    ingress.handle(Message(b"x", {attr.DEDUP_KEY: "k"}, message_id="m-1"))
+    ingress.handle(Message(b"x", {attr.DEDUP_KEY: "k"}, message_id="m-2"))
+    ingress.handle(Message(b"x", {attr.DELAY_SECONDS: "soon"}, message_id="m-3"))
+    decisions = [r.decision for r in caplog.records if hasattr(r, "decision")]
+    seen = [(d["outcome"], d.get("message_id")) for d in decisions]
+    assert ("processed", "m-1") in seen and ("duplicate", "m-2") in seen
+    assert any(message_id == "m-3" for _, message_id in seen)

@@ -19,9 +19,10 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupStore
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
@@ -66,20 +67,32 @@ class IdempotentProcessor:
         self.log = log or DecisionLog(namespace)
 
     def process(
-        self, key: str, fingerprint: str, effect: Callable[[], str | None]
+        self,
+        key: str,
+        fingerprint: str,
+        effect: Callable[[], str | None],
+        *,
+        context: Mapping[str, Any] | None = None,
     ) -> ProcessResult:
-        """Run ``effect`` unless ``key`` was already processed; see the module docstring."""
+        """Run ``effect`` unless ``key`` was already processed; see the module docstring.
+
+        ``context`` (e.g. the delivery's ``message_id``) is added to every decision logged, so
+        each log line can be traced to the delivery that caused it.
+        """
+
+        def log(outcome: str, text: str, **fields: Any) -> None:
+            self.log.decision(outcome, text, dedup_key=key, **{**(context or {}), **fields})
+
         claim = self._store.claim(
             self.namespace, key, fingerprint, lease=self._lease, ttl=self._ttl
         )
         if claim.status is ClaimStatus.DONE:
-            self.log.decision(Outcome.DUPLICATE, "duplicate delivery skipped", dedup_key=key)
+            log(Outcome.DUPLICATE, "duplicate delivery skipped")
             return ProcessResult(Outcome.DUPLICATE, claim.record.result if claim.record else None)
         if claim.status is ClaimStatus.MISMATCH:
-            self.log.decision(
+            log(
                 Outcome.MISMATCH,
                 "ALERT: dedup key reused with different content",
-                dedup_key=key,
                 level=logging.ERROR,
                 alert="fingerprint_mismatch",
                 fingerprint=fingerprint,
@@ -87,15 +100,12 @@ class IdempotentProcessor:
             )
             return ProcessResult(Outcome.MISMATCH)
         if claim.status is ClaimStatus.IN_PROGRESS:
-            self.log.decision(
-                "in_progress", "key is being processed elsewhere; retry later", dedup_key=key
-            )
+            log("in_progress", "key is being processed elsewhere; retry later")
             raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
         if claim.status is ClaimStatus.TAKEN_OVER:
-            self.log.decision(
+            log(
                 "taken_over",
                 "previous holder's lease expired; taking over",
-                dedup_key=key,
                 level=logging.WARNING,
                 token=claim.token,
             )
@@ -107,15 +117,14 @@ class IdempotentProcessor:
         try:
             self._complete(key, claim, result)
         except StaleClaimError:
-            self.log.decision(
+            log(
                 "fenced",
                 "ALERT: effect ran after our lease expired and another worker took over",
-                dedup_key=key,
                 level=logging.ERROR,
                 token=claim.token,
             )
             raise
-        self.log.decision(Outcome.PROCESSED, "processed", dedup_key=key)
+        log(Outcome.PROCESSED, "processed")
         return ProcessResult(Outcome.PROCESSED, result)
 
     def _complete(self, key: str, claim: Claim, result: str | None) -> None:
