@@ -73,17 +73,24 @@ def unwrap(received: Message) -> Message:
     return Message(received.data, attributes, message_id=received.message_id)
 
 
+_EMPTY_PULLS_TO_STOP = 3
+
+
 def _pull(subscriber: Any, subscription: str, max_messages: int) -> list[DeadLetter]:
     """Pull until nothing more comes or ``max_messages`` are held (none is acked here)."""
     letters: list[DeadLetter] = []
     seen: set[str] = set()
-    while len(letters) < max_messages:
+    empty_in_a_row = 0
+    while len(letters) < max_messages and empty_in_a_row < _EMPTY_PULLS_TO_STOP:
         batch = _pull_once(subscriber, subscription, max_messages - len(letters))
         fresh = [d for d in batch if d.dead_letter_id not in seen]
         if not fresh:
-            # Nothing new: release any second copy we got, and stop.
+            # Nothing new: release any second copy we got. Pub/Sub may answer a pull with
+            # nothing while messages wait, so only a few empty answers in a row end the listing.
             _release(subscriber, subscription, [d.ack_id for d in batch])
-            break
+            empty_in_a_row += 1
+            continue
+        empty_in_a_row = 0
         seen.update(d.dead_letter_id for d in fresh)
         letters += fresh
         kept = {d.ack_id for d in fresh}
