@@ -32,7 +32,8 @@ from types import FrameType
 
 from bench.common import write_result
 from bench.delay import percentile
-from bench.workload import Mix, RunResult, run_workload
+from bench.mix import Mix
+from bench.workload import RunResult, run_workload
 from pubsub_toolkit.local.stack import LocalStack, StackOptions
 
 REPO = Path(__file__).resolve().parent.parent

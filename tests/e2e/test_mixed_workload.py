@@ -4,7 +4,7 @@
 delayed 1-5 s, 30% belong to 10 FIFO groups (numbered by the sequencer, then sent in a shuffled
 order), plus a few contract violations, reused keys with different content and poison FIFO
 messages. A Consumer on the final topic (dedup + FIFO gate) records what it handles. The ledger
-(bench/workload.py, shared with the soak in bench/soak.py) must balance: every published copy
+(bench/ledger.py, shared with the soak in bench/soak.py) must balance: every published copy
 delivered once, deduplicated, or dead-lettered with the right reason; no delayed message early;
 every group in order. The run's wall time and rate go to bench/results/e2e_mixed.json.
 """
@@ -16,7 +16,8 @@ import time
 from google.cloud import firestore
 
 from bench.common import write_result
-from bench.workload import Mix, run_workload
+from bench.mix import Mix
+from bench.workload import run_workload
 from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
 from pubsub_toolkit.local.stack import LocalStack
 

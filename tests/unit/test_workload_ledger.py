@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.workload import Kind, Observer, Publish, check_ledger
+from bench.ledger import Observer, check_ledger
+from bench.mix import Kind, Publish
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.message import Message
 
