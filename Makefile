@@ -52,8 +52,11 @@ test: install ## the whole suite: unit, integration (emulators, Redis, functions
 test-unit: install ## unit tests only (no servers)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-slow: install ## long runs (soak, long faults), kept out of `make test`
+test-slow: install ## long runs (the consumer-crash fault), kept out of `make test`
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+test-faults: install ## the fault-injection and property suites, slow faults included
+	$(PY) -m pytest tests/faults tests/property $(PYTEST_ARGS)
 
 lint: install ## ruff lint + format check, mypy on the library
 	$(VENV)/bin/ruff check .

@@ -161,14 +161,21 @@ def parse_time(value: str) -> datetime:
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         raise ValueError("timestamp has no UTC offset")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:
+        # e.g. 0001-01-01T00:00:00+14:00 is before year 1 in UTC. Callers catch ValueError
+        # (the CloudEvent decoder did not catch OverflowError and crashed on such a publishTime).
+        raise ValueError(f"timestamp is out of range in UTC: {exc}") from None
 
 
 def format_time(value: datetime) -> str:
     """Format an aware datetime as RFC 3339 UTC with microseconds (``...T00:00:00.000001Z``)."""
     if value.tzinfo is None:
         raise ValueError("naive datetimes are not allowed")
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # Not strftime("%Y..."): glibc writes years before 1000 unpadded ("999-01-01..."), which
+    # parse_time - and every later hop - refuses. isoformat always writes four digits.
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _check_sizes(message: Message) -> None:

@@ -77,7 +77,13 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """True when nothing listens on ``port`` (connections left in TIME_WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Without SO_REUSEADDR the bind fails for up to a minute after a server on this port
+        # stopped (its closed connections linger in TIME_WAIT), so restarting a service on the
+        # same port was refused as "in use". The servers themselves bind with SO_REUSEADDR;
+        # on Linux it still refuses a port that a live socket is listening on.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError:
