@@ -37,7 +37,18 @@ from tests.terraform import structure
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM_DIR = ROOT / "terraform"
 EXAMPLE = Path("examples/minimal")
-OFFLINE_ACTIVATE = ROOT.parent / "shared/tools/tf-offline-provider/activate.sh"
+# The team's offline providers beside the repository when present, else the project's copy.
+OFFLINE_ACTIVATE = next(
+    (
+        path
+        for path in (
+            ROOT.parent / "shared/tools/tf-offline-provider/activate.sh",
+            ROOT / "tools/tf-offline-provider/activate.sh",
+        )
+        if path.is_file()
+    ),
+    ROOT / "tools/tf-offline-provider/activate.sh",
+)
 CHECKOV = ROOT / ".tools/checkov-venv/bin/checkov"
 CHECKOV_POLICIES = Path("policies/checkov")
 TRIVY_IGNORE = Path(".trivyignore")
