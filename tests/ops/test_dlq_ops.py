@@ -40,6 +40,26 @@ def dead_letters(stack: LocalStack) -> list:  # type: ignore[type-arg]
         subscriber.close()
 
 
+def publish_with_poison_second(stack: LocalStack, client: firestore.Client, group: str) -> None:
+    """Publish #1 "one", #2 "bad" (the handler's poison), #3 "three" in ``group``."""
+    assert stack.topology is not None
+    sink = PubSubSink()
+    publisher = Publisher(sink, stack.topology.origin, FirestoreSequenceCounter(client))
+    for data in (b"one", b"bad", b"three"):
+        publisher.publish(data, {}, fifo_group=group)
+    sink.close()
+
+
+def wait_for_poison_dead_letter(stack: LocalStack, group: str) -> None:
+    """Wait until #2 of ``group`` is on the dead-letter topic as fifo_poison (and only it)."""
+    poison = wait_until(
+        lambda: [d for d in dead_letters(stack) if d.reason == REASON_POISON],
+        timeout=30,
+        what="the poison message on the dead-letter topic",
+    )
+    assert [(d.group, d.seq) for d in poison] == [(group, 2)]
+
+
 def test_dlq_list_shows_reason_group_seq_and_age_without_consuming(
     make_stack: StackFactory,
 ) -> None:
@@ -154,20 +174,11 @@ def test_a_blocked_group_is_unblocked(make_stack: StackFactory, way_out: str) ->
     with recording_consumer(
         stack, consumer_id, poison_policy="block", max_attempts=2, poison_data=b"bad"
     ) as seen:
-        sink = PubSubSink()
-        publisher = Publisher(sink, stack.topology.origin, FirestoreSequenceCounter(client))
-        for data in (b"one", b"bad", b"three"):
-            publisher.publish(data, {}, fifo_group=group)
-        sink.close()
+        publish_with_poison_second(stack, client, group)
         wait_until(
             lambda: store.load(consumer_id, group).blocked_at == 2, timeout=60, what="blocked"
         )
-        poison = wait_until(
-            lambda: [d for d in dead_letters(stack) if d.reason == REASON_POISON],
-            timeout=30,
-            what="the poison message on the dead-letter topic",
-        )
-        assert [(d.group, d.seq) for d in poison] == [(group, 2)]
+        wait_for_poison_dead_letter(stack, group)
         wait_until(lambda: 3 in store.load(consumer_id, group).parked, what="#3 parked")
         assert seen.handled_in(group) == [1]  # blocked: #3 waits behind the poison message
 
@@ -216,18 +227,9 @@ def test_a_poison_message_the_group_skipped_is_kept_not_replayed(make_stack: Sta
     with recording_consumer(
         stack, consumer_id, poison_policy="skip", max_attempts=2, poison_data=b"bad"
     ) as seen:
-        sink = PubSubSink()
-        publisher = Publisher(sink, stack.topology.origin, FirestoreSequenceCounter(client))
-        for data in (b"one", b"bad", b"three"):
-            publisher.publish(data, {}, fifo_group=group)
-        sink.close()
+        publish_with_poison_second(stack, client, group)
         wait_until(lambda: seen.handled_in(group) == [1, 3], timeout=60, what="1 and 3 handled")
-        poison = wait_until(
-            lambda: [d for d in dead_letters(stack) if d.reason == REASON_POISON],
-            timeout=30,
-            what="the poison message on the dead-letter topic",
-        )
-        assert [(d.group, d.seq) for d in poison] == [(group, 2)]
+        wait_for_poison_dead_letter(stack, group)
 
         seen.fixed.set()
         done = cli(stack.env, "dlq", "replay", "--group", group, "--consumer-id", consumer_id)
