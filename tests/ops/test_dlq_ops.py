@@ -16,6 +16,7 @@ from pubsub_toolkit.dlq import list_dead_letters, replay
 from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
 from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
 from pubsub_toolkit.fifo.gate import REASON_POISON
+from pubsub_toolkit.fifo.state import GroupState
 from pubsub_toolkit.ingress import Ingress, IngressOutcome
 from pubsub_toolkit.local.stack import LocalStack
 from pubsub_toolkit.local.topology import drain
@@ -198,8 +199,14 @@ def test_a_blocked_group_is_unblocked(make_stack: StackFactory, way_out: str) ->
         assert done.returncode == 0, done.stderr
 
         wait_until(lambda: seen.handled_in(group) == expected, timeout=60, what=str(expected))
-        state = store.load(consumer_id, group)
-        assert state.blocked_at is None and state.last_processed == 3 and not state.parked
+
+        def settled() -> GroupState | None:
+            # The handler records #3 before the gate commits its advance: wait for the commit.
+            state = store.load(consumer_id, group)
+            done = state.blocked_at is None and state.last_processed == 3 and not state.parked
+            return state if done else None
+
+        state = wait_until(settled, timeout=30, what="the group advanced past #3, unblocked")
         if way_out == "fifo skip":
             assert state.skipped == (2,)
         if way_out == "dlq replay":
