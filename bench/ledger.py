@@ -43,6 +43,9 @@ class Observer:
         # those it found duplicate: by id, so a redelivery of one copy never stands for another.
         self.ingress_decided: set[str] = set()
         self.ingress_duplicate_ids: set[str] = set()
+        # Copies whose claim took over an expired lease: both holders may have forwarded, and the
+        # consumer then deduplicates one of the two final copies.
+        self.ingress_taken_over_ids: set[str] = set()
         self.last_event = time.monotonic()
         self._log = ingress_log
         self._offset = 0
@@ -87,6 +90,8 @@ class Observer:
                 self.ingress_decided.add(message_id)
                 if outcome == "duplicate":
                     self.ingress_duplicate_ids.add(message_id)
+            elif consumer == "ingress" and outcome == "taken_over":
+                self.ingress_taken_over_ids.add(message_id)
             elif consumer == "ingress-rejected" and outcome in ("processed", "duplicate"):
                 self.ingress_decided.add(message_id)
 
@@ -171,7 +176,7 @@ def check_ledger(sent: dict[str, Publish], seen: Observer) -> Ledger:
         ledger.dead_lettered += len(x)
         ledger.deduplicated += duplicates
         deduplicated_ids = set(ids) - set(d) - set(x)
-        if not deduplicated_ids <= seen.ingress_duplicate_ids:
+        if not deduplicated_ids <= seen.ingress_duplicate_ids | seen.ingress_taken_over_ids:
             uncorroborated.append(key)
     if wrong:
         problems.append(f"{len(wrong)} keys with the wrong fate: {wrong[:5]}")

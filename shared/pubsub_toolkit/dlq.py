@@ -50,7 +50,8 @@ class DeadLetter:
     @property
     def seq(self) -> int | None:
         raw = self.message.attributes.get(attr.FIFO_SEQ)
-        return int(raw) if raw and raw.isdigit() else None
+        # isascii too: "²".isdigit() is true, and int() refuses it.
+        return int(raw) if raw and raw.isascii() and raw.isdigit() else None
 
     @property
     def dedup_key(self) -> str | None:
@@ -144,8 +145,11 @@ def replay(
 ) -> list[DeadLetter]:
     """Re-publish the selected dead letters to origin, in FIFO order; return what was replayed."""
     letters = _pull(subscriber, subscription, limit)
-    chosen = sorted((d for d in letters if select(d)), key=lambda d: (d.group or "", d.seq or 0))
-    try:
+    chosen: list[DeadLetter] = []
+    try:  # from here on, whatever fails (select may read a store), the pulled letters go back
+        chosen = sorted(
+            (d for d in letters if select(d)), key=lambda d: (d.group or "", d.seq or 0)
+        )
         for letter in chosen:
             # The replay id is the dead-letter copy's own message id: a replay that crashed
             # before its ack below and runs again re-publishes under the same id, so ingress

@@ -41,3 +41,13 @@ def test_a_redelivery_of_copy_a_does_not_stand_in_for_a_lost_copy_b(tmp_path: Pa
     # B never reached ingress; Pub/Sub redelivered A once (its first push timed out).
     problems = ledger_for(tmp_path, [decision("processed", "A"), decision("duplicate", "A")])
     assert problems and "lost" in problems[0]
+
+
+def test_a_copy_forwarded_after_a_lease_takeover_and_deduplicated_by_the_consumer_balances(
+    tmp_path: Path,
+) -> None:
+    # A's lease expired mid-publish; B took over and forwarded too; the consumer handled A's
+    # final copy and deduplicated B's. Ingress never logged B as a duplicate.
+    takeover = decision("taken_over", "B")
+    lines = [takeover, decision("processed", "B"), decision("duplicate", "A")]
+    assert ledger_for(tmp_path, lines) == []

@@ -209,8 +209,8 @@ class PassedNumbers:
 
     def check(self, letter: DeadLetter) -> bool:
         """True when ``letter``'s group already passed its number (it is then not replayed)."""
-        if letter.group is None or letter.seq is None:
-            return False
+        if letter.group is None or letter.seq is None or letter.seq < 1:
+            return False  # not a valid FIFO number (e.g. an invalid_fifo_seq letter): replay it
         if self._gate is None:
             gate, store, _ = gate_and_counter(self._consumer_id)
             self._gate = (gate, store)
