@@ -156,6 +156,20 @@ def _ingress(scheduler: CloudTasksScheduler, sink: RecordingSink) -> Ingress:
     )
 
 
+def _relay(scheduler: CloudTasksScheduler, sink: RecordingSink, clock: ManualClock) -> Relay:
+    """A relay whose clock the test sets (its idea of "now" when Cloud Tasks calls)."""
+    return Relay(
+        store=MemoryDedupStore(),
+        sink=sink,
+        final_topic=FINAL,
+        dead_letter_topic=DLQ,
+        lease=timedelta(seconds=30),
+        ttl=timedelta(hours=1),
+        scheduler=scheduler,
+        clock=clock,
+    )
+
+
 def _task_time(scheduler: CloudTasksScheduler, key: str, hop: int = 0) -> datetime:
     task = scheduler._client.get_task(name=scheduler.task_name(key, hop))
     return datetime.fromtimestamp(task.schedule_time.timestamp(), UTC)
@@ -202,16 +216,7 @@ def test_due_times_in_the_past_far_future_and_beyond_the_horizon(
         request={"name": scheduler.task_name("beyond-horizon"), "response_view": 2}
     )
     relay_sink = RecordingSink()
-    relay = Relay(
-        store=MemoryDedupStore(),
-        sink=relay_sink,
-        final_topic=FINAL,
-        dead_letter_topic=DLQ,
-        lease=timedelta(seconds=30),
-        ttl=timedelta(hours=1),
-        scheduler=scheduler,
-        clock=ManualClock(now + HORIZON),
-    )
+    relay = _relay(scheduler, relay_sink, ManualClock(now + HORIZON))
     result = relay.release(task.http_request.body)
     assert (result.outcome, result.detail) == (RelayOutcome.RESCHEDULED, "hop 1")
     # The hop is a new task, again parked no later than the due time (the scheduler's own clock
@@ -251,16 +256,7 @@ def test_clock_skew_never_delivers_early(scheduler: CloudTasksScheduler) -> None
     # Cloud Tasks fires a task while the relay's clock says it is 10 s early (beyond MAX_WAIT):
     # re-scheduled (hop), not published.
     relay_sink = RecordingSink()
-    relay = Relay(
-        store=MemoryDedupStore(),
-        sink=relay_sink,
-        final_topic=FINAL,
-        dead_letter_topic=DLQ,
-        lease=timedelta(seconds=30),
-        ttl=timedelta(hours=1),
-        scheduler=scheduler,
-        clock=ManualClock(producer_ahead - timedelta(seconds=10)),
-    )
+    relay = _relay(scheduler, relay_sink, ManualClock(producer_ahead - timedelta(seconds=10)))
     body = DelayedMessage(OutboundMessage(b"x", {"dedup_key": "early"}), "early", producer_ahead)
     assert relay.release(body.to_json()).outcome is RelayOutcome.RESCHEDULED
     assert relay_sink.published == {}

@@ -31,6 +31,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.terraform import structure
 
@@ -194,22 +195,23 @@ def terraform_test(tf: Terraform, tf_dir: Path, work: Path) -> Result:
     return Result("test", ok, _joined(*procs), tuple(failed_runs))
 
 
+def _run_json(command: list[str]) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run a scanner that reports JSON on stdout; the report is None when it printed none."""
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    try:
+        return proc, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return proc, None
+
+
 def checkov(tf_dir: Path) -> Result:
     # --skip-download: no Prisma Cloud platform calls. --quiet: only failed checks in the JSON.
     command = [str(CHECKOV), "--directory", str(tf_dir)]
     command += ["--external-checks-dir", str(tf_dir / CHECKOV_POLICIES)]
     command += ["--framework", "terraform", "--skip-download"]
     command += ["--output", "json", "--quiet", "--compact"]
-    proc = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+    proc, report = _run_json(command)
+    if report is None:
         return Result("checkov", False, _joined(proc))
     findings = tuple(
         f"{c['check_id']} {c['resource']} ({c['file_path'].lstrip('/')}:{c['file_line_range'][0]})"
@@ -231,16 +233,8 @@ def trivy(tf_dir: Path, work: Path) -> Result:
     command += ["--misconfig-scanners", "terraform", "--format", "json"]
     command += ["--severity", "HIGH,CRITICAL", "--exit-code", "1"]
     command += ["--ignorefile", str(tf_dir / TRIVY_IGNORE), str(tf_dir)]
-    proc = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    try:
-        report = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+    proc, report = _run_json(command)
+    if report is None:
         return Result("trivy", False, _joined(proc))
     findings = tuple(
         f"{m['ID']} {r['Target']}:{m['CauseMetadata'].get('StartLine')}"
