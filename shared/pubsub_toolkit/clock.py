@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
 class Clock(Protocol):
-    """Returns the current time as a timezone-aware UTC datetime."""
+    """The current time as a timezone-aware UTC datetime, and a way to wait on it.
+
+    Waiting goes through the clock too, so a simulation (tests/simulation) or a test with a
+    manual clock never blocks on the wall clock.
+    """
 
     def now(self) -> datetime: ...
+
+    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
@@ -18,6 +25,9 @@ class SystemClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class ManualClock:
@@ -30,6 +40,10 @@ class ManualClock:
     def now(self) -> datetime:
         with self._lock:
             return self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Waiting on a manual clock moves it: nothing else would."""
+        self.advance(timedelta(seconds=seconds))
 
     def advance(self, delta: timedelta) -> None:
         """Move time forward by ``delta``."""

@@ -83,7 +83,7 @@ class Ingress:
     ) -> None:
         self.log = DecisionLog(INGRESS_NAMESPACE, metrics)
         self._processor = IdempotentProcessor(
-            store, namespace=INGRESS_NAMESPACE, lease=lease, ttl=ttl, log=self.log
+            store, namespace=INGRESS_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
         self._sink = sink
         self._final_topic = final_topic

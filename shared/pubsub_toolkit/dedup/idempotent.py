@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupStore
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
@@ -59,8 +59,10 @@ class IdempotentProcessor:
         lease: timedelta,
         ttl: timedelta,
         log: DecisionLog | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
+        self._clock = clock
         self.namespace = namespace
         self._lease = lease
         self._ttl = ttl
@@ -144,7 +146,7 @@ class IdempotentProcessor:
                         level=logging.ERROR,
                     )
                     raise
-                time.sleep(delay)
+                self._clock.sleep(delay)
 
     def _release_after_failure(self, key: str, claim: Claim) -> None:
         # Never let a failing release hide the effect's own exception.

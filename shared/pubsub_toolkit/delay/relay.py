@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -79,10 +78,15 @@ class Relay:
         self._clock = clock
         self._dead_letters = DeadLetterer(sink, dead_letter_topic, self.log)
         self._publishes = IdempotentProcessor(
-            store, namespace=RELAY_NAMESPACE, lease=lease, ttl=ttl, log=self.log
+            store, namespace=RELAY_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
         self._hops = IdempotentProcessor(
-            store, namespace=HOP_NAMESPACE, lease=lease, ttl=ttl, log=DecisionLog(HOP_NAMESPACE)
+            store,
+            namespace=HOP_NAMESPACE,
+            lease=lease,
+            ttl=ttl,
+            log=DecisionLog(HOP_NAMESPACE),
+            clock=clock,
         )
         self._rejections = IdempotentProcessor(
             store,
@@ -127,7 +131,7 @@ class Relay:
         if remaining > MAX_WAIT:
             return self._hop(delayed)
         if remaining > timedelta(0):
-            time.sleep(remaining.total_seconds())  # never early, even by a clock's hair
+            self._clock.sleep(remaining.total_seconds())  # never early, even by a clock's hair
         fingerprint = delayed.message.attributes.get(attr.CONTENT_SHA256) or (
             attr.content_fingerprint(delayed.message.data, delayed.message.attributes)
         )
