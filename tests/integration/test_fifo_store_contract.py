@@ -141,7 +141,9 @@ def test_every_field_round_trips(store: FifoStore) -> None:
         lease_token=17,
         # Not UTC: the instant must survive even if the zone is normalised.
         lease_until=datetime(2030, 2, 3, 6, 5, 7, 654321, tzinfo=timezone(timedelta(hours=2))),
-        skipped=(7, 12, 40),
+        skipped=((7, 7), (12, 20), (40, 40)),
+        next_attempt_at=datetime(2030, 2, 3, 4, 6, 0, tzinfo=UTC),
+        keys=((41, "0123456789abcdef"), (43, "fedcba9876543210")),
     )
     fresh = store.load(CONSUMER, "g")
     assert store.save(CONSUMER, "g", full, fresh)

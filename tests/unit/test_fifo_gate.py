@@ -171,7 +171,7 @@ def test_gap_timeout_skip_passes_over_the_gap_with_tombstones(
     assert gate.sweep("g").outcome is GateOutcome.PROCESSED
     assert handler.seen["g"] == [1, 4, 5]
     state = store.load("consumer-a", "g")
-    assert (state.last_processed, state.skipped) == (5, (2, 3))
+    assert (state.last_processed, state.skipped) == (5, ((2, 3),))
     # A skipped number that turns up after all was never processed: kept, with the reason.
     assert deliver(gate, "g", 2) == GateOutcome.DEAD_LETTERED
     assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == ["fifo_late_after_skip"]
@@ -184,11 +184,16 @@ def test_poison_is_dead_lettered_after_max_attempts_and_skipped(
     handler.failing.add(("g", 2))
     deliver(gate, "g", 1)
     deliver(gate, "g", 3)  # parked behind the poison
-    for _ in range(2):
-        with pytest.raises(HandlerFailedError):
-            deliver(gate, "g", 2)  # nacked; Pub/Sub redelivers
+    with pytest.raises(HandlerFailedError):
+        deliver(gate, "g", 2)  # nacked once; a copy is parked for the sweeper
+    assert deliver(gate, "g", 2) == GateOutcome.RETRYING  # redelivered during the backoff
+    clock.advance(timedelta(seconds=5))
+    assert gate.sweep("g").outcome is GateOutcome.RETRYING  # second failure
     assert sink.on(DLQ) == []
-    assert deliver(gate, "g", 2) == GateOutcome.PROCESSED  # third failure: poison, skipped
+    clock.advance(timedelta(seconds=9))
+    assert gate.sweep("g").outcome is GateOutcome.IDLE  # still backing off (10 s)
+    clock.advance(timedelta(seconds=1))
+    assert gate.sweep("g").outcome is GateOutcome.DEAD_LETTERED  # third failure: poison
     [dead] = sink.on(DLQ)
     assert dead.attributes["error_reason"] == "fifo_poison"
     assert dead.attributes["fifo_group"] == "g" and dead.attributes["fifo_seq"] == "2"
@@ -203,13 +208,14 @@ def test_poison_blocks_then_operator_skip_resumes(
     handler.failing.add(("g", 1))
     with pytest.raises(HandlerFailedError):
         deliver(gate, "g", 1)
-    assert deliver(gate, "g", 1) == GateOutcome.DEAD_LETTERED
+    clock.advance(timedelta(seconds=5))
+    assert gate.sweep("g").outcome is GateOutcome.DEAD_LETTERED
     assert deliver(gate, "g", 2) == GateOutcome.BLOCKED
     assert store.load("consumer-a", "g").blocked_at == 1
     assert handler.seen["g"] == []
     gate.skip("g", 1)
     assert handler.seen["g"] == [2]
-    assert store.load("consumer-a", "g").skipped == (1,)
+    assert store.load("consumer-a", "g").skipped == ((1, 1),)
     assert len(sink.on(DLQ)) == 1
 
 
@@ -236,6 +242,8 @@ def test_a_failed_parked_message_is_retried_by_the_sweeper(
     assert deliver(gate, "g", 1) == GateOutcome.PROCESSED  # 1 runs, 2 fails while draining
     assert handler.seen["g"] == [1]
     handler.failing.clear()
+    assert gate.sweep("g").outcome is GateOutcome.IDLE  # backing off
+    clock.advance(timedelta(seconds=5))
     assert gate.sweep("g").outcome is GateOutcome.PROCESSED
     assert handler.seen["g"] == [1, 2]
 
@@ -340,7 +348,134 @@ def test_a_store_error_after_a_successful_handler_is_not_counted_as_poison(
 
     gate = make_gate(Recorder(), clock, sink, store, max_attempts=1)
     gate._handler = handler
+    # The advance is retried after a short wait, so the blip costs nothing.
+    assert gate.deliver(msg("g", 1), "g", 1).outcome is GateOutcome.PROCESSED
+    assert sink.on(DLQ) == []  # not dead-lettered as poison
+    state = store.load("consumer-a", "g")
+    assert (state.attempts, state.last_processed) == (0, 1)
+
+    class DownStore(MemoryFifoStore):
+        down = False
+
+        def save(self, *args: Any) -> bool:
+            if self.down:
+                raise StoreUnavailableError("down")
+            return super().save(*args)
+
+    down = DownStore()
+
+    def breaks_the_store(message: Message) -> None:
+        down.down = True  # the store goes away for good after this successful run
+
+    gate = make_gate(Recorder(), clock, sink, down, max_attempts=1)
+    gate._handler = breaks_the_store
     with pytest.raises(StoreUnavailableError):
         gate.deliver(msg("g", 1), "g", 1)
-    assert sink.on(DLQ) == []  # redelivered later, not dead-lettered as poison
-    assert store.load("consumer-a", "g").attempts == 0
+    assert sink.on(DLQ) == []  # redelivered later, never counted as poison
+
+
+def keyed(group: str, seq: int, key: str, **extra: str) -> Message:
+    return Message(
+        f"{key}".encode(), {"fifo_group": group, "fifo_seq": str(seq), "dedup_key": key, **extra}
+    )
+
+
+def test_a_filler_moves_the_group_past_its_number_without_the_handler(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    gate = make_gate(handler, clock, sink)
+    deliver(gate, "g", 1)
+    filler = keyed("g", 3, "k2", fifo_filler="duplicate_of:2")
+    assert gate.deliver(filler, "g", 3).outcome is GateOutcome.PARKED
+    assert gate.deliver(keyed("g", 4, "k4"), "g", 4).outcome is GateOutcome.PARKED
+    result = gate.deliver(keyed("g", 2, "k2"), "g", 2)
+    assert (result.outcome, result.released) == (GateOutcome.PROCESSED, 2)
+    assert handler.seen["g"] == [1, 2, 4]  # 3 carried no message
+    assert gate.deliver(filler, "g", 3).outcome is GateOutcome.DUPLICATE
+
+
+def test_a_different_message_at_a_taken_number_is_dead_lettered_with_an_alert(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = make_gate(handler, clock, sink)
+    assert gate.deliver(keyed("g", 1, "a"), "g", 1).outcome is GateOutcome.PROCESSED
+    assert gate.deliver(keyed("g", 1, "a"), "g", 1).outcome is GateOutcome.DUPLICATE
+    # Behind the head (a counter rolled back, a producer reusing numbers) ...
+    assert gate.deliver(keyed("g", 1, "b"), "g", 1).outcome is GateOutcome.DEAD_LETTERED
+    # ... and ahead of it, while the first copy is parked.
+    assert gate.deliver(keyed("g", 3, "c"), "g", 3).outcome is GateOutcome.PARKED
+    assert gate.deliver(keyed("g", 3, "d"), "g", 3).outcome is GateOutcome.DEAD_LETTERED
+    assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == ["fifo_sequence_reused"] * 2
+    assert [m.attributes["dedup_key"] for m in sink.on(DLQ)] == ["b", "d"]
+    assert sum("ALERT" in r.getMessage() for r in caplog.records) == 2
+    gate.deliver(keyed("g", 2, "e"), "g", 2)
+    assert handler.seen["g"] == [1, 2, 3]  # "c" ran as #3, "d" never
+
+
+def test_every_skipped_number_is_remembered_however_many(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    store = MemoryFifoStore()
+    gate = make_gate(handler, clock, sink, store)
+    for seq in range(1, 302):
+        if seq % 2:
+            gate.skip("g", seq, run=False)  # 151 tombstones, far past the old limit of 100
+        else:
+            deliver(gate, "g", seq)
+    assert store.load("consumer-a", "g").is_skipped(1)
+    assert deliver(gate, "g", 1) == GateOutcome.DEAD_LETTERED  # late, not a duplicate
+    assert sink.on(DLQ)[-1].attributes["error_reason"] == "fifo_late_after_skip"
+    assert deliver(gate, "g", 2) == GateOutcome.DUPLICATE
+
+
+def test_without_a_dead_letter_topic_poison_blocks_instead_of_skipping_silently(
+    clock: ManualClock,
+) -> None:
+    store = MemoryFifoStore()
+    handler = Recorder()
+    handler.failing.add(("g", 1))
+    gate = FifoGate(
+        store,
+        consumer="consumer-a",
+        handler=handler,
+        policy=GatePolicy(max_attempts=1, poison=PoisonPolicy.SKIP),
+        clock=clock,
+    )
+    assert gate.deliver(msg("g", 1), "g", 1).outcome is GateOutcome.BLOCKED
+    assert store.load("consumer-a", "g").blocked_at == 1
+    assert gate.deliver(msg("g", 2), "g", 2).outcome is GateOutcome.BLOCKED
+    assert handler.seen["g"] == []
+
+
+def test_a_transient_handler_failure_backs_off_but_never_becomes_poison(
+    clock: ManualClock, sink: RecordingSink
+) -> None:
+    from pubsub_toolkit.errors import TransientError
+
+    outage = {"on": True}
+    seen: list[int] = []
+
+    def handler(message: Message) -> None:
+        if outage["on"]:
+            raise TransientError("the dependency is down")
+        seen.append(int(message.attributes["fifo_seq"]))
+
+    store = MemoryFifoStore()
+    gate = make_gate(Recorder(), clock, sink, store, max_attempts=2)
+    gate._handler = handler
+    deliver(gate, "g", 2)
+    with pytest.raises(HandlerFailedError):
+        deliver(gate, "g", 1)
+    waits = []
+    for _ in range(12):  # an outage far longer than two attempts' worth
+        state = store.load("consumer-a", "g")
+        assert state.next_attempt_at is not None
+        waits.append(state.next_attempt_at - clock.now())
+        clock.advance(waits[-1])
+        gate.sweep("g")
+    assert sink.on(DLQ) == [] and store.load("consumer-a", "g").attempts == 0
+    assert waits[:4] == [timedelta(seconds=s) for s in (5, 5, 5, 5)]  # uncounted: no doubling
+    outage["on"] = False
+    clock.advance(timedelta(minutes=5))
+    gate.sweep("g")
+    assert seen == [1, 2]

@@ -10,11 +10,24 @@ For a delivery of ``(group, seq)`` against the group's last-processed counter ``
   messages under reordering; parked ones are released when the gap fills. (``park=False``
   nacks instead, for payloads too big to park.)
 
-A failing handler is retried (the Pub/Sub copy is nacked; attempts are counted in the store)
-and after ``max_attempts`` the message is **poison**: it goes to the dead-letter topic with its
-attributes and the reason, and the group either skips it (a tombstone) or blocks until an
-operator skips or replays it. A gap older than ``gap_timeout`` logs an alert and, with the
-``skip`` gap policy, is passed over with tombstones.
+A failing handler is retried with exponential backoff (a copy is parked; ``next_attempt_at``
+in the group's state says when the sweeper may try again, so an outage of the handler's
+dependency costs attempts slowly, not one a second). A handler that raises
+:class:`~pubsub_toolkit.errors.TransientError` says "not my fault, try later": it backs off but
+never counts toward poison. After ``max_attempts`` counted failures the message is **poison**: it
+goes to the dead-letter topic with its attributes and the reason, and the group either skips it
+(a tombstone) or blocks until an operator skips or replays it. Without a dead-letter topic a
+poison message always blocks: a skip is never silent. A gap older than ``gap_timeout`` logs an
+alert and, with the ``skip`` gap policy, is passed over with tombstones.
+
+Two markers keep a group from stalling or losing messages:
+
+* a **filler** (``fifo_filler`` attribute, forwarded by ingress) stands for a number that
+  carries no new message - a producer's retry numbered again, or a message ingress
+  dead-lettered: the gate advances past it without running the handler;
+* a **reused number** - a different dedup key at a number already taken (a producer reusing
+  numbers, a counter rolled back by its store) - is dead-lettered with
+  ``fifo_sequence_reused`` and an ALERT, never acked as a duplicate (``GroupState.keys``).
 
 Every state change is a compare-and-set on the group's record, under a fencing lease, so two
 consumer processes on one subscription keep each group in order and run nothing twice.
@@ -29,10 +42,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dead_letter import DeadLetterer
-from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError, TransientError
-from pubsub_toolkit.fifo.state import FifoStore, GroupState
+from pubsub_toolkit.errors import (
+    PermanentError,
+    StaleClaimError,
+    StoreUnavailableError,
+    TransientError,
+)
+from pubsub_toolkit.fifo.state import FifoStore, GroupState, key_digest
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 
@@ -40,6 +59,9 @@ logger = logging.getLogger(__name__)
 
 REASON_POISON = "fifo_poison"
 REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
+REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
+_ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
+_MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
 Handler = Callable[[Message], object]
 # Transactional mode: the handler writes through the Firestore transaction it is given, and
 # those writes commit together with the group's advance (see FirestoreFifoStore.commit_with).
@@ -78,12 +100,22 @@ class GatePolicy:
     gap: GapPolicy = GapPolicy.WAIT
     lease: timedelta = timedelta(seconds=60)  # must exceed the handler's longest run
     park: bool = True
+    retry_backoff: timedelta = timedelta(seconds=5)  # first wait after a failure; doubles
+    max_backoff: timedelta = timedelta(minutes=5)
+
+    def backoff(self, failures: int) -> timedelta:
+        """How long to wait after the ``failures``-th failure in a row (5 s, 10 s, 20 s, ...)."""
+        doublings = min(max(failures - 1, 0), 30)
+        wait: timedelta = self.retry_backoff * (2**doublings)
+        return min(wait, self.max_backoff)
 
 
 class GateOutcome(enum.StrEnum):
     PROCESSED = "processed"
+    FILLED = "filled"  # a filler: the number carried no message, the group moved past it
     DUPLICATE = "duplicate"
     PARKED = "parked"
+    RETRYING = "retrying"  # the handler failed; a parked copy is retried after the backoff
     IN_PROGRESS = "in_progress"
     DEAD_LETTERED = "dead_lettered"
     BLOCKED = "blocked"
@@ -141,32 +173,38 @@ class FifoGate:
 
     def deliver(self, message: Message, group: str, seq: int) -> GateResult:
         """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
+        digest = key_digest(message_key(message))
         stored_copy = False
-        while True:
+        for _ in range(_MAX_CAS_ROUNDS):
             state = self._store.load(self.consumer, group)
             now = self._clock.now()
+            known = state.key_of(seq)
+            if known is not None and known != digest:
+                return self._reused(message, group, seq, state)
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
                     self._store.unpark(self.consumer, group, seq)
-                if seq in state.skipped and self._dead_letters is not None:
+                if state.is_skipped(seq) and not is_filler(message):
                     # It was given up on (gap or operator skip) and arrived after all: it was
                     # never processed, so it is not a duplicate - keep it, with the reason.
-                    self._dead_letters.send(
+                    self._dead_letter(
                         message,
+                        group,
+                        seq,
                         REASON_LATE_AFTER_SKIP,
                         f"{group}#{seq} arrived after the group had skipped it",
-                        dedup_key=f"{group}#{seq}",
                     )
                     return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
                 self._decision("duplicate", group, seq, "already processed")
                 return GateResult(GateOutcome.DUPLICATE, group, seq)
-            running_elsewhere = seq == state.head and state.lease_live(now)
-            if seq > state.head or state.blocked_at is not None or running_elsewhere:
-                # Early, blocked, or this very number is being run elsewhere: keep a copy.
-                # (Acking a copy of a running head without parking it would lose the message
-                # if that worker died: its own copy may come back after our ack.)
+            at_head = seq == state.head
+            waiting = at_head and (state.lease_live(now) or state.backing_off(now))
+            if seq > state.head or state.blocked_at is not None or waiting:
+                # Early, blocked, backing off, or this very number is being run elsewhere: keep
+                # a copy. (Acking a copy of a running head without parking it would lose the
+                # message if that worker died: its own copy may come back after our ack.)
                 stored_copy = True
-                parked = self._park(message, group, seq, state, now)
+                parked = self._park(message, group, seq, digest, state, now)
                 if parked is None:
                     continue  # the state moved under us: decide again
                 return parked
@@ -174,12 +212,14 @@ class FifoGate:
             if leased is None:
                 continue
             return self._run(group, seq, message, leased, from_park=False)
+        raise TransientError(f"{group}#{seq}: the group's state kept changing; try again")
 
     def sweep(self, group: str) -> GateResult:
         """Periodic work for one group: run a parked head, act on an expired gap."""
         state = self._store.load(self.consumer, group)
         now = self._clock.now()
-        if state.blocked_at is not None or state.lease_live(now) or not state.parked:
+        busy = state.lease_live(now) or state.backing_off(now)
+        if state.blocked_at is not None or busy or not state.parked:
             return GateResult(GateOutcome.IDLE, group, state.head)
         if state.head not in state.parked:
             state = self._on_gap(group, state, now)
@@ -229,7 +269,7 @@ class FifoGate:
         ``run``, run it now, else the consumer's sweeper runs it next."""
         while True:
             state = self._store.load(self.consumer, group)
-            new = replace(state, blocked_at=None, attempts=0)
+            new = replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
             if self._store.save(self.consumer, group, new, state):
                 break
         self._decision("replayed", group, state.head, "replay requested by operator")
@@ -242,26 +282,55 @@ class FifoGate:
 
     # --- internals ------------------------------------------------------------------------
 
-    def _park(
-        self, message: Message, group: str, seq: int, state: GroupState, now: datetime
+    def _park(  # noqa: PLR0917 - one private call site, every argument is needed
+        self,
+        message: Message,
+        group: str,
+        seq: int,
+        digest: str,
+        state: GroupState,
+        now: datetime,
     ) -> GateResult | None:
-        if not self.policy.park and state.blocked_at is None:
+        if not self.policy.park and state.blocked_at is None and seq > state.head:
             self._decision("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
         self._store.park(self.consumer, group, seq, message)
-        new = state.with_parked(seq)
+        new = state.with_parked(seq, digest)
         if seq > state.head and new.gap_since is None and state.head not in state.parked:
             new = replace(new, gap_since=now)
-        if seq in state.parked:
-            return GateResult(GateOutcome.PARKED, group, seq)  # a redelivered early arrival
+        if seq in state.parked:  # a redelivered copy: the parked one stands for it
+            retrying = seq == state.head and state.backing_off(now)
+            return GateResult(GateOutcome.RETRYING if retrying else GateOutcome.PARKED, group, seq)
         if not self._store.save(self.consumer, group, new, state):
             return None
         if seq == state.head and state.blocked_at is None:
+            if state.backing_off(now):
+                self._decision("retry_scheduled", group, seq, "backing off; copy parked")
+                return GateResult(GateOutcome.RETRYING, group, seq)
             self._decision("in_progress", group, seq, "being processed elsewhere; copy parked")
             return GateResult(GateOutcome.IN_PROGRESS, group, seq)
         self._decision("parked", group, seq, f"early; waiting for {state.head}")
         outcome = GateOutcome.BLOCKED if state.blocked_at is not None else GateOutcome.PARKED
         return GateResult(outcome, group, seq)
+
+    def _reused(self, message: Message, group: str, seq: int, state: GroupState) -> GateResult:
+        """A different message at a number already taken: keep it, with the reason, and alert."""
+        detail = (
+            f"{group}#{seq} already belongs to another dedup key (last processed "
+            f"{state.last_processed}): a producer reused the number, or the counter's store "
+            "lost writes"
+        )
+        self._decision("sequence_reused", group, seq, f"ALERT: {detail}", level=logging.ERROR)
+        self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _dead_letter(
+        self, message: Message, group: str, seq: int, reason: str, detail: str
+    ) -> None:
+        """Dead-letter ``message``; without a dead-letter topic refuse to ack it at all."""
+        if self._dead_letters is None:
+            raise PermanentError(reason, f"{detail} (and no dead-letter topic is configured)")
+        self._dead_letters.send(message, reason, detail, dedup_key=f"{group}#{seq}")
 
     def _take_lease(self, group: str, state: GroupState, now: datetime) -> GroupState | None:
         if state.blocked_at is not None or state.lease_live(now):
@@ -282,6 +351,7 @@ class FifoGate:
         a re-read may already show the next worker's lease and parked messages.
         """
         first, released = seq, 0
+        first_outcome = GateOutcome.FILLED if is_filler(message) else GateOutcome.PROCESSED
         token = state.lease_token
         while True:
             try:
@@ -294,17 +364,23 @@ class FifoGate:
                 state, stop = self._on_failure(
                     group, seq, message, token=token, exc=exc, from_park=from_park
                 )
+                if seq == first:
+                    first_outcome = stop or GateOutcome.DEAD_LETTERED
                 if stop is not None:
-                    return GateResult(stop, group, first, released)
+                    return GateResult(first_outcome, group, first, released)
             else:
                 self._store.unpark(self.consumer, group, seq)
-                self._decision("processed", group, seq, "processed in order")
+                if is_filler(message):
+                    why = message.attributes[attr.FIFO_FILLER]
+                    self._decision("filled", group, seq, f"no message at this number ({why})")
+                else:
+                    self._decision("processed", group, seq, "processed in order")
             if state.lease_until is None:
-                return GateResult(GateOutcome.PROCESSED, group, first, released)  # lease freed
+                return GateResult(first_outcome, group, first, released)  # lease freed
             next_message = self._store.parked_message(self.consumer, group, state.head)
             if next_message is None:
                 self._release_lease(group, token)
-                return GateResult(GateOutcome.PROCESSED, group, first, released)
+                return GateResult(first_outcome, group, first, released)
             seq, message, from_park = state.head, next_message, True
             released += 1
 
@@ -319,39 +395,58 @@ class FifoGate:
         from_park: bool,
     ) -> tuple[GroupState, GateOutcome | None]:
         """Count the failure; poison past the limit. Returns (state, outcome if we stop)."""
-        state = self._update(group, token, lambda s: replace(s, attempts=s.attempts + 1))
+        counts = not isinstance(exc, TransientError)  # "try later" is never the message's fault
+        state = self._update(
+            group, token, lambda s: replace(s, attempts=s.attempts + 1 if counts else s.attempts)
+        )
         if state.attempts < self.policy.max_attempts:
+            wait = self.policy.backoff(max(state.attempts, 1))
             self._decision(
                 "handler_failed",
                 group,
                 seq,
-                f"attempt {state.attempts} of {self.policy.max_attempts} failed: {exc}",
+                f"attempt {state.attempts} of {self.policy.max_attempts} failed "
+                f"({'counted' if counts else 'transient, not counted'}); next in "
+                f"{wait.total_seconds():.0f}s: {exc}",
                 level=logging.WARNING,
             )
+            retry_at = self._clock.now() + wait
             if not from_park:
-                self._store.park(self.consumer, group, seq, message)  # keep a copy for sweeps
-                self._update(group, token, lambda s: replace(s.with_parked(seq), lease_until=None))
+                self._store.park(self.consumer, group, seq, message)  # kept for the sweeper
+            digest = key_digest(message_key(message))
+            self._update(
+                group,
+                token,
+                lambda s: replace(
+                    s.with_parked(seq, digest), lease_until=None, next_attempt_at=retry_at
+                ),
+            )
+            if not from_park:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
-            self._release_lease(group, token)
-            return state, GateOutcome.PROCESSED  # a parked message: the next sweep retries
+            return state, GateOutcome.RETRYING  # the sweeper retries after the backoff
         detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
-        if self._dead_letters is not None:
+        if self._dead_letters is not None and self.policy.poison is PoisonPolicy.SKIP:
             self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
-        if self.policy.poison is PoisonPolicy.SKIP:
             state = self._advance(group, token, seq, skipped=(seq,))
             self._store.unpark(self.consumer, group, seq)
             self._decision("poison_skipped", group, seq, detail, level=logging.ERROR)
             return state, None  # go on with the parked successors
+        if self._dead_letters is not None:
+            self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
+        else:
+            # Skipping without a dead-letter copy would lose the message silently: block.
+            detail += " (no dead-letter topic: blocked instead of skipped)"
         self._store.park(self.consumer, group, seq, message)  # kept for an operator's replay
+        digest = key_digest(message_key(message))
         self._update(
             group,
             token,
-            lambda s: replace(s.with_parked(seq), blocked_at=seq, lease_until=None),
+            lambda s: replace(s.with_parked(seq, digest), blocked_at=seq, lease_until=None),
         )
         self._decision(
             "poison_blocked", group, seq, f"ALERT: group blocked; {detail}", level=logging.ERROR
         )
-        return state, GateOutcome.DEAD_LETTERED
+        return state, GateOutcome.DEAD_LETTERED if self._dead_letters else GateOutcome.BLOCKED
 
     def _on_gap(self, group: str, state: GroupState, now: datetime) -> GroupState:
         if state.gap_since is None or now - state.gap_since < self.policy.gap_timeout:
@@ -383,20 +478,56 @@ class FifoGate:
                 self.consumer,
                 group,
                 token=token,
-                change=self._advance_change(seq, skipped=()),
+                change=self._advance_change(
+                    seq, skipped=(), digest=key_digest(message_key(message))
+                ),
                 writes=lambda transaction: handler(message, transaction),
             )
-        self._handler(message)
-        return self._advance(group, token, seq, skipped=())
+        if not is_filler(message):
+            self._handler(message)
+        return self._advance_after_effect(group, token, seq, message)
+
+    def _advance_after_effect(
+        self, group: str, token: int, seq: int, message: Message
+    ) -> GroupState:
+        """Record the advance past ``seq`` once its effect happened, retrying a store hiccup.
+
+        Losing this write would let ``seq`` run again once the lease expires, so a short
+        outage is worth a few waits (as for a dedup ``complete``); past them the failure is an
+        ALERT: the effect may repeat.
+        """
+        digest = key_digest(message_key(message))
+        for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
+            try:
+                if attempt > 0:
+                    state = self._store.load(self.consumer, group)
+                    mine = state.lease_token == token and state.key_of(seq) == digest
+                    if mine and state.last_processed >= seq:
+                        return state  # the first attempt was applied; only its answer was lost
+                return self._advance(group, token, seq, skipped=(), digest=digest)
+            except StoreUnavailableError:
+                if delay is None:
+                    self._decision(
+                        "advance_failed",
+                        group,
+                        seq,
+                        "ALERT: effect done but the advance was not recorded; it may repeat "
+                        "after the lease",
+                        level=logging.ERROR,
+                        alert="advance_failed",
+                    )
+                    raise
+                self._clock.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _advance_change(
-        self, seq: int, *, skipped: tuple[int, ...]
+        self, seq: int, *, skipped: tuple[int, ...], digest: str | None = None
     ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
             if s.last_processed >= seq:
                 # An operator skipped past it meanwhile: never move the counter backwards.
                 raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")
-            new = s.advanced_to(seq, skipped=skipped)
+            new = s.advanced_to(seq, skipped=skipped, digest=digest)
             # Keep the lease while a parked successor is ready to run next.
             if new.head in new.parked:
                 # Renewed, not kept: a long backlog must not outlive the lease it started with.
@@ -407,8 +538,16 @@ class FifoGate:
 
         return advance
 
-    def _advance(self, group: str, token: int, seq: int, *, skipped: tuple[int, ...]) -> GroupState:
-        return self._update(group, token, self._advance_change(seq, skipped=skipped))
+    def _advance(
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        *,
+        skipped: tuple[int, ...],
+        digest: str | None = None,
+    ) -> GroupState:
+        return self._update(group, token, self._advance_change(seq, skipped=skipped, digest=digest))
 
     def _release_lease(self, group: str, token: int) -> None:
         self._update(group, token, lambda s: replace(s, lease_until=None))
@@ -421,7 +560,7 @@ class FifoGate:
         (Not a re-read: once our write frees the lease, the record belongs to whoever leases
         it next.)
         """
-        while True:
+        for _ in range(_MAX_CAS_ROUNDS):
             state = self._store.load(self.consumer, group)
             if state.lease_token != token:
                 raise StaleClaimError(
@@ -431,10 +570,28 @@ class FifoGate:
             new = change(state)
             if self._store.save(self.consumer, group, new, state):
                 return new
+        raise TransientError(f"{self.consumer}/{group}: the state kept changing; try again")
 
     def _decision(
-        self, outcome: str, group: str, seq: int, text: str, *, level: int = logging.INFO
+        self,
+        outcome: str,
+        group: str,
+        seq: int,
+        text: str,
+        *,
+        level: int = logging.INFO,
+        **fields: object,
     ) -> None:
         self.log.decision(
-            outcome, text, dedup_key=None, level=level, fifo_group=group, fifo_seq=seq
+            outcome, text, dedup_key=None, level=level, fifo_group=group, fifo_seq=seq, **fields
         )
+
+
+def message_key(message: Message) -> str:
+    """The message's stable identity: its dedup key, else its message id."""
+    return message.attributes.get(attr.DEDUP_KEY) or message.message_id
+
+
+def is_filler(message: Message) -> bool:
+    """True for ingress's marker of a number that carries no new message."""
+    return attr.FIFO_FILLER in message.attributes

@@ -9,9 +9,15 @@ One small record per ``(consumer, group)`` holds everything the gate decides on:
   dedup): a live lease means "in progress elsewhere";
 * ``parked`` - the sequence numbers of early arrivals stored beside the record;
 * ``gap_since`` - when the missing head was first noticed (for the gap timeout);
-* ``attempts`` - failed runs of ``last + 1`` (for the poison limit), and ``blocked_at`` when the
-  group's poison policy is to block;
-* ``skipped`` - tombstones: numbers passed over by a skip, kept for status and audit.
+* ``attempts`` / ``next_attempt_at`` - failed runs of ``last + 1`` (for the poison limit) and
+  when the next one may start (exponential backoff), and ``blocked_at`` when the group's poison
+  policy is to block;
+* ``skipped`` - tombstones as inclusive ranges ``(first, last)``: every number ever passed over
+  by a skip, so a late arrival of any of them is recognised (never taken for a duplicate);
+* ``keys`` - a short digest of the dedup key of each parked number and of the last
+  ``KEY_WINDOW`` processed ones, so a *different* message carrying a number already taken
+  (a producer reusing numbers, a counter rolled back by its store) is detected instead of
+  being acked as a duplicate.
 
 Every change is a compare-and-set on the record's version, so two consumer processes can work
 the same subscription and only one advance of ``last`` ever wins.
@@ -20,6 +26,7 @@ the same subscription and only one advance of ``last`` ever wins.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -28,7 +35,15 @@ from typing import Protocol
 from pubsub_toolkit.attributes import format_time, parse_time
 from pubsub_toolkit.message import Message
 
-MAX_TOMBSTONES = 100  # keep the record small: only the most recent skips are listed
+# How many processed numbers keep their key digest. A reused number further behind the head
+# than this cannot be told from a late redelivery (README: "What a store can lose").
+KEY_WINDOW = 64
+Range = tuple[int, int]
+
+
+def key_digest(dedup_key: str) -> str:
+    """A short, stable digest of a dedup key (64 bits: collisions are negligible per group)."""
+    return hashlib.sha256(dedup_key.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,9 @@ class GroupState:
     blocked_at: int | None = None
     lease_token: int = 0
     lease_until: datetime | None = None
-    skipped: tuple[int, ...] = ()
+    skipped: tuple[Range, ...] = ()
+    next_attempt_at: datetime | None = None
+    keys: tuple[tuple[int, str], ...] = ()
     version: object = field(default=None, compare=False)
 
     @property
@@ -53,21 +70,43 @@ class GroupState:
     def lease_live(self, now: datetime) -> bool:
         return self.lease_until is not None and now < self.lease_until
 
-    def with_parked(self, seq: int) -> GroupState:
-        return replace(self, parked=tuple(sorted({*self.parked, seq})))
+    def backing_off(self, now: datetime) -> bool:
+        """True while the head's last failure asks to wait before the next attempt."""
+        return self.next_attempt_at is not None and now < self.next_attempt_at
 
-    def advanced_to(self, seq: int, *, skipped: tuple[int, ...] = ()) -> GroupState:
+    def is_skipped(self, seq: int) -> bool:
+        return any(first <= seq <= last for first, last in self.skipped)
+
+    def key_of(self, seq: int) -> str | None:
+        """The key digest recorded for ``seq`` (parked, or processed recently), if any."""
+        return next((digest for s, digest in self.keys if s == seq), None)
+
+    def with_parked(self, seq: int, digest: str | None = None) -> GroupState:
+        keys = self.keys
+        if digest is not None and self.key_of(seq) is None:
+            keys = tuple(sorted((*keys, (seq, digest))))
+        return replace(self, parked=tuple(sorted({*self.parked, seq})), keys=keys)
+
+    def advanced_to(
+        self, seq: int, *, skipped: tuple[int, ...] = (), digest: str | None = None
+    ) -> GroupState:
         """The state after ``seq`` was processed (or skipped): lease, attempts and gap reset."""
-        tombstones = (*self.skipped, *skipped)[-MAX_TOMBSTONES:]
+        keys = [(s, d) for s, d in self.keys if s != seq or digest is None]
+        if digest is not None:
+            keys.append((seq, digest))
+        parked = tuple(s for s in self.parked if s > seq)
+        oldest_kept = seq - KEY_WINDOW
         return replace(
             self,
             last_processed=seq,
-            parked=tuple(s for s in self.parked if s > seq),
+            parked=parked,
             gap_since=None,
             attempts=0,
+            next_attempt_at=None,
             blocked_at=None,
             lease_until=None,
-            skipped=tombstones,
+            skipped=_merge_ranges(self.skipped, skipped),
+            keys=tuple(sorted((s, d) for s, d in keys if s > oldest_kept or s in parked)),
         )
 
     def to_json(self) -> str:
@@ -77,10 +116,12 @@ class GroupState:
                 "parked": list(self.parked),
                 "gap_since": _time(self.gap_since),
                 "attempts": self.attempts,
+                "next_attempt_at": _time(self.next_attempt_at),
                 "blocked_at": self.blocked_at,
                 "lease_token": self.lease_token,
                 "lease_until": _time(self.lease_until),
-                "skipped": list(self.skipped),
+                "skipped": [list(r) for r in self.skipped],
+                "keys": [[s, d] for s, d in self.keys],
             },
             separators=(",", ":"),
         )
@@ -93,12 +134,31 @@ class GroupState:
             parked=tuple(int(s) for s in doc["parked"]),
             gap_since=_parse(doc["gap_since"]),
             attempts=int(doc["attempts"]),
+            next_attempt_at=_parse(doc.get("next_attempt_at")),
             blocked_at=doc["blocked_at"],
             lease_token=int(doc["lease_token"]),
             lease_until=_parse(doc["lease_until"]),
-            skipped=tuple(int(s) for s in doc["skipped"]),
+            skipped=_ranges(doc["skipped"]),
+            keys=tuple((int(s), str(d)) for s, d in doc.get("keys", [])),
             version=version,
         )
+
+
+def _merge_ranges(ranges: tuple[Range, ...], numbers: tuple[int, ...]) -> tuple[Range, ...]:
+    """``ranges`` with ``numbers`` added, sorted and with touching ranges joined."""
+    merged: list[Range] = []
+    for first, last in sorted([*ranges, *((n, n) for n in numbers)]):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return tuple(merged)
+
+
+def _ranges(raw: list[object]) -> tuple[Range, ...]:
+    # Records written before ranges were used list single numbers.
+    pairs = [(int(r), int(r)) if isinstance(r, int) else (int(r[0]), int(r[1])) for r in raw]  # type: ignore[index]
+    return _merge_ranges(tuple(pairs), ())
 
 
 def _time(value: datetime | None) -> str | None:

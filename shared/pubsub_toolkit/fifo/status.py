@@ -21,7 +21,7 @@ class GroupStatus:
     parked: int
     oldest_gap_age_s: float | None  # how long the head has been missing, if it is
     blocked_at: int | None
-    skipped: tuple[int, ...]
+    skipped: tuple[tuple[int, int], ...]  # inclusive ranges of numbers passed over
 
     @property
     def waiting_for(self) -> int:
