@@ -1,8 +1,15 @@
-"""How every Redis store of the toolkit imports redis-py and fails: lazily, and closed.
+"""How every Redis store of the toolkit imports redis-py, connects and fails: lazily, and closed.
 
 redis-py is an optional extra: a missing install names the ``pip install`` that fixes it. An
 unreachable Redis becomes :class:`~pubsub_toolkit.errors.StoreUnavailableError` (transient:
 the message is delivered again later) - a store never guesses ("assume new", "next number").
+
+Redis Cluster (Memorystore for Redis Cluster) only runs a command, script or transaction whose
+keys all hash to one slot. The dedup store and the sequence counter touch one key per
+operation, so they run there with a ``redis.cluster.RedisCluster`` client (:func:`connect`
+picks one when the server says it is a cluster node). The FIFO gate store's compare-and-set
+touches two keys, so it refuses a cluster at configuration time (:func:`refuse_cluster`)
+rather than failing with CROSSSLOT on the first message.
 """
 
 from __future__ import annotations
@@ -10,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pubsub_toolkit.errors import MissingDependencyError, StoreUnavailableError
+from pubsub_toolkit.errors import ConfigurationError, MissingDependencyError, StoreUnavailableError
 
 T = TypeVar("T")
+
+# Short, so a dead Redis fails a call in seconds rather than hanging a delivery.
+SOCKET_TIMEOUT = 5.0
 
 
 def import_redis(needed_by: str) -> Any:
@@ -32,3 +42,53 @@ def fail_closed(redis_module: Any, operation: Callable[[], T]) -> T:
         return operation()
     except (redis_module.ConnectionError, redis_module.TimeoutError) as exc:
         raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+
+
+def is_cluster_client(redis_module: Any, client: object) -> bool:
+    """True for a ``redis.cluster.RedisCluster`` client (it routes each key to its slot)."""
+    return isinstance(client, redis_module.RedisCluster)
+
+
+def server_in_cluster_mode(redis_module: Any, client: Any) -> bool:
+    """Whether the server ``client`` reaches says ``cluster_enabled:1`` (``INFO cluster``).
+
+    Best effort, asked once at configuration: an unreachable server, or one that refuses INFO
+    (an ACL, a renamed command), counts as "not known to be a cluster", so starting while
+    Redis is down still works and fails closed on the first real call instead.
+    """
+    try:
+        info = client.info("cluster")
+    except (redis_module.ConnectionError, redis_module.TimeoutError, redis_module.ResponseError):
+        return False
+    return str(info.get("cluster_enabled", 0)) == "1"
+
+
+def connect(url: str, *, needed_by: str) -> Any:
+    """A client for ``url`` (``redis://host:port/db``) with short timeouts, for a store whose
+    every operation touches one key: a ``RedisCluster`` client when the server is a cluster
+    node (a plain client would get MOVED for keys of other nodes), else a plain one."""
+    redis = import_redis(needed_by)
+    client = redis.Redis.from_url(
+        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+    )
+    if not server_in_cluster_mode(redis, client):
+        return client
+    client.close()
+    return redis.RedisCluster.from_url(
+        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+    )
+
+
+def refuse_cluster(redis_module: Any, client: object, *, store: str, why: str) -> None:
+    """ConfigurationError if ``client`` is a Redis Cluster client: ``store`` cannot run there."""
+    if is_cluster_client(redis_module, client):
+        raise ConfigurationError(cluster_refusal(store, why))
+
+
+def cluster_refusal(store: str, why: str) -> str:
+    """The message that says why ``store`` cannot run on Redis Cluster and what to use."""
+    return (
+        f"{store} cannot run on Redis Cluster / Memorystore for Redis Cluster: {why}. Use a "
+        "standalone Redis (Memorystore for Redis, Basic or Standard tier) for REDIS_URL, or "
+        "the Firestore backend (DEDUP_BACKEND=firestore)."
+    )

@@ -6,11 +6,17 @@ emulator. A controllable clock drives leases and expiry (the Firestore emulator 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
+import redis
+from google.api_core import exceptions as gexc
+from google.cloud.firestore_v1.batch import WriteBatch
 
 from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.dedup.store import ClaimStatus, RecordState
 from pubsub_toolkit.errors import StaleClaimError
 from tests.support.stores import BACKENDS, StoreFactory, store_factory
@@ -89,12 +95,82 @@ def test_expired_lease_is_taken_over_and_stale_holder_is_fenced(
     assert (record.state, record.result) == (RecordState.DONE, "fresh")
 
 
-def test_completing_twice_is_refused(make_store: StoreFactory, clock: ManualClock) -> None:
+def test_completing_twice_with_the_same_claim_succeeds(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    # A complete whose write applied but whose reply was lost is retried with the same claim
+    # (IdempotentProcessor._complete): the retry must report success, not a stale claim.
     store = make_store(clock=clock)
     claim = store.claim("ns", "k", "fp", lease=LEASE, ttl=TTL)
     store.complete("ns", "k", claim, "once", ttl=TTL)
+    store.complete("ns", "k", claim, "once", ttl=TTL)
+    record = store.get("ns", "k")
+    assert record is not None
+    assert (record.state, record.token, record.result) == (RecordState.DONE, claim.token, "once")
+    # Releasing after the effect is recorded must never undo the done record.
+    store.release("ns", "k", claim)
+    assert store.claim("ns", "k", "fp", lease=LEASE, ttl=TTL).status is ClaimStatus.DONE
+
+
+def test_completing_after_a_newer_holder_completed_is_refused(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    store = make_store(clock=clock)
+    first = store.claim("ns", "k", "fp", lease=LEASE, ttl=TTL)
+    clock.advance(LEASE + timedelta(seconds=1))
+    second = store.claim("ns", "k", "fp", lease=LEASE, ttl=TTL)
+    store.complete("ns", "k", second, "fresh", ttl=TTL)
+    # The record is done, but with the newer token: the old holder's complete is stale.
     with pytest.raises(StaleClaimError):
-        store.complete("ns", "k", claim, "twice", ttl=TTL)
+        store.complete("ns", "k", first, "stale", ttl=TTL)
+    store.release("ns", "k", first)
+    record = store.get("ns", "k")
+    assert record is not None
+    assert (record.state, record.token, record.result) == (RecordState.DONE, second.token, "fresh")
+
+
+def _reply_lost_once(monkeypatch: pytest.MonkeyPatch, backend: str) -> Callable[[], None]:
+    """Patch the backend's real client so that, once armed, its next round trip is applied by
+    the server and then fails as a lost reply would. Returns the function that arms it."""
+    owner: Any
+    name, error = "execute", redis.ConnectionError("reply lost")
+    owner = redis.client.Pipeline
+    if backend == "firestore":
+        owner, name, error = WriteBatch, "commit", gexc.ServiceUnavailable("reply lost")
+    real = getattr(owner, name)
+    armed = {"left": 0}
+
+    def applied_then_lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = real(self, *args, **kwargs)
+        if armed["left"]:
+            armed["left"] -= 1
+            raise error
+        return result
+
+    monkeypatch.setattr(owner, name, applied_then_lost)
+    return lambda: armed.update(left=1)
+
+
+@pytest.mark.parametrize("backend", ["redis", "firestore"])
+def test_a_retried_complete_whose_first_attempt_applied_is_no_alert(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    # Defect 6: the "done" write applies, its reply is lost, IdempotentProcessor retries it.
+    store = store_factory(request, backend)(clock=ManualClock())
+    processor = IdempotentProcessor(store, namespace="ns", lease=LEASE, ttl=TTL)
+    lose_next_reply = _reply_lost_once(monkeypatch, backend)
+    runs: list[str] = []
+
+    def effect() -> str:
+        runs.append("ran")
+        lose_next_reply()  # the next round trip is the complete
+        return "result"
+
+    outcome = processor.process("k", "fp", effect)
+    assert (outcome.outcome, outcome.result, runs) == (Outcome.PROCESSED, "result", ["ran"])
+    assert processor.log.metrics.get("fenced") == 0  # no "effect ran after our lease" alert
+    again = processor.process("k", "fp", effect)
+    assert (again.outcome, again.result, runs) == (Outcome.DUPLICATE, "result", ["ran"])
 
 
 def test_release_lets_the_next_claim_take_over_at_once(

@@ -6,6 +6,14 @@ policy deletes on (declared in terraform/). No operation uses a transaction: the
 hot production document) serialises transactions at about one a second, whereas a precondition
 on ``update_time`` is a single atomic write with exactly one winner. Concurrent writes from one
 instance share commits (:mod:`.firestore_batch`).
+
+``complete`` is idempotent per claim. Its write carries an ``update_time`` precondition, so a
+retry of a complete whose first attempt applied but whose reply was lost (the client's own
+retry inside the commit, or IdempotentProcessor's) fails that precondition against its own
+write. The store then reads the record: ``done`` under the claim's token is that first
+attempt, reported as success - refusing it would log a false "effect ran after our lease
+expired" alert and get a finished message redelivered. ``done`` or ``pending`` under another
+token is a newer holder's: StaleClaimError. ``release`` never replaces a done record.
 """
 
 from __future__ import annotations
@@ -126,7 +134,11 @@ class FirestoreDedupStore:
         if claim.record is None:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         done = rules.done_record(claim.record, result, now=self._clock.now(), ttl=ttl)
-        fail_closed(lambda: self._replace_if_token(namespace, key, claim, to_document(done)))
+        fail_closed(
+            lambda: self._replace_if_token(
+                namespace, key, claim, to_document(done), done_is_ours=True
+            )
+        )
 
     def release(self, namespace: str, key: str, claim: Claim) -> None:
         if claim.record is None:
@@ -135,12 +147,25 @@ class FirestoreDedupStore:
         # A StaleClaimError means someone else holds the key now: nothing of ours to release.
         with contextlib.suppress(StaleClaimError):
             fail_closed(
-                lambda: self._replace_if_token(namespace, key, claim, to_document(released))
+                lambda: self._replace_if_token(
+                    namespace, key, claim, to_document(released), done_is_ours=False
+                )
             )
 
     def _replace_if_token(
-        self, namespace: str, key: str, claim: Claim, document: dict[str, Any]
+        self,
+        namespace: str,
+        key: str,
+        claim: Claim,
+        document: dict[str, Any],
+        *,
+        done_is_ours: bool,
     ) -> None:
+        """Write ``document`` while the record is ``pending`` under ``claim.token``.
+
+        With ``done_is_ours`` (complete), a record already done under our token counts as
+        written: it is our own earlier attempt.
+        """
         ref = self._collection.document(document_id(namespace, key))
         if claim.version is not None:
             # Fast path: nothing changed since our own claim write, so no read is needed.
@@ -152,12 +177,12 @@ class FirestoreDedupStore:
         while True:
             snapshot = ref.get(retry=_RETRY, timeout=_TIMEOUT)
             current = from_document(snapshot.to_dict() or {}) if snapshot.exists else None
-            if (
-                current is None
-                or current.token != claim.token
-                or current.state is not RecordState.PENDING
-            ):
+            if current is None or current.token != claim.token:
                 raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
+            if current.state is RecordState.DONE:
+                if done_is_ours:
+                    return  # our first attempt applied; its reply was lost
+                raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is already done")
             try:
                 self._update(ref, document, snapshot.update_time)
                 return

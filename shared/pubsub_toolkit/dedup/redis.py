@@ -6,6 +6,18 @@ exists does the store read it and, for an expired lease or record, take it over 
 optimistic WATCH/MULTI transaction so that exactly one contender wins. ``complete`` and
 ``release`` check the fencing token inside a Lua script, atomically.
 
+``complete`` is idempotent per claim: a record already ``done`` under the claim's own token is
+our first attempt, applied although its reply was lost (a dropped connection, a timeout), so
+the retry reports success instead of a stale claim - which would log a false "effect ran after
+our lease expired" alert and make Pub/Sub redeliver a finished message. A done record under
+another token is a newer holder's, and still refused. ``release`` never touches a done record.
+
+Cluster-safe: every command, script and WATCH transaction here touches one key (the record),
+so the store also runs on Redis Cluster / Memorystore for Redis Cluster with a
+``redis.cluster.RedisCluster`` client (:meth:`RedisDedupStore.from_url` picks one when the
+server is a cluster node). redis-py refuses EVALSHA inside a cluster pipeline, so there the
+fencing script is called directly (routed by the record's slot) instead of sharing a pipeline.
+
 The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient),
 never "assume new".
 """
@@ -22,19 +34,26 @@ from pubsub_toolkit.dedup import codec, rules
 from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord
 from pubsub_toolkit.errors import StaleClaimError
-from pubsub_toolkit.redis_calls import fail_closed, import_redis
+from pubsub_toolkit.redis_calls import connect, fail_closed, import_redis, is_cluster_client
 
 if TYPE_CHECKING:
     import redis as redis_lib
 
 T = TypeVar("T")
 
-# KEYS[1] = record key; ARGV = token, new encoded value, mode ("px" with ARGV[4] ms, or "keep").
+# KEYS[1] = record key; ARGV = token, new encoded value, mode ("px" with ARGV[4] ms, or "keep"),
+# and ARGV[5] = "1" when a record already done under this token counts as success (complete).
+# Returns 1 if the record now holds our write, 0 if the token is no longer ours.
 _REPLACE_IF_TOKEN = """
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)
-if tonumber(rec['t']) ~= tonumber(ARGV[1]) or rec['s'] ~= 'pending' then return 0 end
+if tonumber(rec['t']) ~= tonumber(ARGV[1]) then return 0 end
+if rec['s'] == 'done' then
+  if ARGV[5] == '1' then return 1 end
+  return 0
+end
+if rec['s'] ~= 'pending' then return 0 end
 if ARGV[3] == 'keep' then
   redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 else
@@ -49,7 +68,7 @@ class RedisDedupStore:
 
     def __init__(
         self,
-        client: redis_lib.Redis,
+        client: redis_lib.Redis | redis_lib.RedisCluster,
         *,
         prefix: str = "pubsub_toolkit:dedup:",
         clock: Clock = SYSTEM_CLOCK,
@@ -58,16 +77,16 @@ class RedisDedupStore:
         self._client = client
         self._prefix = prefix
         self._clock = clock
+        self._cluster = is_cluster_client(self._redis_module, client)
         # Redis names a script by the SHA-1 of its text, so the id is known without asking.
         self._script_sha = hashlib.sha1(_REPLACE_IF_TOKEN.encode()).hexdigest()
         self._coalescer = Coalescer(self._flush)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
-        """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
-        redis = import_redis("the Redis dedup store")
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        return cls(client, **kwargs)
+        """Connect to ``url`` (``redis://host:port/db``) with short timeouts; a cluster node
+        gets a cluster client."""
+        return cls(connect(url, needed_by="the Redis dedup store"), **kwargs)
 
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
@@ -98,10 +117,12 @@ class RedisDedupStore:
         ttl: timedelta,
     ) -> Claim:
         watch_error = self._redis_module.WatchError
-        with self._client.pipeline() as pipe:
+        # transaction=True is the default of a plain client; a cluster client needs it said
+        # to allow WATCH/MULTI (on one key, so one slot).
+        with self._client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(rkey)  # type: ignore[no-untyped-call]
+                    pipe.watch(rkey)
                     raw = pipe.get(rkey)
                     existing = None if raw is None else codec.decode(raw)
                     now = self._clock.now()
@@ -133,7 +154,13 @@ class RedisDedupStore:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         now = self._clock.now()
         done = rules.done_record(claim.record, result, now=now, ttl=ttl)
-        args: list[str | int] = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now)]
+        args: list[str | int] = [
+            claim.token,
+            codec.encode(done),
+            "px",
+            _ms(done.expire_at, now),
+            "1",  # done under our token = our own earlier attempt: success
+        ]
         ok = self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
@@ -142,7 +169,7 @@ class RedisDedupStore:
         if claim.record is None:
             return
         released = rules.released_record(claim.record, now=self._clock.now())
-        args: list[str | int] = [claim.token, codec.encode(released), "keep", 0]
+        args: list[str | int] = [claim.token, codec.encode(released), "keep", 0, "0"]
         self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
@@ -154,9 +181,20 @@ class RedisDedupStore:
         return None if record.is_expired(self._clock.now()) else record
 
     def _replace_if_token_pipelined(self, rkey: str, args: list[str | int]) -> Any:
+        if self._cluster:
+            return self._replace_if_token_direct(rkey, args)
         # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
         # EXISTS round trip to every flush. A missing script is loaded once in _flush.
         return self._pipelined(rkey, lambda p: p.evalsha(self._script_sha, 1, rkey, *args))
+
+    def _replace_if_token_direct(self, rkey: str, args: list[str | int]) -> Any:
+        """The fencing script as its own call: redis-py blocks EVALSHA in cluster pipelines."""
+        try:
+            return self._client.evalsha(self._script_sha, 1, rkey, *args)
+        except self._redis_module.exceptions.NoScriptError:
+            # A cluster client loads it on every primary, so the retry finds it on any shard.
+            self._client.script_load(_REPLACE_IF_TOKEN)
+            return self._client.evalsha(self._script_sha, 1, rkey, *args)
 
     def _pipelined(self, rkey: str, apply: Callable[[Any], object]) -> Any:
         """Run one command, sharing a pipeline with concurrent callers (see .coalesce)."""

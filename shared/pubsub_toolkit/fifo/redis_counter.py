@@ -9,6 +9,11 @@ Keys are ``{prefix}{group}`` (Redis keys are binary-safe, so any group name work
 is configurable to keep deployments and tests apart. Counters carry no TTL: a group's numbers
 must never restart.
 
+Cluster-safe: ``INCRBY`` and ``GET`` touch one key each and the pipeline is not a
+transaction, so the counter also runs on Redis Cluster / Memorystore for Redis Cluster with a
+``redis.cluster.RedisCluster`` client (:meth:`RedisSequenceCounter.from_url` picks one when the
+server is a cluster node); the cluster pipeline sends each command to its key's shard.
+
 The counter fails closed: if Redis cannot be reached it raises StoreUnavailableError
 (transient), never a guessed number.
 
@@ -28,7 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
 from pubsub_toolkit.fifo.counter import SequenceBlock, check_group, check_reservation
-from pubsub_toolkit.redis_calls import fail_closed, import_redis
+from pubsub_toolkit.redis_calls import connect, fail_closed, import_redis
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -41,7 +46,9 @@ DEFAULT_PREFIX = "pubsub_toolkit:fifo:"
 class RedisSequenceCounter:
     """Per-group counters as Redis integers under ``{prefix}{group}``."""
 
-    def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self, client: redis_lib.Redis | redis_lib.RedisCluster, *, prefix: str = DEFAULT_PREFIX
+    ) -> None:
         self._redis_module = import_redis("the Redis sequence counter")
         self._client = client
         self._prefix = prefix
@@ -49,10 +56,9 @@ class RedisSequenceCounter:
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = DEFAULT_PREFIX) -> RedisSequenceCounter:
-        """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
-        redis = import_redis("the Redis sequence counter")
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        return cls(client, prefix=prefix)
+        """Connect to ``url`` (``redis://host:port/db``) with short timeouts; a cluster node
+        gets a cluster client."""
+        return cls(connect(url, needed_by="the Redis sequence counter"), prefix=prefix)
 
     def reserve(self, group: str, count: int = 1) -> SequenceBlock:
         check_reservation(group, count)

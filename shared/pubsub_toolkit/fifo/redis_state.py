@@ -17,8 +17,16 @@ the race" (the gate would otherwise believe a lease it actually holds belongs to
 
 The default prefix differs from the sequence counter's ``pubsub_toolkit:fifo:``: counter keys
 are ``{prefix}{group}`` for any group name, so no layout under that prefix could be sure of
-never meeting one. The script touches the state hash and the groups set together, so this store
-needs a standalone Redis (Memorystore Basic/Standard tier), not Redis Cluster.
+never meeting one.
+
+**Not for Redis Cluster.** The script touches the state hash and the groups set together, and
+their keys hash to different slots, so on Redis Cluster / Memorystore for Redis Cluster every
+save would fail with CROSSSLOT - the first FIFO message would crash-loop. The store therefore
+refuses a cluster when it is configured: a ``redis.cluster.RedisCluster`` client, or (in
+:meth:`RedisFifoStore.from_url`) a server that answers ``INFO cluster`` with
+``cluster_enabled:1``, raises ConfigurationError naming what to use instead (a standalone
+Memorystore for Redis, Basic or Standard tier, or the Firestore backend). Hash tags could put
+a consumer's keys in one slot, but then all of a consumer's groups would live on one shard.
 
 The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient).
 """
@@ -29,9 +37,17 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pubsub_toolkit.errors import ConfigurationError
 from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.redis_calls import fail_closed, import_redis
+from pubsub_toolkit.redis_calls import (
+    SOCKET_TIMEOUT,
+    cluster_refusal,
+    fail_closed,
+    import_redis,
+    refuse_cluster,
+    server_in_cluster_mode,
+)
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -39,6 +55,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DEFAULT_PREFIX = "pubsub_toolkit:fifo_state:"
+
+_CLUSTER_WHY = "its compare-and-set script writes two keys (state hash, groups set) at once"
 
 # KEYS[1] = state hash, KEYS[2] = the consumer's groups set.
 # ARGV[1] = expected version ('' = the record must not exist yet), ARGV[2] = state JSON,
@@ -64,6 +82,9 @@ class RedisFifoStore:
 
     def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self._redis_module = import_redis("the Redis FIFO gate store")
+        refuse_cluster(
+            self._redis_module, client, store="The Redis FIFO gate store", why=_CLUSTER_WHY
+        )
         self._client = client
         self._prefix = prefix
         # register_script runs EVALSHA and loads the script itself after a NOSCRIPT answer
@@ -72,9 +93,22 @@ class RedisFifoStore:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisFifoStore:
-        """Connect to ``url`` (``redis://host:port/db``) with short timeouts."""
+        """Connect to ``url`` (``redis://host:port/db``) with short timeouts.
+
+        Asks the server once whether it is a cluster node and refuses it if so (see the module
+        docstring); an unreachable server is not refused here - its calls fail closed later.
+        """
         redis = import_redis("the Redis FIFO gate store")
-        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        client = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+        )
+        if server_in_cluster_mode(redis, client):
+            client.close()
+            raise ConfigurationError(
+                cluster_refusal(
+                    "The Redis FIFO gate store (REDIS_URL is a cluster node)", _CLUSTER_WHY
+                )
+            )
         return cls(client, **kwargs)
 
     def load(self, consumer: str, group: str) -> GroupState:
