@@ -152,6 +152,9 @@ class ConsumerSettings:
     gap_policy: Literal["wait", "skip"] = "wait"
     lease: timedelta = timedelta(seconds=60)
     park: bool = True
+    # First wait after a handler failure, doubling per counted failure (capped at 5 minutes):
+    # with 5 attempts a message becomes poison after about 75 s of failures, not 5 s.
+    retry_backoff: timedelta = timedelta(seconds=5)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
@@ -180,6 +183,7 @@ class ConsumerSettings:
             gap_policy=gap,  # type: ignore[arg-type]  # checked above
             lease=_seconds(env, "FIFO_LEASE_SECONDS", 60),
             park=park == "true",
+            retry_backoff=_seconds(env, "FIFO_RETRY_BACKOFF_SECONDS", 5),
         )
 
 

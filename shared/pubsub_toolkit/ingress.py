@@ -11,6 +11,24 @@ For each delivery:
    scheduler (TASKS_QUEUE unset), a due-later message is dead-lettered with
    ``delayed_delivery_unavailable`` rather than delivered early.
 
+**FIFO numbers never go missing.** For every number ingress does not forward a message for,
+it forwards a *filler* (a message with ``fifo_group``, ``fifo_seq``, the dedup key and
+``fifo_filler`` = why, no data), so the consumer's gate moves past the number instead of
+waiting for it forever:
+
+* a duplicate carrying a *different* number than its first copy - a producer's retry after a
+  publish that timed out but had been accepted, numbered again by the counter
+  (``fifo_filler=duplicate_of:N``);
+* a FIFO message ingress dead-letters (contract violation, fingerprint mismatch, no delayed
+  delivery): ``fifo_filler=dead_lettered:REASON``, a tombstone at the consumer, so a late
+  replay of it is kept with ``fifo_late_after_skip`` rather than taken for a duplicate.
+
+A message already due that carries a due time is released through the same record the relay
+and ``cancel`` use (namespace ``relay``), so ``cancel`` answers what really happened even when
+a delayed message reaches ingress late. A ``replay_id`` is honoured only when the replay path
+minted it (:mod:`pubsub_toolkit.replays`); otherwise the message is dead-lettered
+``forged_replay_id``.
+
 ``Ingress.handle`` returns normally when the message may be acked and raises
 :class:`~pubsub_toolkit.errors.TransientError` when it must be delivered again.
 """
@@ -19,18 +37,22 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import replays
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letter import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.dedup.store import DedupStore
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, is_cancelled
+from pubsub_toolkit.errors import ContractViolation, PermanentError
+from pubsub_toolkit.fifo.gate import FILLER_DEAD_LETTERED
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.publishing import MessageSink
@@ -38,6 +60,7 @@ from pubsub_toolkit.stats.store import DELIVERIES
 
 INGRESS_NAMESPACE = "ingress"
 REJECTED_NAMESPACE = "ingress-rejected"
+FILLER_DUPLICATE = "duplicate_of"
 REASON_DELAY_UNAVAILABLE = "delayed_delivery_unavailable"
 
 
@@ -48,6 +71,28 @@ class IngressOutcome(enum.StrEnum):
     SCHEDULED = "scheduled"
     DUPLICATE = "duplicate"
     DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"  # due on arrival, but cancelled before it could be released
+
+
+@dataclass(frozen=True)
+class Routed:
+    """What the first copy of a key did - stored as the dedup result, so duplicates know it
+    (``seq`` lets a producer's renumbered retry be told from a plain redelivery)."""
+
+    outcome: IngressOutcome
+    detail: str = ""
+    seq: int | None = None
+
+    def to_result(self) -> str:
+        return json.dumps({"o": self.outcome.value, "d": self.detail, "seq": self.seq})
+
+    @classmethod
+    def from_result(cls, result: str | None) -> Routed:
+        if result and result.startswith("{"):
+            doc = json.loads(result)
+            return cls(IngressOutcome(doc["o"]), doc["d"], doc.get("seq"))
+        kind, _, detail = (result or "published:").partition(":")  # written by older versions
+        return cls(IngressOutcome(kind), detail)
 
 
 @dataclass(frozen=True)
@@ -85,16 +130,14 @@ class Ingress:
         self._processor = IdempotentProcessor(
             store, namespace=INGRESS_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
+        self._store = store
         self._sink = sink
         self._final_topic = final_topic
         self._dead_letters = DeadLetterer(sink, dead_letter_topic, self.log)
-        self._rejections = IdempotentProcessor(
-            store,
-            namespace=REJECTED_NAMESPACE,
-            lease=lease,
-            ttl=ttl,
-            log=DecisionLog(REJECTED_NAMESPACE),
+        self._rejections = self._processor.sibling(
+            REJECTED_NAMESPACE, log=DecisionLog(REJECTED_NAMESPACE)
         )
+        self._releases = self._processor.sibling(RELAY_NAMESPACE)
         self._scheduler = scheduler
         self._clock = clock
 
@@ -138,34 +181,107 @@ class Ingress:
         self.metrics.increment(DELIVERIES)  # the dedup hit rate's denominator (stats/)
         try:
             envelope = attr.parse_envelope(message, now=self._clock.now())
+            replay_id = self._genuine_replay_id(message, envelope)
         except PermanentError as exc:
             return self._reject(message, exc)
         # A replay from the dead-letter topic is claimed under its own key: the original key is
         # already recorded (as dead-lettered) and would drop it as a duplicate.
-        replay_id = message.attributes.get(attr.REPLAY_ID)
         claim_key = (
             envelope.dedup_key if not replay_id else f"{envelope.dedup_key}#replay:{replay_id}"
         )
         processed = self._processor.process(
             claim_key,
             envelope.fingerprint,
-            lambda: self._route(envelope),
+            lambda: self._route(envelope, replay=replay_id is not None).to_result(),
             context={"message_id": message.message_id},
         )
         key = envelope.dedup_key
         if processed.outcome is Outcome.MISMATCH:
             detail = f"dedup_key {key!r} was first seen with different content"
-            self._dead_letters.send(
-                message, attr.REASON_FINGERPRINT_MISMATCH, detail, dedup_key=key
+            # Once per (key, content): every redelivery of the same impostor is the same case.
+            self._rejections.process(
+                f"mismatch:{key}:{envelope.fingerprint}",
+                envelope.fingerprint,
+                lambda: self._dead_letter(
+                    envelope.message, attr.REASON_FINGERPRINT_MISMATCH, detail, key
+                ),
+                context={"message_id": message.message_id},
             )
             return IngressResult(
                 IngressOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH
             )
+        routed = Routed.from_result(processed.result)
         if processed.outcome is Outcome.DUPLICATE:
-            return IngressResult(IngressOutcome.DUPLICATE, key, processed.result or "")
-        routed = processed.result or ""
-        kind, _, detail = routed.partition(":")
-        return IngressResult(_ROUTED_OUTCOMES[kind], key, detail)
+            self._fill_renumbered_retry(envelope, claim_key, routed)
+            return IngressResult(IngressOutcome.DUPLICATE, key, routed.detail)
+        return IngressResult(routed.outcome, key, routed.detail)
+
+    def _genuine_replay_id(self, message: Message, envelope: attr.Envelope) -> str | None:
+        """The message's ``replay_id`` if the replay path minted it; PermanentError if forged."""
+        replay_id = message.attributes.get(attr.REPLAY_ID)
+        if replay_id is None:
+            return None
+        if not replays.is_minted(self._store, replay_id, envelope.dedup_key):
+            raise PermanentError(
+                replays.REASON_FORGED_REPLAY,
+                f"replay_id {replay_id[:80]!r} was not minted by `dlq replay` for this dedup_key",
+            )
+        return replay_id
+
+    def _fill_renumbered_retry(
+        self, envelope: attr.Envelope, claim_key: str, first: Routed
+    ) -> None:
+        """A duplicate at another number than its first copy: forward a filler for it once."""
+        seq, group = envelope.fifo_seq, envelope.fifo_group
+        if seq is None or group is None or seq == first.seq:
+            return
+        if first.seq is None and first.outcome is not IngressOutcome.DEAD_LETTERED:
+            # Recorded by an older version without its number: a filler could stand in for
+            # the real message at the same number, so leave the gap to the gap policy.
+            self.log.decision(
+                "filler_unknown",
+                f"duplicate at {group}#{seq}; the first copy's number is unknown",
+                dedup_key=envelope.dedup_key,
+                level=logging.WARNING,
+            )
+            return
+        why = f"{FILLER_DUPLICATE}:{first.seq}"
+        self._processor.process(
+            f"{claim_key}#filler:{seq}",
+            envelope.fingerprint,
+            lambda: self._publish_filler(group, seq, envelope.dedup_key, why),
+            context={"message_id": envelope.message.message_id},
+        )
+
+    def _publish_filler(self, group: str, seq: int, dedup_key: str, why: str) -> str:
+        attributes = {
+            attr.FIFO_GROUP: group,
+            attr.FIFO_SEQ: str(seq),
+            attr.DEDUP_KEY: dedup_key,
+            attr.FIFO_FILLER: why,
+        }
+        message_id = self._sink.publish(
+            self._final_topic, OutboundMessage(b"", attributes, ordering_key=group)
+        )
+        self.log.decision(
+            "filler_forwarded",
+            f"{group}#{seq} carries no message ({why})",
+            dedup_key=dedup_key,
+            fifo_group=group,
+            fifo_seq=seq,
+        )
+        return message_id
+
+    def _dead_letter(self, message: Message, reason: str, detail: str, key: str | None) -> str:
+        """Dead-letter ``message``; for a FIFO number, tell the consumer it carries nothing."""
+        dead_id = self._dead_letters.send(message, reason, detail, dedup_key=key)
+        number = _fifo_number(message)
+        if number is not None:
+            group, seq = number
+            self._publish_filler(
+                group, seq, key or message.message_id, f"{FILLER_DEAD_LETTERED}{reason}"
+            )
+        return dead_id
 
     def _reject(self, message: Message, exc: PermanentError) -> IngressResult:
         """Dead-letter an invalid delivery once, however often Pub/Sub redelivers it.
@@ -179,20 +295,21 @@ class Ingress:
         self._rejections.process(
             f"{message.message_id}:{fingerprint}",
             fingerprint,
-            lambda: self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=key),
+            lambda: self._dead_letter(message, exc.reason, exc.detail, key),
             context={"message_id": message.message_id},
         )
         return IngressResult(IngressOutcome.DEAD_LETTERED, key, exc.reason)
 
-    def _route(self, envelope: attr.Envelope) -> str:
+    def _route(self, envelope: attr.Envelope, *, replay: bool) -> Routed:
         """The effect: publish now, schedule when due later, or dead-letter when it cannot be
-        delivered. Returns ``"<outcome>:<detail>"``, stored as the dedup result, so a
-        redelivery of a dead-lettered message is a duplicate rather than a second copy."""
+        delivered. Stored as the dedup result, so a redelivery of a dead-lettered message is
+        a duplicate rather than a second copy."""
         outbound = OutboundMessage(
             envelope.message.data,
-            envelope.stamped_attributes(),
+            envelope.stamped_attributes(replay=replay),
             ordering_key=envelope.fifo_group or "",
         )
+        seq = envelope.fifo_seq
         try:
             due = envelope.deliver_at
             # Any due time in the future is scheduled: publishing "almost due" messages at once
@@ -204,13 +321,54 @@ class Ingress:
                         f"message is due at {attr.format_time(due)} but no scheduler is configured",
                     )
                 task = self._scheduler.schedule(outbound, due, envelope.dedup_key)
-                return f"{IngressOutcome.SCHEDULED}:{task}"
-            return f"{IngressOutcome.PUBLISHED}:{self._sink.publish(self._final_topic, outbound)}"
+                return Routed(IngressOutcome.SCHEDULED, task, seq)
+            if due is not None:
+                return self._release_due(envelope, outbound)
+            return Routed(IngressOutcome.PUBLISHED, self._publish(outbound), seq)
         except PermanentError as exc:
-            self._dead_letters.send(
-                envelope.message, exc.reason, exc.detail, dedup_key=envelope.dedup_key
+            self._dead_letter(envelope.message, exc.reason, exc.detail, envelope.dedup_key)
+            return Routed(IngressOutcome.DEAD_LETTERED, exc.reason, seq)
+
+    def _release_due(self, envelope: attr.Envelope, outbound: OutboundMessage) -> Routed:
+        """A delayed message that is already due: release it through the relay's record, so
+        a ``cancel`` that got there first wins and one that comes later is told "delivered"."""
+        key, seq = envelope.dedup_key, envelope.fifo_seq
+        if is_cancelled(self._store, key):
+            self.log.decision(IngressOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
+            self._fill_cancelled(envelope)
+            return Routed(IngressOutcome.CANCELLED, "", seq)
+        released = self._releases.process(
+            key, envelope.fingerprint, lambda: self._publish(outbound)
+        )
+        if released.outcome is Outcome.MISMATCH and is_cancelled(self._store, key):
+            self._fill_cancelled(envelope)
+            return Routed(IngressOutcome.CANCELLED, "", seq)
+        if released.outcome is Outcome.MISMATCH:
+            raise PermanentError(
+                attr.REASON_FINGERPRINT_MISMATCH,
+                f"dedup_key {key!r} was released before with different content",
             )
-            return f"{IngressOutcome.DEAD_LETTERED}:{exc.reason}"
+        return Routed(IngressOutcome.PUBLISHED, released.result or "", seq)
+
+    def _fill_cancelled(self, envelope: attr.Envelope) -> None:
+        if envelope.fifo_group is not None and envelope.fifo_seq is not None:
+            self._publish_filler(
+                envelope.fifo_group, envelope.fifo_seq, envelope.dedup_key, "cancelled"
+            )
+
+    def _publish(self, outbound: OutboundMessage) -> str:
+        return self._sink.publish(self._final_topic, outbound)
 
 
-_ROUTED_OUTCOMES = {outcome.value: outcome for outcome in IngressOutcome}
+def _fifo_number(message: Message) -> tuple[str, int] | None:
+    """The valid (group, seq) a message carries, if any - even when the rest is invalid."""
+    group = message.attributes.get(attr.FIFO_GROUP)
+    raw_seq = message.attributes.get(attr.FIFO_SEQ)
+    if group is None or raw_seq is None or not group.strip():
+        return None
+    if len(group.encode()) > attr.MAX_FIFO_GROUP_BYTES or attr.FIFO_FILLER in message.attributes:
+        return None
+    try:
+        return group, attr.parse_fifo_seq(raw_seq)
+    except ContractViolation:
+        return None

@@ -35,18 +35,17 @@ class FifoAddress:
 
 
 def fifo_address(message: Message) -> FifoAddress | None:
-    """The message's group and number, or None for a message outside any group."""
+    """The message's group and number, or None for a message outside any group.
+
+    The number is parsed by the same contract rule as at ingress (one canonical form, at most
+    ``MAX_FIFO_SEQ``), so a number ingress would refuse is dead-lettered here too instead of
+    crash-looping on a store that cannot hold it.
+    """
     group = message.attributes.get(attr.FIFO_GROUP)
     raw_seq = message.attributes.get(attr.FIFO_SEQ)
     if group is None or raw_seq is None:
         return None
-    try:
-        seq = int(raw_seq)
-    except ValueError:
-        raise PermanentError(attr.REASON_INVALID_FIFO_SEQ, f"fifo_seq {raw_seq!r}") from None
-    if seq < 1:
-        raise PermanentError(attr.REASON_INVALID_FIFO_SEQ, f"fifo_seq {seq} must be >= 1")
-    return FifoAddress(group, seq)
+    return FifoAddress(group, attr.parse_fifo_seq(raw_seq))
 
 
 def gate_policy(consumer: ConsumerSettings) -> GatePolicy:
@@ -58,6 +57,7 @@ def gate_policy(consumer: ConsumerSettings) -> GatePolicy:
         gap=GapPolicy(consumer.gap_policy),
         lease=consumer.lease,
         park=consumer.park,
+        retry_backoff=consumer.retry_backoff,
     )
 
 
@@ -76,6 +76,8 @@ class MessageProcessor:
         self._dedup = dedup
         self.gate = gate
         self._dead_letters = dead_letters
+        # Dead-letters a mismatching copy once, however often it is redelivered.
+        self._rejections = dedup.sibling(f"{dedup.namespace}-rejected", log=dedup.log)
 
     @classmethod
     def from_settings(
@@ -124,10 +126,11 @@ class MessageProcessor:
 
         processed = self._dedup.process(key, fingerprint, effect)
         if processed.outcome is Outcome.MISMATCH:
-            return self.reject(
-                message,
-                PermanentError(attr.REASON_FINGERPRINT_MISMATCH, f"dedup_key {key!r} reused"),
+            error = PermanentError(attr.REASON_FINGERPRINT_MISMATCH, f"dedup_key {key!r} reused")
+            self._rejections.process(
+                f"mismatch:{key}:{fingerprint}", fingerprint, lambda: self.reject(message, error)
             )
+            return "dead_lettered"
         return processed.outcome.value
 
     def reject(self, message: Message, exc: PermanentError) -> str:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pytest
 
@@ -110,6 +111,7 @@ def recording_consumer(
         consumer_id=consumer_id,
         max_attempts=max_attempts,
         poison_policy=poison_policy,  # type: ignore[arg-type]
+        retry_backoff=timedelta(seconds=0.2),  # the poison arrives in a fraction of a second
     )
     processor = MessageProcessor.from_settings(settings, consumer_settings, handler)
     consumer = Consumer(stack.topology.final_sub, processor, on_outcome=on_outcome)

@@ -236,3 +236,100 @@ def test_every_decision_names_the_delivery_it_was_about(
     seen = [(d["outcome"], d.get("message_id")) for d in decisions]
     assert ("processed", "m-1") in seen and ("duplicate", "m-2") in seen
     assert any(message_id == "m-3" for _, message_id in seen)
+
+
+def fifo(key: str, seq: int, data: bytes | None = None, **extra: str) -> Message:
+    attributes = {"fifo_group": "G", "fifo_seq": str(seq), "dedup_key": key, **extra}
+    return Message(data or key.encode(), attributes, message_id=f"m{seq}")
+
+
+def test_a_renumbered_producer_retry_becomes_a_filler_and_the_group_runs_on(
+    ingress: Ingress, sink: RecordingSink, clock: ManualClock
+) -> None:
+    """Defect 1: k1, k2, k2 again (the retry got number 3), k4 -> k1, k2, k4 handled."""
+    from pubsub_toolkit.fifo.gate import FifoGate
+    from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+
+    outcomes = [
+        ingress.handle(fifo(k, s, k.encode())).outcome
+        for k, s in [("k1", 1), ("k2", 2), ("k2", 3), ("k4", 4)]
+    ]
+    assert outcomes[2] is IngressOutcome.DUPLICATE
+    assert ingress.handle(fifo("k2", 3, b"k2")).outcome is IngressOutcome.DUPLICATE  # again
+    final = sink.on(FINAL)
+    fillers = [m for m in final if attr.FIFO_FILLER in m.attributes]
+    assert [(m.attributes["fifo_seq"], m.attributes["fifo_filler"]) for m in fillers] == [
+        ("3", "duplicate_of:2")
+    ]  # once, however often the retry is redelivered
+    handled: list[str] = []
+    gate = FifoGate(
+        MemoryFifoStore(),
+        consumer="c",
+        handler=lambda m: handled.append(m.attributes["dedup_key"]),
+        clock=clock,
+    )
+    for message in reversed(final):  # the worst order
+        gate.deliver(
+            Message(message.data, message.attributes), "G", int(message.attributes["fifo_seq"])
+        )
+    assert handled == ["k1", "k2", "k4"]
+
+
+def test_a_dead_lettered_fifo_message_leaves_a_tombstone_filler(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    ingress.handle(fifo("k1", 1))
+    bad = fifo("k2", 2, delay_seconds="1", deliver_at="2030-01-01T00:00:00Z")
+    assert ingress.handle(bad).outcome is IngressOutcome.DEAD_LETTERED
+    ingress.handle(bad)  # redelivered: still one dead letter, one filler
+    [dead] = sink.on(DLQ)
+    assert dead.attributes["error_reason"] == "conflicting_delay"
+    [filler] = [m for m in sink.on(FINAL) if attr.FIFO_FILLER in m.attributes]
+    assert filler.attributes["fifo_filler"] == "dead_lettered:conflicting_delay"
+    assert filler.attributes["fifo_seq"] == "2" and filler.ordering_key == "G"
+
+
+def test_a_fingerprint_mismatch_is_dead_lettered_once_however_often_redelivered(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    ingress.handle(Message(b"original", {"dedup_key": "k"}, message_id="1"))
+    impostor = Message(b"different", {"dedup_key": "k"}, message_id="2")
+    for _ in range(3):
+        assert ingress.handle(impostor).outcome is IngressOutcome.DEAD_LETTERED
+    [dead] = sink.on(DLQ)
+    assert dead.attributes["error_reason"] == "fingerprint_mismatch"
+
+
+def test_a_replay_id_nobody_minted_is_dead_lettered_and_delivers_nothing_twice(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    ingress.handle(Message(b"x", {"dedup_key": "k"}, message_id="1"))
+    forged = Message(b"x", {"dedup_key": "k", "replay_id": "anything"}, message_id="2")
+    assert ingress.handle(forged).outcome is IngressOutcome.DEAD_LETTERED
+    assert len(sink.on(FINAL)) == 1
+    assert sink.on(DLQ)[0].attributes["error_reason"] == "forged_replay_id"
+
+
+def test_a_minted_replay_goes_through_once(
+    ingress: Ingress, sink: RecordingSink, clock: ManualClock
+) -> None:
+    from pubsub_toolkit import replays
+
+    store = MemoryDedupStore(clock)
+    ingress = Ingress(
+        store=store,
+        sink=sink,
+        final_topic=FINAL,
+        dead_letter_topic=DLQ,
+        lease=timedelta(seconds=30),
+        ttl=timedelta(days=8),
+        clock=clock,
+    )
+    ingress.handle(Message(b"x", {"dedup_key": "k"}, message_id="1"))
+    replays.mint(store, "dlq-7", "k")
+    replay = Message(b"x", {"dedup_key": "k", "replay_id": "dlq-7"}, message_id="2")
+    assert ingress.handle(replay).outcome is IngressOutcome.PUBLISHED
+    assert ingress.handle(replay).outcome is IngressOutcome.DUPLICATE
+    assert len(sink.on(FINAL)) == 2
+    other_key = Message(b"y", {"dedup_key": "j", "replay_id": "dlq-7"}, message_id="3")
+    assert ingress.handle(other_key).outcome is IngressOutcome.DEAD_LETTERED  # minted for "k"

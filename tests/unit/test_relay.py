@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
@@ -15,7 +16,7 @@ from flask.testing import FlaskClient
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator, OidcAuthenticator
-from pubsub_toolkit.delay.cancel import CANCELLED_NAMESPACE
+from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
 from pubsub_toolkit.local.oidc import LocalOidcIssuer
@@ -82,12 +83,54 @@ def test_task_executed_twice_publishes_once(relay: Relay, sink: RecordingSink) -
 def test_cancelled_message_is_not_published(
     relay: Relay, sink: RecordingSink, store: MemoryDedupStore
 ) -> None:
-    claim = store.claim(
-        CANCELLED_NAMESPACE, "k", "cancelled", lease=timedelta(1), ttl=timedelta(days=1)
-    )
-    store.complete(CANCELLED_NAMESPACE, "k", claim, "cancelled", ttl=timedelta(days=1))
+    result = cancel("k", store=store, scheduler=NoTasks())
+    assert result.cancelled and not result.task_deleted
     assert relay.release(body()).outcome is RelayOutcome.CANCELLED
     assert sink.on(FINAL) == []
+    assert cancel("k", store=store, scheduler=NoTasks()).cancelled  # idempotent
+
+
+class NoTasks:
+    """Our own TaskDeleter protocol: no task to delete (it already ran, or never existed)."""
+
+    def delete(self, dedup_key: str, hop: int = 0) -> bool:
+        return False
+
+
+def test_cancel_after_release_says_delivered(
+    relay: Relay, sink: RecordingSink, store: MemoryDedupStore
+) -> None:
+    assert relay.release(body()).outcome is RelayOutcome.PUBLISHED
+    assert cancel("k", store=store, scheduler=NoTasks()).already_delivered
+
+
+def test_a_cancel_landing_between_the_check_and_the_publish_wins_or_is_told_delivered(
+    clock: ManualClock, sink: RecordingSink
+) -> None:
+    """The race of defect 5: cancel() runs right after the relay's tombstone check."""
+
+    answers: list[bool] = []
+
+    class CancelDuringClaim(MemoryDedupStore):
+        def claim(self, namespace: str, key: str, fingerprint: str, **kw: Any) -> Any:
+            if namespace == "relay" and fingerprint != "cancelled" and not answers:
+                answers.append(cancel(key, store=self, scheduler=NoTasks()).cancelled)
+            return super().claim(namespace, key, fingerprint, **kw)
+
+    store = CancelDuringClaim(clock)
+    relay = Relay(
+        store=store,
+        sink=sink,
+        final_topic=FINAL,
+        dead_letter_topic=DLQ,
+        lease=timedelta(seconds=30),
+        ttl=timedelta(days=1),
+        clock=clock,
+    )
+    outcome = relay.release(body()).outcome
+    assert answers == [True]  # cancel said "not delivered" ...
+    assert outcome is RelayOutcome.CANCELLED and sink.on(FINAL) == []  # ... and it was not
+    assert sink.on(DLQ) == []  # and no false "mismatch" dead letter
 
 
 def test_malformed_body_is_dead_lettered_once(relay: Relay, sink: RecordingSink) -> None:

@@ -68,6 +68,18 @@ class IdempotentProcessor:
         self._ttl = ttl
         self.log = log or DecisionLog(namespace)
 
+    def sibling(self, namespace: str, *, log: DecisionLog | None = None) -> IdempotentProcessor:
+        """A processor on the same store, lease and TTL for another namespace (e.g. the one
+        that makes a dead-lettering happen once however often the message is redelivered)."""
+        return IdempotentProcessor(
+            self._store,
+            namespace=namespace,
+            lease=self._lease,
+            ttl=self._ttl,
+            log=log or DecisionLog(namespace, self.log.metrics),
+            clock=self._clock,
+        )
+
     def process(
         self,
         key: str,

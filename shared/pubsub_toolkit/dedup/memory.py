@@ -46,6 +46,9 @@ class MemoryDedupStore:
     ) -> None:
         with self._lock:
             current = self._records.get((namespace, key))
+            mine = current is not None and current.token == claim.token
+            if mine and current is not None and current.state is RecordState.DONE:
+                return  # our own completion, retried after its answer was lost
             if (
                 current is None
                 or current.token != claim.token

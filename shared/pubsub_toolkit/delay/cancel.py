@@ -1,8 +1,18 @@
-"""Cancelling a delayed message before its due time.
+"""Cancelling a delayed message before its due time: one record decides, cancel or release.
 
-``cancel`` writes a *tombstone* (a ``done`` record in namespace ``cancelled``) and deletes the
-first task. The tombstone is what makes cancellation reliable: a task that still fires (already
-dispatched, or a later hop of a long delay) finds it and publishes nothing.
+A delayed message's fate is ONE dedup record in namespace ``relay``, keyed by its dedup key,
+and whoever creates it first wins:
+
+* the relay (or ingress, for a message already due when it arrives) claims it with the
+  message's fingerprint and only then publishes;
+* :func:`cancel` claims it with the fingerprint ``cancelled`` and completes it at once - a
+  *tombstone* that outlives the longest delay.
+
+So a ``cancel`` that lands between the relay's checks and its publish cannot answer "not
+delivered" while the message goes out: either the tombstone exists and the relay publishes
+nothing (a later hop, or a task already dispatched, finds it too), or the relay's claim exists
+and ``cancel`` answers ``already_delivered=True`` (the relay holds the claim and will publish;
+Cloud Tasks retries it until it has). The first task is deleted as well, to save a call.
 """
 
 from __future__ import annotations
@@ -10,47 +20,75 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from pubsub_toolkit.dedup.store import ClaimStatus, DedupStore, RecordState
-from pubsub_toolkit.delay.scheduler import MAX_DELAY, CloudTasksScheduler
+from pubsub_toolkit.errors import ClaimInProgressError
 
 logger = logging.getLogger(__name__)
 
-CANCELLED_NAMESPACE = "cancelled"
 RELAY_NAMESPACE = "relay"
-# A tombstone must outlive the longest possible delay.
-TOMBSTONE_TTL = MAX_DELAY + timedelta(days=1)
+CANCELLED = "cancelled"  # the tombstone's fingerprint: no message's fingerprint looks like it
+# A tombstone must outlive the longest possible delay (the scheduler's MAX_DELAY, 365 days).
+TOMBSTONE_TTL = timedelta(days=366)
+
+
+class TaskDeleter(Protocol):
+    """What cancel needs of the scheduler: delete the first task of a key."""
+
+    def delete(self, dedup_key: str, hop: int = 0) -> bool: ...
 
 
 @dataclass(frozen=True)
 class CancelResult:
-    """What cancelling found: whether a task was deleted, and whether it was too late."""
+    """What cancelling found: whether a task was deleted, and whether it was too late.
+
+    ``already_delivered`` False means the message will never reach the final topic;
+    True means it has been (or is being) released.
+    """
 
     dedup_key: str
     task_deleted: bool
     already_delivered: bool
 
+    @property
+    def cancelled(self) -> bool:
+        return not self.already_delivered
 
-def cancel(dedup_key: str, *, store: DedupStore, scheduler: CloudTasksScheduler) -> CancelResult:
-    """Cancel the delayed message ``dedup_key``; idempotent."""
+
+def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> CancelResult:
+    """Cancel the delayed message ``dedup_key``; idempotent.
+
+    Raises :class:`~pubsub_toolkit.errors.ClaimInProgressError` while another ``cancel`` of the
+    same key is half-way (try again).
+    """
     claim = store.claim(
-        CANCELLED_NAMESPACE, dedup_key, "cancelled", lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
+        RELAY_NAMESPACE, dedup_key, CANCELLED, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
     )
     if claim.owns_key:
-        store.complete(CANCELLED_NAMESPACE, dedup_key, claim, "cancelled", ttl=TOMBSTONE_TTL)
-    deleted = scheduler.delete(dedup_key)
-    released = store.get(RELAY_NAMESPACE, dedup_key)
-    delivered = released is not None and released.state is RecordState.DONE
+        store.complete(RELAY_NAMESPACE, dedup_key, claim, CANCELLED, ttl=TOMBSTONE_TTL)
+    elif claim.status is ClaimStatus.IN_PROGRESS:
+        raise ClaimInProgressError(f"another cancel of {dedup_key!r} is in progress")
+    delivered = claim.status is ClaimStatus.MISMATCH  # the relay's own claim got there first
+    deleted = False if delivered else scheduler.delete(dedup_key)
     logger.info(
-        "cancelled %s: task deleted=%s, already delivered=%s (tombstone %s)",
+        "cancel %s: %s (task deleted=%s)",
         dedup_key,
+        "too late, released" if delivered else "cancelled",
         deleted,
-        delivered,
-        "written" if claim.owns_key else "existed" if claim.status is ClaimStatus.DONE else "busy",
     )
     return CancelResult(dedup_key, task_deleted=deleted, already_delivered=delivered)
 
 
 def is_cancelled(store: DedupStore, dedup_key: str) -> bool:
-    """True when a tombstone for ``dedup_key`` exists."""
-    return store.get(CANCELLED_NAMESPACE, dedup_key) is not None
+    """True when the fate record of ``dedup_key`` is a cancel tombstone."""
+    record = store.get(RELAY_NAMESPACE, dedup_key)
+    return record is not None and record.fingerprint == CANCELLED
+
+
+def is_released(store: DedupStore, dedup_key: str) -> bool:
+    """True when the relay (or ingress) has released ``dedup_key``."""
+    record = store.get(RELAY_NAMESPACE, dedup_key)
+    return (
+        record is not None and record.fingerprint != CANCELLED and record.state is RecordState.DONE
+    )

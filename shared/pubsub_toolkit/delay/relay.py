@@ -6,7 +6,12 @@ For each authenticated task request:
 2. a cancelled message (tombstone) publishes nothing;
 3. still far from due (a long delay's intermediate hop) -> schedule the next hop;
 4. otherwise publish to the final topic - exactly once per dedup key (namespace ``relay``), so a
-   task executed twice publishes once - and only then answer 2xx.
+   task executed twice publishes once - and only then answer 2xx. That claim is also the
+   record ``cancel`` competes for (:mod:`.cancel`): whichever comes first decides.
+
+A cancelled FIFO message is replaced by a filler for its number (see
+:mod:`pubsub_toolkit.ingress`), so its group does not wait for it. A fingerprint mismatch is
+dead-lettered once per content, however often Cloud Tasks retries the task.
 
 A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff.
 """
@@ -16,7 +21,8 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -28,7 +34,7 @@ from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, is_cancelled
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
-from pubsub_toolkit.message import Message
+from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.publishing import MessageSink
 
@@ -54,6 +60,14 @@ class RelayResult:
     detail: str = ""
 
 
+class HopScheduler(Protocol):
+    """What the relay needs of the scheduler: park a long delay's next hop."""
+
+    def schedule(
+        self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
+    ) -> str: ...
+
+
 class Relay:
     """Releases delayed messages; independent of the web framework that receives the tasks."""
 
@@ -66,7 +80,7 @@ class Relay:
         dead_letter_topic: str,
         lease: timedelta,
         ttl: timedelta,
-        scheduler: CloudTasksScheduler | None = None,
+        scheduler: HopScheduler | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
     ) -> None:
@@ -88,12 +102,8 @@ class Relay:
             log=DecisionLog(HOP_NAMESPACE),
             clock=clock,
         )
-        self._rejections = IdempotentProcessor(
-            store,
-            namespace=REJECTED_NAMESPACE,
-            lease=lease,
-            ttl=ttl,
-            log=DecisionLog(REJECTED_NAMESPACE),
+        self._rejections = self._publishes.sibling(
+            REJECTED_NAMESPACE, log=DecisionLog(REJECTED_NAMESPACE)
         )
 
     @classmethod
@@ -125,8 +135,7 @@ class Relay:
             return self._reject(body, exc)
         key = delayed.dedup_key
         if is_cancelled(self._store, key):
-            self.log.decision(RelayOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
-            return RelayResult(RelayOutcome.CANCELLED, key)
+            return self._cancelled(delayed)
         remaining = delayed.deliver_at - self._clock.now()
         if remaining > MAX_WAIT:
             return self._hop(delayed)
@@ -139,16 +148,37 @@ class Relay:
             key, fingerprint, lambda: self._sink.publish(self._final_topic, delayed.message)
         )
         if processed.outcome is Outcome.MISMATCH:
-            self._dead_letters.send(
-                _as_message(delayed),
-                attr.REASON_FINGERPRINT_MISMATCH,
-                f"dedup_key {key!r} was released before with different content",
-                dedup_key=key,
+            if is_cancelled(self._store, key):  # cancelled between our check and our claim
+                return self._cancelled(delayed)
+            self._rejections.process(
+                f"mismatch:{key}:{fingerprint}",
+                fingerprint,
+                lambda: self._dead_letters.send(
+                    _as_message(delayed),
+                    attr.REASON_FINGERPRINT_MISMATCH,
+                    f"dedup_key {key!r} was released before with different content",
+                    dedup_key=key,
+                ),
             )
             return RelayResult(RelayOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH)
         if processed.outcome is Outcome.DUPLICATE:
             return RelayResult(RelayOutcome.DUPLICATE, key, processed.result or "")
         return RelayResult(RelayOutcome.PUBLISHED, key, processed.result or "")
+
+    def _cancelled(self, delayed: DelayedMessage) -> RelayResult:
+        """Publish nothing; for a FIFO message, a filler so its group moves on."""
+        key, attributes = delayed.dedup_key, delayed.message.attributes
+        self.log.decision(RelayOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
+        group, raw_seq = attributes.get(attr.FIFO_GROUP), attributes.get(attr.FIFO_SEQ)
+        if group and raw_seq:
+            filler = {
+                attr.FIFO_GROUP: group,
+                attr.FIFO_SEQ: raw_seq,
+                attr.DEDUP_KEY: key,
+                attr.FIFO_FILLER: "cancelled",
+            }
+            self._sink.publish(self._final_topic, OutboundMessage(b"", filler, ordering_key=group))
+        return RelayResult(RelayOutcome.CANCELLED, key)
 
     def _hop(self, delayed: DelayedMessage) -> RelayResult:
         if self._scheduler is None:

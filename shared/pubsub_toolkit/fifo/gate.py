@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 REASON_POISON = "fifo_poison"
 REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
 REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
+# A filler whose value starts so stands for a dead-lettered message: the gate leaves a
+# tombstone, so a replay of it arriving later is kept (fifo_late_after_skip), never dropped.
+FILLER_DEAD_LETTERED = "dead_lettered:"
 _ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
 _MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
 Handler = Callable[[Message], object]
@@ -497,6 +500,8 @@ class FifoGate:
         ALERT: the effect may repeat.
         """
         digest = key_digest(message_key(message))
+        filler = message.attributes.get(attr.FIFO_FILLER, "")
+        skipped = (seq,) if filler.startswith(FILLER_DEAD_LETTERED) else ()
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
                 if attempt > 0:
@@ -504,7 +509,7 @@ class FifoGate:
                     mine = state.lease_token == token and state.key_of(seq) == digest
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost
-                return self._advance(group, token, seq, skipped=(), digest=digest)
+                return self._advance(group, token, seq, skipped=skipped, digest=digest)
             except StoreUnavailableError:
                 if delay is None:
                     self._decision(

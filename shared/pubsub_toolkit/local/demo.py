@@ -172,7 +172,12 @@ def run_demo(repo: Path) -> int:
         topo = stack.topology
         assert topo is not None
         _say(f"ready: {topo.origin} -> ingress -> {topo.final}")
-        env = {**stack.env, "CONSUMER_ID": "demo-consumer", "FIFO_MAX_ATTEMPTS": "2"}
+        env = {
+            **stack.env,
+            "CONSUMER_ID": "demo-consumer",
+            "FIFO_MAX_ATTEMPTS": "2",
+            "FIFO_RETRY_BACKOFF_SECONDS": "0.5",
+        }
         recorder = _Recorder()
         processor = MessageProcessor.from_settings(
             Settings.from_env(env), ConsumerSettings.from_env(env), recorder
