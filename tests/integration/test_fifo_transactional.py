@@ -1,16 +1,29 @@
 """The gate's transactional mode on Firestore: the handler's writes and the advance commit
-together, so a failure between them leaves neither, and a redelivery applies both once."""
+together, so a failure between them leaves neither, and a redelivery applies both once.
+
+The state is read outside the transaction (a read inside would lock the group's document for
+the whole handler), so other writers of the group go on while a handler runs, and the commit's
+``last_update_time`` precondition catches what they changed: a park → run again on the new
+state; a takeover → StaleClaimError. A commit whose reply was lost is recognised as ours.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from google.api_core import exceptions as gexc
 from google.cloud import firestore
+from google.cloud.firestore_v1.transaction import Transaction
 
+from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
-from pubsub_toolkit.fifo.gate import FifoGate, GateOutcome, HandlerFailedError
+from pubsub_toolkit.fifo.gate import FifoGate, GateOutcome, GatePolicy, HandlerFailedError
 from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+from pubsub_toolkit.fifo.state import GroupState
 from pubsub_toolkit.message import Message
 
 
@@ -32,7 +45,11 @@ def test_effects_and_advance_commit_together(firestore_emulator: str, project_id
 
     store = FirestoreFifoStore(client)
     gate = FifoGate(
-        store, consumer="tx-consumer", handler=lambda m: None, transactional_handler=handler
+        store,
+        consumer="tx-consumer",
+        handler=lambda m: None,
+        transactional_handler=handler,
+        policy=GatePolicy(retry_backoff=timedelta(0)),  # the redelivery may run at once
     )
     for seq in (2, 1, 4):  # 2 and 4 park; 1 runs and releases 2
         gate.deliver(msg(seq), "g", seq)
@@ -55,3 +72,87 @@ def test_transactional_mode_needs_a_transactional_store() -> None:
             handler=lambda m: None,
             transactional_handler=lambda m, t: None,
         )
+
+
+def test_another_writer_saves_the_group_state_while_the_handler_runs(
+    firestore_emulator: str, project_id: str
+) -> None:
+    # Defect 7b: a read of the state inside the transaction locks the group's document for the
+    # whole handler (the emulator too: the other writer waits ~2 s, then fails Aborted).
+    client = firestore.Client(project=project_id)
+    other = FirestoreFifoStore(firestore.Client(project=project_id))  # another consumer process
+    effects = client.collection("effects")
+    runs: list[int] = []
+    parking_took: list[float] = []
+
+    def handler(message: Message, transaction: Any) -> None:
+        runs.append(int(message.attributes["fifo_seq"]))
+        transaction.set(effects.document("g-1"), {"run": len(runs)})
+        if len(runs) == 1:  # meanwhile, another process parks an early arrival of the group
+            started = time.monotonic()
+            other.park("tx-consumer", "g", 3, msg(3))
+            state = other.load("tx-consumer", "g")
+            assert other.save("tx-consumer", "g", state.with_parked(3), state)
+            parking_took.append(time.monotonic() - started)
+
+    store = FirestoreFifoStore(client)
+    gate = FifoGate(
+        store, consumer="tx-consumer", handler=lambda m: None, transactional_handler=handler
+    )
+    assert gate.deliver(msg(1), "g", 1).outcome is GateOutcome.PROCESSED
+    assert parking_took[0] < 1.0, f"the other writer waited {parking_took[0]:.1f}s"
+    # Its save made our commit's precondition fail whole; the handler ran again on the new
+    # state, and only that run committed - with the park kept, not overwritten.
+    assert runs == [1, 1]
+    assert effects.document("g-1").get().to_dict() == {"run": 2}
+    state = store.load("tx-consumer", "g")
+    assert (state.last_processed, state.parked) == (1, (3,))
+    assert store.parked_message("tx-consumer", "g", 3) is not None
+
+
+def test_a_takeover_while_the_handler_runs_fences_its_writes(
+    firestore_emulator: str, project_id: str
+) -> None:
+    client = firestore.Client(project=project_id)
+    other = FirestoreFifoStore(firestore.Client(project=project_id))
+    store = FirestoreFifoStore(client)
+    assert store.save("c", "g", replace(GroupState(), lease_token=1), GroupState())
+    effects = client.collection("effects")
+
+    def writes(transaction: Any) -> None:
+        transaction.set(effects.document("late"), {"n": 1})
+        state = other.load("c", "g")  # our lease expired; another worker takes the group
+        assert other.save("c", "g", replace(state, lease_token=2), state)
+
+    with pytest.raises(StaleClaimError, match="lease 1 was taken over"):
+        store.commit_with("c", "g", token=1, change=lambda s: s.advanced_to(1), writes=writes)
+    assert not effects.document("late").get().exists
+    assert store.load("c", "g").last_processed == 0
+
+
+def test_a_lost_commit_reply_is_not_a_handler_failure(
+    firestore_emulator: str, project_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit applies and its reply is lost; the client's rollback of a transaction no
+    # longer in progress then raises ValueError. The advance is ours: processed, run once.
+    client = firestore.Client(project=project_id)
+    real_commit = Transaction._commit
+
+    def commit_then_lose_reply(self: Transaction) -> list[Any]:
+        real_commit(self)
+        raise gexc.DeadlineExceeded("commit reply lost")
+
+    runs: list[int] = []
+    store = FirestoreFifoStore(client)
+    gate = FifoGate(
+        store,
+        consumer="tx-consumer",
+        handler=lambda m: None,
+        transactional_handler=lambda m, tx: runs.append(1),
+    )
+    monkeypatch.setattr(Transaction, "_commit", commit_then_lose_reply)
+    assert gate.deliver(msg(1), "g", 1).outcome is GateOutcome.PROCESSED
+    monkeypatch.undo()
+    assert runs == [1]
+    state = store.load("tx-consumer", "g")
+    assert (state.last_processed, state.attempts) == (1, 0)

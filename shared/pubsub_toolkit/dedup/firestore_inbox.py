@@ -9,16 +9,25 @@ collection as :class:`~.firestore.FirestoreDedupStore`, so both modes read alike
 Transactions on one document serialise (about 1/s on the emulator), but each message's marker
 is its own document, so different keys commit in parallel. The marker is created without being
 read first, so a crashed worker leaves no lock behind (see ``process``).
+
+A failed commit is judged by the marker, never by the exception type. The obvious signal - a
+duplicate's ``create`` fails with AlreadyExists - is not reliable: the client rolls back after
+the failed commit, and when that rollback fails (the server may already have closed the
+transaction) its error replaces AlreadyExists, so a duplicate would look like an outage and be
+redelivered forever. So after any commit failure that is not the handler's own exception the
+marker is read: ours (its ``commit_id`` is this attempt's: the commit applied, its reply was
+lost) → processed; done → duplicate; another fingerprint → mismatch; a live two-phase claim →
+in progress; expired or abandoned → taken over; no marker → nothing committed, fail
+transiently (StoreUnavailableError) and let the delivery come again.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
-
-from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import rules
@@ -30,14 +39,27 @@ from pubsub_toolkit.dedup.firestore import (
 )
 from pubsub_toolkit.dedup.idempotent import Outcome, ProcessResult
 from pubsub_toolkit.dedup.store import ClaimStatus
-from pubsub_toolkit.errors import ClaimInProgressError
-from pubsub_toolkit.firestore_calls import fail_closed, run_transaction
+from pubsub_toolkit.errors import ClaimInProgressError, StoreUnavailableError
+from pubsub_toolkit.firestore_calls import (
+    TIMEOUT,
+    CommitUncertainError,
+    bounded_retry,
+    fail_closed,
+    run_in_transaction,
+)
 from pubsub_toolkit.observability import DecisionLog
 
 if TYPE_CHECKING:
     from google.cloud import firestore
 
 TransactionalHandler = Callable[["firestore.Transaction"], str | None]
+# Which commit wrote the marker: a marker carrying ours is our own commit, applied although
+# its reply was lost. The dedup store ignores the field.
+COMMIT_ID_FIELD = "commit_id"
+# An expired marker taken over concurrently by others this many times in a row: retry later.
+_TAKEOVER_ATTEMPTS = 3
+_TIMEOUT = TIMEOUT
+_RETRY = bounded_retry()
 
 
 class TransactionalInbox:
@@ -72,63 +94,74 @@ class TransactionalInbox:
         The marker is written with ``create`` and *not read first*: a read inside a
         transaction takes a lock that a crashed worker would hold until the transaction
         times out (60 s idle), stalling the redelivery. Creating blindly holds no lock; a
-        duplicate shows up as AlreadyExists at commit, and only then is the marker read.
+        duplicate makes the commit fail, and only then is the marker read (outside any
+        transaction) to decide what the failure meant.
         """
-        ref = self._collection.document(document_id(self.namespace, key))
-        now = self._clock.now()
-        marker = self._marker(key, fingerprint, token=1, now=now, result=None)
-        try:
-            result = self._commit(handler, lambda tx, r: tx.create(ref, {**marker, "result": r}))
-            outcome = ProcessResult(Outcome.PROCESSED, result)
-        except gexc.AlreadyExists:
-            outcome = self._on_existing(ref, key, fingerprint, handler)
+        outcome = self._process(key, fingerprint, handler)
         self._log(outcome, key, fingerprint)
         return outcome
 
-    def _on_existing(
-        self, ref: Any, key: str, fingerprint: str, handler: TransactionalHandler
-    ) -> ProcessResult:
-        snapshot = fail_closed(ref.get)
-        existing = from_document(snapshot.to_dict() or {}) if snapshot.exists else None
-        now = self._clock.now()
-        status = rules.evaluate_claim(existing, fingerprint, now)
+    def _process(self, key: str, fingerprint: str, handler: TransactionalHandler) -> ProcessResult:
+        ref = self._collection.document(document_id(self.namespace, key))
+        found: Any = None  # the marker's snapshot once a commit has failed on it
+        for _ in range(_TAKEOVER_ATTEMPTS):
+            commit_id = uuid.uuid4().hex
+            token = 1 if found is None else rules.next_token(from_document(found.to_dict()))
+            marker = {
+                **self._marker(key, fingerprint, token=token, now=self._clock.now(), result=None),
+                COMMIT_ID_FIELD: commit_id,
+            }
+            try:
+                result = self._commit(ref, found, handler, marker)
+            except CommitUncertainError as failed:
+                found = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+                if not found.exists:
+                    raise StoreUnavailableError(
+                        f"{self.namespace}/{key}: commit failed and no marker exists, so "
+                        f"nothing was committed; deliver again ({failed.__cause__!r})"
+                    ) from failed
+                decided = self._decide(found.to_dict() or {}, key, fingerprint, commit_id)
+                if decided is not None:
+                    return decided
+                continue  # expired or abandoned: take it over, on condition nobody did first
+            return ProcessResult(Outcome.PROCESSED, result)
+        raise ClaimInProgressError(f"{self.namespace}/{key} was taken over concurrently")
+
+    def _decide(
+        self, document: dict[str, Any], key: str, fingerprint: str, commit_id: str
+    ) -> ProcessResult | None:
+        """What an existing marker means after our commit failed; None: take it over."""
+        existing = from_document(document)
+        if document.get(COMMIT_ID_FIELD) == commit_id:
+            return ProcessResult(Outcome.PROCESSED, existing.result)  # ours; the reply was lost
+        status = rules.evaluate_claim(existing, fingerprint, self._clock.now())
         if status is ClaimStatus.DONE:
-            return ProcessResult(Outcome.DUPLICATE, existing.result if existing else None)
+            return ProcessResult(Outcome.DUPLICATE, existing.result)
         if status is ClaimStatus.MISMATCH:
             return ProcessResult(Outcome.MISMATCH)
         if status is ClaimStatus.IN_PROGRESS:
             # A two-phase claim from the non-transactional mode holds this key.
             raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
-        # The marker expired (TTL not yet applied) or is an abandoned two-phase claim:
-        # replace it, on condition that nobody else replaced it first.
-        marker = self._marker(
-            key, fingerprint, token=rules.next_token(existing), now=now, result=None
-        )
-        option = self._client.write_option(last_update_time=snapshot.update_time)
-        try:
-            result = self._commit(
-                handler, lambda tx, r: tx.update(ref, {**marker, "result": r}, option=option)
-            )
-        except gexc.FailedPrecondition as exc:
-            raise ClaimInProgressError(f"{self.namespace}/{key} was taken concurrently") from exc
-        return ProcessResult(Outcome.PROCESSED, result)
+        return None  # expired (TTL not yet applied) or an abandoned two-phase claim
 
     def _commit(
-        self,
-        handler: TransactionalHandler,
-        write_marker: Callable[[firestore.Transaction, str | None], object],
+        self, ref: Any, found: Any, handler: TransactionalHandler, marker: dict[str, Any]
     ) -> str | None:
-        from google.cloud import firestore
+        """Run ``handler`` and write ``marker`` in one transaction: ``create`` it if nothing was
+        found, else replace ``found`` on condition that it is unchanged."""
+        option = (
+            None if found is None else self._client.write_option(last_update_time=found.update_time)
+        )
 
-        @firestore.transactional
-        def run(transaction: firestore.Transaction) -> str | None:
+        def body(transaction: firestore.Transaction) -> str | None:
             result = handler(transaction)
-            write_marker(transaction, result)
+            if option is None:
+                transaction.create(ref, {**marker, "result": result})
+            else:
+                transaction.update(ref, {**marker, "result": result}, option=option)
             return result
 
-        transaction = self._client.transaction(max_attempts=self._max_attempts)
-        result: str | None = run_transaction(lambda: run(transaction))
-        return result
+        return run_in_transaction(self._client, body, max_attempts=self._max_attempts)
 
     def _marker(
         self, key: str, fingerprint: str, *, token: int, now: datetime, result: str | None

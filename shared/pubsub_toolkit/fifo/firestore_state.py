@@ -37,9 +37,16 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
-from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.fifo.state import GroupState, decode_message, encode_message
-from pubsub_toolkit.firestore_calls import TIMEOUT, bounded_retry, fail_closed, run_transaction
+from pubsub_toolkit.firestore_calls import (
+    TIMEOUT,
+    UNAVAILABLE,
+    CommitUncertainError,
+    bounded_retry,
+    fail_closed,
+    run_in_transaction,
+)
 from pubsub_toolkit.message import Message
 
 DEFAULT_COLLECTION = "pubsub_toolkit_fifo_state"
@@ -51,6 +58,8 @@ _RETRY = bounded_retry()
 # A lost CAS answers AlreadyExists (create) or FailedPrecondition (update); NotFound if the
 # document was deleted since it was read.
 _CONFLICT = (gexc.AlreadyExists, gexc.FailedPrecondition, gexc.NotFound)
+# Transactional commits that find the state changed by someone else, before giving up for now.
+_COMMIT_ATTEMPTS = 5
 
 
 def document_id(consumer: str, group: str) -> str:
@@ -152,38 +161,96 @@ class FirestoreFifoStore:
         change: Callable[[GroupState], GroupState],
         writes: Callable[[firestore.Transaction], object],
     ) -> GroupState:
-        """The transactional mode: in ONE transaction, check that lease ``token`` still holds,
-        apply the handler's ``writes`` and write ``change(state)`` (the advance).
+        """The transactional mode: if lease ``token`` still holds, apply the handler's
+        ``writes`` and write ``change(state)`` (the advance) in ONE transaction.
 
-        A crash or an exception anywhere before the commit leaves neither the handler's writes
-        nor the advance; a redelivery runs the handler again from scratch. Returns the state
-        written. Raises StaleClaimError if the lease was taken over.
+        The handler's writes and the advance commit together or not at all: a crash or an
+        exception anywhere before the commit leaves neither, and a redelivery runs the handler
+        again from scratch. Returns the state written. Raises StaleClaimError if the lease was
+        taken over, StoreUnavailableError if the state kept changing under us or the store
+        failed.
+
+        The state is read *outside* the transaction and the advance carries a
+        ``last_update_time`` precondition instead. A read inside the transaction would, in
+        production, lock the group's document for as long as the handler runs, so every other
+        writer of the group - a consumer parking an early arrival, the sweeper, an operator -
+        would wait for it. With the precondition nobody waits; if someone else wrote the state
+        meanwhile, the commit fails whole (the handler's writes too), and the state is read
+        again: a new lease token means we lost the group (StaleClaimError), anything else
+        (a park) means run again on the new state - so ``writes`` may run more than once, but
+        only one run ever commits.
         """
         ref = self._ref(consumer, group)
-
-        @firestore.transactional
-        def run(transaction: firestore.Transaction) -> GroupState:
-            snapshot = ref.get(transaction=transaction)
-            state = (
-                GroupState.from_json(snapshot.get(STATE_FIELD)) if snapshot.exists else GroupState()
+        for _ in range(_COMMIT_ATTEMPTS):
+            snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+            state = self._leased_state(snapshot, consumer, group, token)
+            committed = self._commit_once(
+                ref, snapshot, state, change, writes, consumer=consumer, group=group, token=token
             )
-            if state.lease_token != token:
-                raise StaleClaimError(f"{consumer}/{group}: lease {token} was taken over")
+            if committed is not None:
+                return committed
+        raise StoreUnavailableError(
+            f"{consumer}/{group}: the state changed under {_COMMIT_ATTEMPTS} transactional "
+            "commits in a row; deliver again later"
+        )
+
+    def _commit_once(
+        self,
+        ref: Any,
+        snapshot: Any,
+        state: GroupState,
+        change: Callable[[GroupState], GroupState],
+        writes: Callable[[firestore.Transaction], object],
+        *,
+        consumer: str,
+        group: str,
+        token: int,
+    ) -> GroupState | None:
+        """One transaction of :meth:`commit_with` on ``state`` as read in ``snapshot``: the
+        state written, or None if someone else wrote the state first (run again)."""
+        write_id = uuid.uuid4().hex
+        unchanged = self._client.write_option(last_update_time=snapshot.update_time)
+        written: list[GroupState] = []
+
+        def body(transaction: firestore.Transaction) -> GroupState:
             writes(transaction)
             new = change(state)
-            transaction.update(
-                ref,
-                {
-                    "last_processed": new.last_processed,
-                    STATE_FIELD: new.to_json(),
-                    WRITE_ID_FIELD: uuid.uuid4().hex,
-                },
-            )
+            document = {
+                "last_processed": new.last_processed,
+                STATE_FIELD: new.to_json(),
+                WRITE_ID_FIELD: write_id,
+            }
+            transaction.update(ref, document, option=unchanged)
+            written.append(new)
             return new
 
-        # A ValueError of the handler goes back to the gate as a handler failure.
-        result: GroupState = run_transaction(lambda: run(self._client.transaction()))
-        return result
+        try:
+            return run_in_transaction(self._client, body)
+        except CommitUncertainError as failed:
+            # The exception type says little (a failed rollback replaces it): the document does.
+            current = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+            if current.exists and current.get(WRITE_ID_FIELD) == write_id:
+                return written[-1]  # our commit applied; its reply was lost
+            self._leased_state(current, consumer, group, token)  # StaleClaimError if lost
+            if current.update_time != snapshot.update_time:
+                return None  # someone else saved the state (a park, say) while the handler ran
+            cause = failed.__cause__
+            if cause is None or isinstance(cause, UNAVAILABLE):
+                raise
+        # Nobody else wrote the state, so the commit failed on something else - one of the
+        # handler's writes, say: raise what the client raised, for the gate to count.
+        raise cause
+
+    def _leased_state(self, snapshot: Any, consumer: str, group: str, token: int) -> GroupState:
+        """The state in ``snapshot``, or StaleClaimError if lease ``token`` no longer holds."""
+        if not snapshot.exists:
+            raise StaleClaimError(f"{consumer}/{group}: no state, so no lease {token}")
+        state = GroupState.from_json(snapshot.get(STATE_FIELD), version=snapshot.update_time)
+        if state.lease_token != token:
+            raise StaleClaimError(
+                f"{consumer}/{group}: lease {token} was taken over (now {state.lease_token})"
+            )
+        return state
 
     def _written_by(self, ref: Any, write_id: str) -> bool:
         snapshot = fail_closed(
