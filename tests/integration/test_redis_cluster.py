@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -31,13 +32,8 @@ from pubsub_toolkit.fifo import redis_state
 from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
 from pubsub_toolkit.fifo.redis_state import RedisFifoStore
 from pubsub_toolkit.fifo.state import GroupState
-from pubsub_toolkit.local.emulators import redis_ping
-from pubsub_toolkit.local.processes import (
-    LOOPBACK,
-    ServiceSpec,
-    free_port,
-    start_service,
-)
+from pubsub_toolkit.local.emulators import redis_server
+from pubsub_toolkit.local.processes import LOOPBACK, free_port, start_service
 
 LEASE = timedelta(seconds=30)
 TTL = timedelta(hours=1)
@@ -48,17 +44,15 @@ def cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``redis://`` URL of a one-node Redis Cluster that owns every slot."""
     port, bus_port = free_port(), free_port()
     work_dir = tmp_path_factory.mktemp("redis-cluster")
-    spec = ServiceSpec(
+    standalone = redis_server(port)  # the same binary and flags as the shared fixture's
+    spec = replace(
+        standalone,
         name="redis-cluster",
         argv=(
-            "redis-server",
-            *("--port", str(port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no"),
+            *standalone.argv,
             *("--cluster-enabled", "yes", "--cluster-port", str(bus_port)),
             *("--cluster-config-file", str(work_dir / "nodes.conf")),
         ),
-        port=port,
-        ready=redis_ping(port),
-        startup_timeout=20,
         cwd=str(work_dir),
     )
     service = start_service(spec, work_dir)
