@@ -479,3 +479,24 @@ def test_a_transient_handler_failure_backs_off_but_never_becomes_poison(
     clock.advance(timedelta(minutes=5))
     gate.sweep("g")
     assert seen == [1, 2]
+
+
+def test_a_store_that_lost_writes_is_caught_by_the_process_that_made_them(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis restart without persistence: the group's state is gone, parked #5 with it."""
+    store = MemoryFifoStore()
+    gate = make_gate(handler, clock, sink, store)
+    for seq in (1, 2, 3):
+        gate.deliver(keyed("g", seq, f"k{seq}"), "g", seq)
+    gate.deliver(keyed("g", 5, "k5"), "g", 5)  # parked, acked
+    store._states.clear()  # the data loss
+    store._parked.clear()
+    # The counter restarted too: a new message is numbered 2 again.
+    assert gate.deliver(keyed("g", 2, "new"), "g", 2).outcome is GateOutcome.DEAD_LETTERED
+    alerts = [r.getMessage() for r in caplog.records if "ALERT" in r.getMessage()]
+    assert any("lost writes" in a and "parked messages lost: [5]" in a for a in alerts)
+    assert sink.on(DLQ)[-1].attributes["error_reason"] == "fifo_sequence_reused"
+    assert store.load("consumer-a", "g").last_processed == 3  # position restored
+    gate.deliver(keyed("g", 4, "k4"), "g", 4)
+    assert handler.seen["g"] == [1, 2, 3, 4]  # #2 never ran twice

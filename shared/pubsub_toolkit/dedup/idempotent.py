@@ -9,24 +9,29 @@
 3. otherwise run ``effect``; on success record ``done`` with its result, on failure release the
    claim and re-raise, so the redelivery can try again at once.
 
-The effect runs at most once per key *as long as it finishes within the lease*. An effect that
+The effect runs at most once per key *as long as it finishes within the lease*. If the store
+loses a ``done`` record (Redis restarted without persistence, a failover), the process that
+wrote it still remembers it (:mod:`pubsub_toolkit.witness`): it records the key again, alerts,
+and treats the delivery as the duplicate it is. An effect that
 writes to Firestore can commit with the marker in one transaction instead: see
 :mod:`.firestore_inbox`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupStore
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.witness import Witness
 
 logger = logging.getLogger(__name__)
 _COMPLETE_RETRY_DELAYS = (0.1, 0.5, 1.5)
@@ -67,6 +72,8 @@ class IdempotentProcessor:
         self._lease = lease
         self._ttl = ttl
         self.log = log or DecisionLog(namespace)
+        # key -> (fingerprint, result, when) of what this process saw done.
+        self._done: Witness[str, tuple[str, str | None, datetime]] = Witness()
 
     def sibling(self, namespace: str, *, log: DecisionLog | None = None) -> IdempotentProcessor:
         """A processor on the same store, lease and TTL for another namespace (e.g. the one
@@ -102,7 +109,14 @@ class IdempotentProcessor:
         )
         if claim.status is ClaimStatus.DONE:
             log(Outcome.DUPLICATE, "duplicate delivery skipped")
-            return ProcessResult(Outcome.DUPLICATE, claim.record.result if claim.record else None)
+            result = claim.record.result if claim.record else None
+            self._done.put(key, (fingerprint, result, self._clock.now()))
+            return ProcessResult(Outcome.DUPLICATE, result)
+        remembered = self._done.get(key) if claim.owns_key else None
+        if remembered is not None and remembered[0] == fingerprint:
+            _, result, when = remembered
+            if self._clock.now() < when + self._ttl:
+                return self._record_lost(key, claim, result, log)
         if claim.status is ClaimStatus.MISMATCH:
             log(
                 Outcome.MISMATCH,
@@ -138,8 +152,24 @@ class IdempotentProcessor:
                 token=claim.token,
             )
             raise
+        self._done.put(key, (fingerprint, result, self._clock.now()))
         log(Outcome.PROCESSED, "processed")
         return ProcessResult(Outcome.PROCESSED, result)
+
+    def _record_lost(
+        self, key: str, claim: Claim, result: str | None, log: Callable[..., None]
+    ) -> ProcessResult:
+        """The store lost a ``done`` record this process wrote: write it again, never rerun."""
+        log(
+            "store_rollback",
+            "ALERT: the store lost this key's done record; not run again",
+            level=logging.ERROR,
+            alert="store_rollback",
+        )
+        # Someone else may hold it by now: they find it done, or run it under a newer lease.
+        with contextlib.suppress(StaleClaimError):
+            self._complete(key, claim, result)
+        return ProcessResult(Outcome.DUPLICATE, result)
 
     def _complete(self, key: str, claim: Claim, result: str | None) -> None:
         # The effect has happened: losing the "done" write now would let a redelivery run it

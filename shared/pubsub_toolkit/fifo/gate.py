@@ -51,9 +51,10 @@ from pubsub_toolkit.errors import (
     StoreUnavailableError,
     TransientError,
 )
-from pubsub_toolkit.fifo.state import FifoStore, GroupState, key_digest
+from pubsub_toolkit.fifo.state import FifoStore, GroupState, key_digest, merge_ranges
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.witness import Witness
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class FifoGate:
         self.policy = policy or GatePolicy()
         self._clock = clock
         self.log = log or DecisionLog(consumer)
+        self._witness: Witness[str, GroupState] = Witness()
 
     # --- deliveries ---------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class FifoGate:
         digest = key_digest(message_key(message))
         stored_copy = False
         for _ in range(_MAX_CAS_ROUNDS):
-            state = self._store.load(self.consumer, group)
+            state = self._load(group)
             now = self._clock.now()
             known = state.key_of(seq)
             if known is not None and known != digest:
@@ -219,7 +221,7 @@ class FifoGate:
 
     def sweep(self, group: str) -> GateResult:
         """Periodic work for one group: run a parked head, act on an expired gap."""
-        state = self._store.load(self.consumer, group)
+        state = self._load(group)
         now = self._clock.now()
         busy = state.lease_live(now) or state.backing_off(now)
         if state.blocked_at is not None or busy or not state.parked:
@@ -233,8 +235,7 @@ class FifoGate:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
             head = state.head
-            self._store.save(
-                self.consumer,
+            self._save(
                 group,
                 replace(state, parked=tuple(p for p in state.parked if p != head)),
                 state,
@@ -252,28 +253,28 @@ class FifoGate:
         """Pass over ``seq`` (a poison or lost message) with a tombstone; then, with ``run``,
         resume the group here (an operator's CLI leaves that to the consumer's sweeper)."""
         while True:
-            state = self._store.load(self.consumer, group)
+            state = self._load(group)
             if seq != state.head:
                 raise ValueError(f"group {group!r} waits for {state.head}; cannot skip {seq}")
             if state.blocked_at is None and state.lease_live(self._clock.now()):
                 raise ValueError(f"{group!r} #{seq} is being processed right now; not skipped")
             # A new lease token fences any worker that still thinks it runs this number.
             new = replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
-            if self._store.save(self.consumer, group, new, state):
+            if self._save(group, new, state):
                 break
         self._store.unpark(self.consumer, group, seq)
         self._decision("skipped", group, seq, "skipped by operator", level=logging.WARNING)
         if run:
             self.sweep(group)
-        return self._store.load(self.consumer, group)
+        return self._load(group)
 
     def replay(self, group: str, *, run: bool = True) -> GateResult:
         """Unblock a group and give its parked head (the poison message) fresh attempts; with
         ``run``, run it now, else the consumer's sweeper runs it next."""
         while True:
-            state = self._store.load(self.consumer, group)
+            state = self._load(group)
             new = replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
-            if self._store.save(self.consumer, group, new, state):
+            if self._save(group, new, state):
                 break
         self._decision("replayed", group, state.head, "replay requested by operator")
         if not run:
@@ -304,7 +305,7 @@ class FifoGate:
         if seq in state.parked:  # a redelivered copy: the parked one stands for it
             retrying = seq == state.head and state.backing_off(now)
             return GateResult(GateOutcome.RETRYING if retrying else GateOutcome.PARKED, group, seq)
-        if not self._store.save(self.consumer, group, new, state):
+        if not self._save(group, new, state):
             return None
         if seq == state.head and state.blocked_at is None:
             if state.backing_off(now):
@@ -341,7 +342,7 @@ class FifoGate:
         leased = replace(
             state, lease_token=state.lease_token + 1, lease_until=now + self.policy.lease
         )
-        if not self._store.save(self.consumer, group, leased, state):
+        if not self._save(group, leased, state):
             return None
         return leased
 
@@ -467,24 +468,26 @@ class FifoGate:
         missing = tuple(range(state.head, min(state.parked)))
         new = state.advanced_to(missing[-1], skipped=missing)
         new = replace(new, parked=state.parked)  # the parked ones are still to run
-        if not self._store.save(self.consumer, group, new, state):
-            return self._store.load(self.consumer, group)
+        if not self._save(group, new, state):
+            return self._load(group)
         self._decision("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
-        return self._store.load(self.consumer, group)
+        return self._load(group)
 
     def _handle_and_advance(self, group: str, token: int, seq: int, message: Message) -> GroupState:
         """Run the handler for ``seq`` and advance past it - in one transaction if configured."""
         if self._transactional_handler is not None:
             handler = self._transactional_handler
             store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
-            return store.commit_with(
-                self.consumer,
-                group,
-                token=token,
-                change=self._advance_change(
-                    seq, skipped=(), digest=key_digest(message_key(message))
-                ),
-                writes=lambda transaction: handler(message, transaction),
+            return self._witnessed(
+                store.commit_with(
+                    self.consumer,
+                    group,
+                    token=token,
+                    change=self._advance_change(
+                        seq, skipped=(), digest=key_digest(message_key(message))
+                    ),
+                    writes=lambda transaction: handler(message, transaction),
+                )
             )
         if not is_filler(message):
             self._handler(message)
@@ -505,7 +508,7 @@ class FifoGate:
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
                 if attempt > 0:
-                    state = self._store.load(self.consumer, group)
+                    state = self._load(group)
                     mine = state.lease_token == token and state.key_of(seq) == digest
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost
@@ -566,16 +569,66 @@ class FifoGate:
         it next.)
         """
         for _ in range(_MAX_CAS_ROUNDS):
-            state = self._store.load(self.consumer, group)
+            state = self._load(group)
             if state.lease_token != token:
                 raise StaleClaimError(
                     f"{self.consumer}/{group}: lease {token} was taken over "
                     f"(now {state.lease_token}); the handler outlived its lease"
                 )
             new = change(state)
-            if self._store.save(self.consumer, group, new, state):
+            if self._save(group, new, state):
                 return new
         raise TransientError(f"{self.consumer}/{group}: the state kept changing; try again")
+
+    # --- the store, as this process has seen it (see pubsub_toolkit.witness) ----------------
+
+    def _load(self, group: str) -> GroupState:
+        state = self._store.load(self.consumer, group)
+        seen = self._witness.get(group)
+        if seen is not None and went_back(seen, state):
+            return self._repair(group, seen, state)
+        return self._witnessed(state, group)
+
+    def _save(self, group: str, state: GroupState, expected: GroupState) -> bool:
+        if not self._store.save(self.consumer, group, state, expected):
+            return False
+        self._witnessed(state, group)
+        return True
+
+    def _witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
+        if group is not None:
+            seen = self._witness.get(group)
+            if seen is None or state.last_processed >= seen.last_processed:
+                self._witness.put(group, state)
+        return state
+
+    def _repair(self, group: str, seen: GroupState, state: GroupState) -> GroupState:
+        """The store handed back an older state than this process wrote: put the group back
+        where it was, fence every lease, and say what could not be restored."""
+        last = max(seen.last_processed, state.last_processed)
+        lost = [s for s in seen.parked if s > state.last_processed and s not in state.parked]
+        repaired = replace(
+            state,
+            last_processed=last,
+            parked=tuple(s for s in state.parked if s > last),
+            lease_token=max(seen.lease_token, state.lease_token) + 1,
+            lease_until=None,
+            skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
+            keys=tuple(sorted({*seen.keys, *state.keys})),
+        )
+        self._decision(
+            "store_rollback",
+            group,
+            state.head,
+            f"ALERT: the store lost writes: last processed went back from "
+            f"{seen.last_processed} to {state.last_processed}; restored to {last}"
+            + (f"; parked messages lost: {lost} (replay them or skip)" if lost else ""),
+            level=logging.ERROR,
+            alert="store_rollback",
+        )
+        if self._store.save(self.consumer, group, repaired, state):
+            self._witness.put(group, repaired)
+        return self._store.load(self.consumer, group)
 
     def _decision(
         self,
@@ -600,3 +653,14 @@ def message_key(message: Message) -> str:
 def is_filler(message: Message) -> bool:
     """True for ingress's marker of a number that carries no new message."""
     return attr.FIFO_FILLER in message.attributes
+
+
+def went_back(seen: GroupState, state: GroupState) -> bool:
+    """True when ``state`` is older than what this process saw: positions never go back, and a
+    parked number only leaves the list when the group moves past it."""
+    lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
+    return (
+        state.last_processed < seen.last_processed
+        or state.lease_token < seen.lease_token
+        or lost_parked
+    )

@@ -105,7 +105,7 @@ class GroupState:
             next_attempt_at=None,
             blocked_at=None,
             lease_until=None,
-            skipped=_merge_ranges(self.skipped, skipped),
+            skipped=merge_ranges(self.skipped, skipped),
             keys=tuple(sorted((s, d) for s, d in keys if s > oldest_kept or s in parked)),
         )
 
@@ -144,7 +144,7 @@ class GroupState:
         )
 
 
-def _merge_ranges(ranges: tuple[Range, ...], numbers: tuple[int, ...]) -> tuple[Range, ...]:
+def merge_ranges(ranges: tuple[Range, ...], numbers: tuple[int, ...]) -> tuple[Range, ...]:
     """``ranges`` with ``numbers`` added, sorted and with touching ranges joined."""
     merged: list[Range] = []
     for first, last in sorted([*ranges, *((n, n) for n in numbers)]):
@@ -158,7 +158,7 @@ def _merge_ranges(ranges: tuple[Range, ...], numbers: tuple[int, ...]) -> tuple[
 def _ranges(raw: list[object]) -> tuple[Range, ...]:
     # Records written before ranges were used list single numbers.
     pairs = [(int(r), int(r)) if isinstance(r, int) else (int(r[0]), int(r[1])) for r in raw]  # type: ignore[index]
-    return _merge_ranges(tuple(pairs), ())
+    return merge_ranges(tuple(pairs), ())
 
 
 def _time(value: datetime | None) -> str | None:

@@ -1,0 +1,40 @@
+"""A store that loses a done record (Redis restart, failover) cannot make an effect run twice
+for the process that recorded it: its witness remembers (pubsub_toolkit.witness)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
+from pubsub_toolkit.dedup.memory import MemoryDedupStore
+
+
+def test_a_lost_done_record_is_recorded_again_not_rerun(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = ManualClock()
+    store = MemoryDedupStore(clock)
+    processor = IdempotentProcessor(
+        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
+    )
+    runs: list[str] = []
+    effect = lambda: runs.append("x") or "result"  # noqa: E731
+    assert processor.process("k", "fp", effect).outcome is Outcome.PROCESSED
+    store._records.clear()  # the data loss
+    again = processor.process("k", "fp", effect)
+    assert (again.outcome, again.result, runs) == (Outcome.DUPLICATE, "result", ["x"])
+    assert any("ALERT" in r.getMessage() for r in caplog.records)
+    assert store.get("c", "k") is not None  # recorded again for everyone else
+
+    other_process = IdempotentProcessor(
+        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
+    )
+    store._records.clear()
+    # A process that never saw it cannot know: the README's weaker guarantee.
+    assert other_process.process("k", "fp", effect).outcome is Outcome.PROCESSED
+    clock.advance(timedelta(days=9))  # past the TTL the witness stands down too
+    store._records.clear()
+    assert processor.process("k", "fp", effect).outcome is Outcome.PROCESSED
