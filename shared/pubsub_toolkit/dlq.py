@@ -4,7 +4,9 @@
 ``replay`` re-publishes the selected ones to the origin topic - original data and attributes,
 minus the ``error_*`` ones, plus ``replay_id`` - sorted by FIFO group and number, one at a time
 and with the group as ordering key, so a group's messages go back in order; only then are they
-acked on the dead-letter subscription.
+acked on the dead-letter subscription. A letter carrying ``fifo_filler`` is never replayed: it
+stands for a FIFO number that carries no new message, and without its marker it would run its
+data as a message of its own.
 
 Both read by pulling until the subscription has nothing more to give (one pull may return only
 part of what is waiting), holding what they pulled until they are done. A reader running at the
@@ -15,12 +17,20 @@ Ingress deduplicates a replay under ``dedup_key#replay:replay_id``: the original
 recorded (as dead-lettered), and without this the replay would be dropped as a duplicate. A
 replay of a replay is itself deduplicated, and the final topic still carries the original
 ``dedup_key`` for consumers.
+
+Replay ids are unforgeable: before it publishes a replay, ``replay`` *mints* its id in the dedup
+store ingress reads (:func:`pubsub_toolkit.replays.mint`, naming the dedup key), and ingress
+dead-letters a ``replay_id`` it finds no mint for (``forged_replay_id``) - a producer setting
+``replay_id`` itself cannot push a delivered key through ingress dedup again. A letter whose
+original had no ``dedup_key`` (ingress used its message id) is replayed with that id as its
+``dedup_key``, so the mint, ingress's claim and a second run of the same replay agree on it.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,8 +38,13 @@ from typing import Any
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letter import DLQ_WRAPPED
+from pubsub_toolkit.dedup.store import DedupStore
+from pubsub_toolkit.errors import ContractViolation, ToolkitError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.publishing import MessageSink
+from pubsub_toolkit.replays import is_minted, mint
+
+logger = logging.getLogger("pubsub_toolkit.dlq")
 
 
 @dataclass(frozen=True)
@@ -49,13 +64,40 @@ class DeadLetter:
 
     @property
     def seq(self) -> int | None:
+        """The FIFO number, or None when it is absent or not canonical (see the contract)."""
         raw = self.message.attributes.get(attr.FIFO_SEQ)
-        # isascii too: "²".isdigit() is true, and int() refuses it.
-        return int(raw) if raw and raw.isascii() and raw.isdigit() else None
+        if raw is None:
+            return None
+        try:
+            return attr.parse_fifo_seq(raw)  # the consumer's reading: "01" is no number
+        except ContractViolation:
+            return None
 
     @property
     def dedup_key(self) -> str | None:
         return self.message.attributes.get(attr.DEDUP_KEY)
+
+    @property
+    def is_filler(self) -> bool:
+        """True for a FIFO filler: a number that carries no new message (never replayed)."""
+        return attr.FIFO_FILLER in self.message.attributes
+
+    @property
+    def replay_key(self) -> str:
+        """The dedup key a replay of this letter carries (and its replay id is minted for).
+
+        The original's ``dedup_key``; without one, the key ingress gave the original - its
+        message id, which the dead-letter copy keeps as ``origin_message_id``. (Left to
+        ingress, a replay's key would be the *replay's* new message id: a different key at
+        every run, so a replay re-run after a crash would pass twice.)
+        """
+        if self.dedup_key is not None:
+            return self.dedup_key  # even a blank one: its replay is refused again, not mended
+        return (
+            self.message.attributes.get(attr.ORIGIN_MESSAGE_ID)
+            or self.message.message_id
+            or self.dead_letter_id
+        )
 
 
 def unwrap(received: Message) -> Message:
@@ -140,29 +182,61 @@ def replay(
     sink: MessageSink,
     origin_topic: str,
     *,
+    store: DedupStore,
     select: Callable[[DeadLetter], bool],
     limit: int = 1000,
 ) -> list[DeadLetter]:
-    """Re-publish the selected dead letters to origin, in FIFO order; return what was replayed."""
+    """Re-publish the selected dead letters to origin, in FIFO order; return what was replayed.
+
+    ``store`` is the dedup store ingress uses: each replay id is minted there before its
+    message is published. Raises ToolkitError if a mint cannot be confirmed; whatever fails,
+    every letter not yet acked goes back to the dead-letter subscription at once.
+    """
     letters = _pull(subscriber, subscription, limit)
-    chosen: list[DeadLetter] = []
+    acked: set[str] = set()
     try:  # from here on, whatever fails (select may read a store), the pulled letters go back
+        fillers = [d for d in letters if d.is_filler]
+        for letter in fillers:
+            logger.warning(
+                "kept dead letter %s on the dead-letter topic: it is a FIFO filler (%s) for "
+                "%s #%s and carries no new message",
+                letter.dead_letter_id,
+                letter.message.attributes[attr.FIFO_FILLER][:80],
+                letter.group,
+                letter.seq,
+            )
         chosen = sorted(
-            (d for d in letters if select(d)), key=lambda d: (d.group or "", d.seq or 0)
+            (d for d in letters if not d.is_filler and select(d)),
+            key=lambda d: (d.group or "", d.seq or 0),
         )
         for letter in chosen:
-            # The replay id is the dead-letter copy's own message id: a replay that crashed
-            # before its ack below and runs again re-publishes under the same id, so ingress
-            # (claiming dedup_key#replay:ID) lets exactly one copy through.
-            attributes = {**letter.message.attributes, attr.REPLAY_ID: letter.dead_letter_id}
-            # A group that broke the contract may not be a valid ordering key either.
-            ordered = letter.reason != attr.REASON_INVALID_FIFO_GROUP
-            key = (letter.group or "") if ordered else ""
-            outbound = OutboundMessage(letter.message.data, attributes, ordering_key=key)
-            sink.publish(origin_topic, outbound)  # waits for the publish: order is kept
+            _publish_replay(letter, sink, origin_topic, store)
         if chosen:
             subscriber.acknowledge(subscription=subscription, ack_ids=[d.ack_id for d in chosen])
+            acked = {d.ack_id for d in chosen}
     finally:
-        replayed = {d.ack_id for d in chosen}
-        _release(subscriber, subscription, [d.ack_id for d in letters if d.ack_id not in replayed])
+        # A replay that failed half-way also hands back what it published: the next run
+        # re-publishes those under the same replay ids, and ingress lets one copy of each through.
+        _release(subscriber, subscription, [d.ack_id for d in letters if d.ack_id not in acked])
     return chosen
+
+
+def _publish_replay(letter: DeadLetter, sink: MessageSink, topic: str, store: DedupStore) -> None:
+    """Mint ``letter``'s replay id, then publish the replay (and wait: order is kept)."""
+    # The replay id is the dead-letter copy's own message id: a replay that crashed before its
+    # ack and runs again re-publishes under the same id (and mints it again: idempotent), so
+    # ingress (claiming dedup_key#replay:ID) lets exactly one copy through.
+    replay_id, key = letter.dead_letter_id, letter.replay_key
+    mint(store, replay_id, key)
+    if not is_minted(store, replay_id, key):
+        # A run that crashed mid-mint holds the record for its short lease; publishing now
+        # would only see the replay dead-lettered as forged.
+        raise ToolkitError(
+            f"could not mint replay id {replay_id!r} for dedup_key {key!r} (another replay "
+            "of it may be running, or one crashed within the last minute); try again shortly"
+        )
+    attributes = {**letter.message.attributes, attr.DEDUP_KEY: key, attr.REPLAY_ID: replay_id}
+    # A group that broke the contract may not be a valid ordering key either.
+    ordered = letter.reason != attr.REASON_INVALID_FIFO_GROUP
+    ordering_key = (letter.group or "") if ordered else ""
+    sink.publish(topic, OutboundMessage(letter.message.data, attributes, ordering_key))

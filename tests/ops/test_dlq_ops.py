@@ -12,6 +12,7 @@ from google.cloud import firestore, pubsub_v1
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
+from pubsub_toolkit.dedup.factory import store_from_settings
 from pubsub_toolkit.dlq import list_dead_letters, replay
 from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
 from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
@@ -150,11 +151,19 @@ def test_dlq_replay_goes_back_in_fifo_order_once_with_the_original_keys(
             )
 
     sink = PubSubSink()
+    store = store_from_settings(Settings.from_env(stack.env))  # ingress's: replay ids minted there
     try:
         first = replay(
-            CrashBeforeAck(), topo.dead_letter_sub, sink, topo.origin, select=lambda d: True
+            CrashBeforeAck(),
+            topo.dead_letter_sub,
+            sink,
+            topo.origin,
+            store=store,
+            select=lambda d: True,
         )
-        second = replay(subscriber, topo.dead_letter_sub, sink, topo.origin, select=lambda d: True)
+        second = replay(
+            subscriber, topo.dead_letter_sub, sink, topo.origin, store=store, select=lambda d: True
+        )
     finally:
         sink.close()
         subscriber.close()

@@ -31,6 +31,16 @@ numberish = st.one_of(
             "1e-400",
             "+5",
             "-0.0",
+            # Forms int()/float() accept but the contract does not (defects 8 and 10).
+            "01",
+            "00.5",
+            " 5",
+            "5\n",
+            "\u0661",
+            "\uff11",
+            str(2**53),
+            str(2**63),
+            "9" * 40,
         ]
     ),
     hostile_text,
@@ -57,6 +67,13 @@ timeish = st.one_of(
 
 contract_values = {
     attr.DEDUP_KEY: hostile_text,
+    # Only the toolkit may set these: a producer's must never reach the final topic as sent.
+    attr.ORIGIN_MESSAGE_ID: hostile_text,
+    attr.ORIGIN_PUBLISH_TIME: timeish,
+    attr.ERROR_REASON: hostile_text,
+    attr.ERROR_DETAIL: hostile_text,
+    attr.FIFO_FILLER: hostile_text,
+    attr.REPLAY_ID: hostile_text,  # never minted here: a forgery
     attr.DELIVER_AT: timeish,
     attr.DELAY_SECONDS: numberish,
     attr.FIFO_GROUP: hostile_text,

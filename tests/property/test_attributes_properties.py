@@ -3,7 +3,8 @@
 Over arbitrary attribute maps (unicode, NUL, huge values, too many, reserved names, odd numbers
 and times) and payloads, :func:`parse_envelope` either returns an Envelope whose parsed fields
 are consistent, or raises ContractViolation with one of the module's ``REASON_*`` codes - never
-any other exception - and the stamped attributes of a valid message parse again.
+any other exception - and the stamped attributes of a valid message parse again, with
+ingress's own provenance and none of a producer's error or filler attributes.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def test_parse_envelope_is_valid_or_a_known_contract_violation(
     # Later hops compare the fingerprint ingress stamped (due-time attributes are rewritten on
     # the way: delay_seconds becomes deliver_at), so it must travel unchanged.
     assert stamped[attr.CONTENT_SHA256] == envelope.fingerprint
+    # Ingress owns provenance and the toolkit's markers: a producer's never pass as they came.
+    for dropped in (attr.ERROR_REASON, attr.ERROR_DETAIL, attr.FIFO_FILLER):
+        assert dropped not in stamped
+    assert stamped.get(attr.ORIGIN_MESSAGE_ID) == (message_id or None)
+    assert attr.ORIGIN_PUBLISH_TIME not in stamped  # these deliveries carry no publish time
     if envelope.deliver_at is not None:
         assert again.deliver_at is not None
         assert abs((again.deliver_at - envelope.deliver_at).total_seconds()) < 1e-6

@@ -15,17 +15,23 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.ingress import Ingress, IngressOutcome
 from pubsub_toolkit.message import Message, OutboundMessage
+from pubsub_toolkit.replays import REASON_FORGED_REPLAY
 from tests.property.strategies import CONTRACT_REASONS, attribute_maps, hostile_text, payloads
 from tests.property.test_cloudevent_properties import events
 from tests.support.sinks import RecordingSink
 
 FINAL, DLQ = "projects/p/topics/final", "projects/p/topics/dlq"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
-REASONS = CONTRACT_REASONS | {"delayed_delivery_unavailable", "delay_too_long"}
+REASONS = CONTRACT_REASONS | {
+    "delayed_delivery_unavailable",
+    "delay_too_long",
+    REASON_FORGED_REPLAY,
+}
 
 
 class RecordingScheduler:
@@ -86,7 +92,11 @@ def test_every_delivery_is_published_scheduled_duplicate_or_dead_lettered(
         if result.outcome is IngressOutcome.DEAD_LETTERED:
             assert result.detail in REASONS, result.detail
 
-    published, dead = sink.on(FINAL), sink.on(DLQ)
+    # Fillers stand for a FIFO number ingress forwards no message for (one dead-lettered, or a
+    # renumbered duplicate): they are not deliveries of their own.
+    fillers = [m for m in sink.on(FINAL) if attr.FIFO_FILLER in m.attributes]
+    published = [m for m in sink.on(FINAL) if attr.FIFO_FILLER not in m.attributes]
+    dead = sink.on(DLQ)
     # Count in = count out: every delivery has one outcome, and each routing left one trace.
     assert len(outcomes) == 2 * len(inputs)
     assert outcomes.count(IngressOutcome.PUBLISHED) == len(published)
@@ -94,11 +104,19 @@ def test_every_delivery_is_published_scheduled_duplicate_or_dead_lettered(
     # A dead-lettered input is copied once; its redelivery reports the same fate, no 2nd copy.
     assert len(dead) <= outcomes.count(IngressOutcome.DEAD_LETTERED)
     assert len(published) + len(scheduler.scheduled) + len(dead) <= len(inputs)
+    assert len(fillers) <= len(dead) + outcomes.count(IngressOutcome.DUPLICATE)
     for message in dead:
         assert message.attributes["error_reason"] in REASONS
     for message in published:
         assert message.attributes["dedup_key"]
         assert message.attributes["content_sha256"]
+        # A producer's replay_id is never minted: such a message is dead-lettered as forged.
+        assert attr.REPLAY_ID not in message.attributes
+        assert not {attr.ERROR_REASON, attr.ERROR_DETAIL} & message.attributes.keys()
+    for filler in fillers:
+        assert filler.attributes[attr.FIFO_FILLER]
+        assert attr.parse_fifo_seq(filler.attributes[attr.FIFO_SEQ]) >= 1
+        assert filler.ordering_key == filler.attributes[attr.FIFO_GROUP]
     for _message, due, _key in scheduler.scheduled:
         assert due > NOW, "a due-now message was scheduled instead of published"
     # The second delivery of every input published and scheduled nothing more.

@@ -102,3 +102,185 @@ def test_time_round_trip_and_naive_rejected() -> None:
     assert attr.parse_time(attr.format_time(t)) == t
     with pytest.raises(ValueError):
         attr.format_time(datetime(2031, 1, 1))  # noqa: DTZ001 - naive on purpose
+
+
+# --- canonical numbers (defects 8 and 10) ---------------------------------------------------
+
+ARABIC_INDIC_ONE = "\u0661"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "01",
+        "+1",
+        "-1",
+        " 1",
+        "1 ",
+        "1\n",
+        "1_0",
+        ARABIC_INDIC_ONE,
+        "\uff11",  # fullwidth 1
+        "\u00b2",  # superscript 2: isdigit() but not a digit int() reads
+        "1e3",
+        "1.0",
+        "0x1",
+        "",
+        "0",
+        str(2**53),
+        str(2**63),
+        "9" * 40,
+    ],
+)
+def test_fifo_seq_has_one_canonical_form(raw: str) -> None:
+    with pytest.raises(ContractViolation) as info:
+        attr.parse_fifo_seq(raw)
+    assert info.value.reason == attr.REASON_INVALID_FIFO_SEQ
+    with pytest.raises(ContractViolation) as through_ingress:
+        parse(fifo_group="g", fifo_seq=raw)
+    assert through_ingress.value.reason == attr.REASON_INVALID_FIFO_SEQ
+
+
+def test_fifo_seq_accepts_every_canonical_number_up_to_2_pow_53_minus_1() -> None:
+    assert attr.MAX_FIFO_SEQ == 2**53 - 1
+    for n in (1, 9, 10, 123456789, attr.MAX_FIFO_SEQ):
+        assert attr.parse_fifo_seq(str(n)) == n
+        assert parse(fifo_group="g", fifo_seq=str(n)).fifo_seq == n
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        " 5",
+        "5 ",
+        "\t5",
+        "1_0",
+        "+1",
+        "-0",
+        "05",
+        "00.5",
+        ".5",
+        "5.",
+        "1e3",
+        "1E3",
+        "inf",
+        "Infinity",
+        "nan",
+        "0x10",
+        ARABIC_INDIC_ONE,
+        "\u0665",  # Arabic-Indic five
+        "1" + ARABIC_INDIC_ONE,
+        "",
+        str(attr.MAX_DELAY_SECONDS + 1),
+        f"{attr.MAX_DELAY_SECONDS}.000001",
+        "9" * 400,  # float() reads this as inf
+    ],
+)
+def test_delay_seconds_has_one_canonical_form(raw: str) -> None:
+    with pytest.raises(ContractViolation) as info:
+        parse(delay_seconds=raw)
+    assert info.value.reason == attr.REASON_INVALID_DELAY
+    assert info.value.detail
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("0", 0.0), ("0.5", 0.5), ("90", 90.0), ("1.250", 1.25), (str(attr.MAX_DELAY_SECONDS), None)],
+)
+def test_canonical_delays_are_accepted(raw: str, seconds: float | None) -> None:
+    expected = float(raw) if seconds is None else seconds
+    assert attr.parse_delay_seconds(raw) == expected
+    assert parse(delay_seconds=raw).deliver_at == NOW + timedelta(seconds=expected)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        " 2030-01-01T00:00:00Z",
+        "2030-01-01T00:00:00Z ",
+        "2030-01-01T00:00:00Z\n",
+        "\u0662\u0660\u0663\u0660-01-01T00:00:00Z",  # the year in Arabic-Indic digits
+        "2030-01-01T00:00:0\u0661Z",
+        "2030-01-01 00:00:00Z",  # ISO 8601, not RFC 3339
+        "20300101T000000Z",
+        "2030-W01-1T00:00:00Z",
+        "2030-01-01T00:00Z",
+        "2030-01-01T00:00:00+0100",
+        "2030-02-30T00:00:00Z",
+        "2030-01-01T00:00:00+25:00",
+    ],
+)
+def test_deliver_at_must_be_rfc3339_in_ascii_without_whitespace(raw: str) -> None:
+    with pytest.raises(ContractViolation) as info:
+        parse(deliver_at=raw)
+    assert info.value.reason == attr.REASON_INVALID_DELIVER_AT
+
+
+def test_deliver_at_forms_rfc3339_allows() -> None:
+    for raw in (
+        "2030-01-01T00:00:00Z",
+        "2030-01-01t00:00:00z",
+        "2030-01-01T00:00:00.000000001Z",  # any number of fraction digits
+        "2030-01-01T02:00:00+02:00",
+        "2029-12-31T23:00:00-01:00",
+    ):
+        assert parse(deliver_at=raw).deliver_at == NOW, raw
+
+
+# --- ingress owns its attributes (defect 10) ------------------------------------------------
+
+FORGED = {
+    attr.ORIGIN_MESSAGE_ID: "forged-id",
+    attr.ORIGIN_PUBLISH_TIME: "1999-01-01T00:00:00Z",
+    attr.ERROR_REASON: "forged_reason",
+    attr.ERROR_DETAIL: "forged detail",
+    attr.FIFO_FILLER: "forged filler",
+}
+
+
+def test_stamped_attributes_replace_or_drop_what_a_producer_may_not_set() -> None:
+    message = Message(b"x", {"a": "1", **FORGED}, message_id="real-id", publish_time=NOW)
+    stamped = attr.parse_envelope(message, now=NOW).stamped_attributes()
+    assert stamped[attr.ORIGIN_MESSAGE_ID] == "real-id"
+    assert stamped[attr.ORIGIN_PUBLISH_TIME] == attr.format_time(NOW)
+    for dropped in (attr.ERROR_REASON, attr.ERROR_DETAIL, attr.FIFO_FILLER):
+        assert dropped not in stamped
+    assert stamped["a"] == "1"
+
+
+def test_without_a_publish_time_a_producers_origin_publish_time_is_dropped_not_kept() -> None:
+    message = Message(b"x", dict(FORGED), message_id="real-id")
+    stamped = attr.parse_envelope(message, now=NOW).stamped_attributes()
+    assert attr.ORIGIN_PUBLISH_TIME not in stamped
+    assert stamped[attr.ORIGIN_MESSAGE_ID] == "real-id"
+
+
+def test_a_genuine_replay_keeps_the_originals_provenance_but_not_error_or_filler() -> None:
+    original = {
+        attr.ORIGIN_MESSAGE_ID: "original-id",
+        attr.ORIGIN_PUBLISH_TIME: "2029-01-01T00:00:00.000000Z",
+    }
+    replayed = Message(
+        b"x",
+        {**FORGED, **original, attr.REPLAY_ID: "dl-1"},
+        message_id="replay-id",
+        publish_time=NOW,
+    )
+    stamped = attr.parse_envelope(replayed, now=NOW).stamped_attributes(replay=True)
+    assert {k: stamped[k] for k in original} == original
+    assert stamped[attr.REPLAY_ID] == "dl-1"
+    for dropped in (attr.ERROR_REASON, attr.ERROR_DETAIL, attr.FIFO_FILLER):
+        assert dropped not in stamped
+    # A replayed copy without provenance (rejected at ingress before any was stamped) gets
+    # this delivery's.
+    bare = Message(b"x", {attr.REPLAY_ID: "dl-2"}, message_id="replay-id", publish_time=NOW)
+    stamped = attr.parse_envelope(bare, now=NOW).stamped_attributes(replay=True)
+    assert stamped[attr.ORIGIN_MESSAGE_ID] == "replay-id"
+    assert stamped[attr.ORIGIN_PUBLISH_TIME] == attr.format_time(NOW)
+
+
+def test_forged_toolkit_attributes_do_not_change_the_fingerprint() -> None:
+    plain = attr.parse_envelope(Message(b"x", {"a": "1"}, message_id="1"), now=NOW)
+    forged = attr.parse_envelope(Message(b"x", {"a": "1", **FORGED}, message_id="2"), now=NOW)
+    assert plain.fingerprint == forged.fingerprint
+    assert attr.FIFO_FILLER in attr.TOOLKIT_STAMPED

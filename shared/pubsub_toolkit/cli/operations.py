@@ -13,6 +13,7 @@ from pubsub_toolkit.text_table import format_table
 
 if TYPE_CHECKING:
     from pubsub_toolkit.dashboard.snapshot import StatusSnapshot
+    from pubsub_toolkit.dedup.store import DedupStore
     from pubsub_toolkit.dlq import DeadLetter
     from pubsub_toolkit.fifo.counter import SequenceCounter
     from pubsub_toolkit.fifo.gate import FifoGate
@@ -171,6 +172,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     if not (args.all or args.reason or args.group or args.id):
         raise ToolkitError("choose what to replay: --reason, --group, --id, or --all")
+    store = replay_store()
     passed = PassedNumbers(args.consumer_id)
     subscriber, sink = pubsub_v1.SubscriberClient(), PubSubSink()
     try:
@@ -179,6 +181,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
             dead_letter_subscription(args),
             sink,
             full_topic(args.topic),
+            store=store,
             select=lambda letter: selected(letter) and not passed.check(letter),
         )
     finally:
@@ -190,6 +193,26 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
     for line in unblock_replayed_poison(replayed, args.consumer_id):
         print(line)
     return 0
+
+
+def replay_store() -> DedupStore:
+    """The dedup store ingress reads, where `dlq replay` mints its replay ids.
+
+    Ingress dead-letters a replay whose id it finds no mint for (``forged_replay_id``), so the
+    mint must land in ingress's own store: built from the same settings (DEDUP_BACKEND,
+    DEDUP_COLLECTION, REDIS_URL, ...). The memory backend lives inside one process, so a CLI
+    run could never mint for a running ingress: refused rather than replaying into forgeries.
+    """
+    from pubsub_toolkit.config import Settings
+    from pubsub_toolkit.dedup.factory import store_from_settings
+
+    settings = Settings.from_env()
+    if settings.dedup_backend == "memory":
+        raise ToolkitError(
+            "dlq replay mints replay ids in ingress's dedup store; DEDUP_BACKEND=memory is "
+            "private to one process (use firestore or redis)"
+        )
+    return store_from_settings(settings)
 
 
 class PassedNumbers:

@@ -7,6 +7,11 @@ JSON, so an operator can read a task in the console::
 
 ``hop`` counts re-schedules: Cloud Tasks accepts schedule times at most 30 days ahead, so a
 longer delay is parked in steps.
+
+The relay publishes a body's attributes to the final topic as they are, so :meth:`from_json`
+re-checks them against the attribute contract (:func:`pubsub_toolkit.attributes.check_publishable`)
+rather than trusting whoever created the task: a body with 200 attributes, a ``goog`` name or a
+non-canonical ``fifo_seq`` is ``malformed_task``, never a message on the final topic.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pubsub_toolkit.attributes import format_time, parse_time
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.errors import ContractViolation, PermanentError
 from pubsub_toolkit.message import OutboundMessage
 
 VERSION = 1
@@ -43,7 +48,7 @@ class DelayedMessage:
                 "attributes": dict(self.message.attributes),
                 "ordering_key": self.message.ordering_key,
                 "dedup_key": self.dedup_key,
-                "deliver_at": format_time(self.deliver_at),
+                "deliver_at": attr.format_time(self.deliver_at),
                 "hop": self.hop,
             },
             separators=(",", ":"),
@@ -65,11 +70,19 @@ class DelayedMessage:
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
         ):
             raise _malformed("attributes must be a map of strings")
+        data = _base64(doc.get("data"))
+        _check_attributes(data, attributes)
+        dedup_key = _string(doc, "dedup_key")
+        if attributes.get(attr.DEDUP_KEY, dedup_key) != dedup_key:
+            # The relay claims the body's key, consumers deduplicate by the attribute: two keys
+            # would let one task publish copies that consumers take for different messages.
+            raise _malformed("dedup_key differs from the dedup_key attribute")
+        ordering_key = _string(doc, "ordering_key", empty_ok=True)
+        if len(ordering_key.encode()) > attr.MAX_FIFO_GROUP_BYTES:
+            raise _malformed(f"ordering_key exceeds {attr.MAX_FIFO_GROUP_BYTES} bytes")
         return cls(
-            message=OutboundMessage(
-                _base64(doc.get("data")), attributes, _string(doc, "ordering_key", empty_ok=True)
-            ),
-            dedup_key=_string(doc, "dedup_key"),
+            message=OutboundMessage(data, attributes, ordering_key),
+            dedup_key=dedup_key,
             deliver_at=_time(doc.get("deliver_at")),
             hop=_hop(doc.get("hop")),
         )
@@ -95,13 +108,22 @@ def _base64(value: object) -> bytes:
         raise _malformed(f"data is not base64: {exc}") from exc
 
 
+def _check_attributes(data: bytes, attributes: dict[str, str]) -> None:
+    """Refuse attributes Pub/Sub would refuse or the contract forbids (see the module doc)."""
+    try:
+        attr.check_publishable(data, attributes)
+    except ContractViolation as exc:
+        raise _malformed(f"attributes cannot be published ({exc.reason}): {exc.detail}") from exc
+
+
 def _time(value: object) -> datetime:
     if not isinstance(value, str):
         raise _malformed("deliver_at must be an RFC 3339 string")
     try:
-        return parse_time(value)
-    except (ValueError, OverflowError) as exc:
-        raise _malformed(f"deliver_at {value!r} is not RFC 3339 UTC: {exc}") from exc
+        # The strict form: ingress writes format_time's, so anything else was not written by it.
+        return attr.parse_deliver_at(value)
+    except ContractViolation as exc:
+        raise _malformed(exc.detail) from exc
 
 
 def _hop(value: object) -> int:
