@@ -1,0 +1,178 @@
+"""How the services reach the components, and the consumer's handler and sweeper.
+
+* the origin subscription pushes to an ingress instance (``Ingress.handle``: return = ack,
+  raise = nack); the final subscription feeds a consumer instance
+  (``MessageProcessor.process``: return = ack, any exception = nack), as ``Consumer`` does;
+* Cloud Tasks runs a task on a relay instance (``Relay.release``: return = 2xx, raise = 5xx);
+* each consumer instance sweeps every group periodically, like ``Consumer._sweep_loop``
+  (every second while there is work; the interval doubles while sweeps find nothing, so a
+  40-day wait costs a few dozen sweeps, and a delivery brings it back to one second);
+* the user's handler records each effect in the ledger, with crash points before and after
+  the effect, and fails as the workload says (poison, a transient failure for T seconds) or
+  while the handler's dependency is down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.fifo.gate import GateOutcome
+from pubsub_toolkit.message import Message
+from tests.simulation.components import Slot
+from tests.simulation.process import Process, ProcessCrashed
+from tests.simulation.pubsub import Answer
+
+SWEEP_INTERVAL = 1.0
+MAX_IDLE_SWEEP_INTERVAL = 30.0  # while faults are active; unbounded doubling afterwards
+
+
+class DependencyDown(ConnectionError):
+    """The handler's dependency is unreachable (a plain exception, not the toolkit's)."""
+
+
+class PoisonError(ValueError):
+    """The handler can never process this message."""
+
+
+class Drivers:
+    """The callbacks the brokers and the loop call, bound to one world."""
+
+    def __init__(self, world: Any) -> None:
+        self._w = world
+        self._first_call: dict[str, float] = {}
+
+    # --- the user's handler ---------------------------------------------------------------
+
+    def handler_for(self, process: Process) -> Any:
+        w = self._w
+
+        def handle(message: Message) -> None:
+            w.boundaries.step(process, "before effect")
+            lid = w.ledger.lid_of(message)
+            now = w.loop.now
+            failure = self._failure(lid, now)
+            if failure is not None:
+                w.ledger.failures.setdefault(str(lid), []).append(now)
+                w.trace.add(f"{process.name}: handler fails for {lid}: {failure}")
+                raise failure
+            effect = w.ledger.effect(message, now, process.name)
+            w.trace.add(
+                f"EFFECT {process.name} {lid} key={effect.dedup_key} "
+                f"group={effect.group} seq={effect.seq}{' FILLER' if effect.filler else ''}"
+            )
+            w.boundaries.step(process, "after effect")
+
+        return handle
+
+    def _failure(self, lid: str | None, now: float) -> Exception | None:
+        """The exception the handler raises for ``lid`` now, if it fails."""
+        w = self._w
+        spec = w.spec(lid)
+        if spec is not None and spec.poison:
+            return PoisonError(f"{lid} is poison")
+        if w.faults.dependency_down():
+            if w.transient_is_toolkit_error:
+                return TransientError("the handler's dependency is down")
+            return DependencyDown("the handler's dependency is down")
+        if spec is not None and spec.transient:
+            first = self._first_call.setdefault(str(lid), now)
+            if now < first + spec.transient:
+                return DependencyDown(f"{lid} fails for {spec.transient:.0f}s after its first try")
+        return None
+
+    # --- deliveries -----------------------------------------------------------------------
+
+    def _run(self, slot: Slot | None, label: str, work: Any) -> Answer:
+        """Run one delivery on ``slot``; the answer the broker gets."""
+        w = self._w
+        if slot is None:
+            return Answer.LATER
+        process = slot.process
+        action = w.ledger.begin(label)
+        try:
+            outcome = work(slot.app)
+        except ProcessCrashed:
+            w.ledger.end(action, done=False)
+            return Answer.NONE
+        except Exception as exc:
+            w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
+            w.ledger.end(action, done=False)
+            return Answer.NACK if process.alive else Answer.NONE
+        w.ledger.end(action, done=True)
+        w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
+        return Answer.ACK if w.boundaries.ack(process) else Answer.NONE
+
+    def on_origin(self, message: Message, attempt: int) -> Answer:
+        slot = self._w.ingresses.pick()
+        label = f"ingress {message.message_id} (attempt {attempt})"
+        return self._run(slot, label, lambda app: app.handle(message))
+
+    def on_final(self, message: Message, attempt: int) -> Answer:
+        slot = self._w.consumers.pick()
+        if slot is not None:
+            self.poke(slot)
+        label = f"consume {message.message_id} (attempt {attempt})"
+        return self._run(slot, label, lambda app: app.processor.process(message))
+
+    def execute_task(self, body: bytes, name: str) -> bool:
+        slot = self._w.relays.pick()
+        label = f"release {name[-8:]}"
+        return self._run(slot, label, lambda app: app.release(body)) is Answer.ACK
+
+    # --- the sweeper ----------------------------------------------------------------------
+
+    def poke(self, slot: Slot) -> None:
+        """Bring ``slot``'s next sweep to within a second (work just arrived)."""
+        w = self._w
+        if slot.next_sweep > w.loop.now + SWEEP_INTERVAL:
+            self._schedule_sweep(slot, SWEEP_INTERVAL)
+
+    def _schedule_sweep(self, slot: Slot, delay: float) -> None:
+        slot.sweep_token += 1
+        token = slot.sweep_token
+        slot.next_sweep = self._w.loop.now + delay
+        self._w.loop.after(delay, "sweep", lambda: self._sweep(slot, token, delay), background=True)
+
+    def _sweep(self, slot: Slot, token: int, interval: float) -> None:
+        w = self._w
+        process = slot.process
+        if (
+            token != slot.sweep_token
+            or not process.alive
+            or w.consumers.slots[slot.index] is not slot
+        ):
+            return
+        action = w.ledger.begin(f"{process.name} sweep")
+        busy = False
+        try:
+            for group in slot.app.gate.groups():
+                result = slot.app.gate.sweep(group)
+                if result.outcome is not GateOutcome.IDLE:
+                    busy = True
+                    w.trace.add(f"{process.name}: sweep {group} -> {_outcome(result)}")
+        except ProcessCrashed:
+            w.ledger.end(action, done=False)
+            return
+        except Exception as exc:
+            busy = True
+            w.trace.add(f"{process.name}: sweep failed ({type(exc).__name__}: {exc})")
+            w.ledger.end(action, done=False)
+        else:
+            w.ledger.end(action, done=True)
+        if busy:
+            w.activity()
+            delay = SWEEP_INTERVAL
+        elif w.faults.active:
+            delay = min(interval * 2, MAX_IDLE_SWEEP_INTERVAL)
+        else:
+            delay = interval * 2
+        self._schedule_sweep(slot, delay)
+
+    def start_sweeps(self, slot: Slot) -> None:
+        self._schedule_sweep(slot, SWEEP_INTERVAL)
+
+
+def _outcome(result: object) -> str:
+    outcome = getattr(result, "outcome", result)
+    return str(getattr(outcome, "value", outcome))

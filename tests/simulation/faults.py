@@ -1,0 +1,181 @@
+"""Which faults a schedule injects, and the draws that inject them.
+
+A :class:`FaultPlan` is drawn from the seed: each fault kind is enabled with some probability
+(so schedules range from calm to stormy, and a failing one can be *shrunk* by disabling kinds),
+with its rate and its windows. Faults stop at ``heal_at``; the system is then run to
+quiescence and checked. :class:`Faults` makes the per-boundary draws and counts every fault
+injected, by kind, for ``bench/results/simulation.json``.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+
+class Kind(enum.StrEnum):
+    """Fault kinds; each maps to one boundary of issue 11's "Build" item 2."""
+
+    CRASH = "crash"  # a process dies before/after a step (store call, publish, effect, ack)
+    STORE_OUTAGE = "store_outage"  # every store call fails for T seconds
+    STORE_TIMEOUT = "store_timeout_after_commit"  # applied, then StoreUnavailableError
+    STORE_ROLLBACK = "store_rollback"  # the database loses its last N writes
+    PUBLISH_TIMEOUT = "publish_timeout_after_accept"  # accepted, then TransientError
+    PUBLISH_FAILURE = "publish_failure"  # refused transiently, nothing published
+    LOST_ACK = "lost_ack"  # the ack never reaches Pub/Sub (or the 2xx never reaches Tasks)
+    DUPLICATE_DELIVERY = "duplicate_delivery"  # Pub/Sub delivers a copy again
+    DUPLICATE_TASK = "duplicate_task_execution"  # Cloud Tasks runs a task again
+    CLOCK_SKEW = "clock_skew"  # each component's clock early or late by up to 5 s
+    HANDLER_TRANSIENT = "handler_transient"  # the handler's dependency down for T seconds
+    HANDLER_POISON = "handler_poison"  # the handler always fails for some keys
+    CANCEL = "cancel"  # cancel() of a delayed message at any moment
+    HOSTILE = "hostile_producer"  # raw publishes breaking the rules (reused fifo_seq, ...)
+    INTERLEAVE = "interleave"  # another due event runs between two steps of a component
+
+
+@dataclass(frozen=True)
+class Window:
+    """``[start, end)`` in true seconds."""
+
+    start: float
+    end: float
+
+    def covers(self, now: float) -> bool:
+        return self.start <= now < self.end
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """At ``at``, the database forgets its last ``writes`` writes."""
+
+    at: float
+    writes: int
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Everything random about a schedule's faults, fixed up front from the seed."""
+
+    enabled: tuple[Kind, ...]
+    heal_at: float
+    crash_rate: float
+    store_timeout_rate: float
+    publish_timeout_rate: float
+    publish_failure_rate: float
+    lost_ack_rate: float
+    duplicate_delivery_rate: float
+    duplicate_task_rate: float
+    interleave_rate: float
+    outages: tuple[Window, ...]
+    rollbacks: tuple[Rollback, ...]
+    dependency_outages: tuple[Window, ...]
+
+    def has(self, kind: Kind) -> bool:
+        return kind in self.enabled
+
+    def without(self, kinds: Iterable[Kind]) -> FaultPlan:
+        """The same plan with ``kinds`` disabled (for shrinking a failing schedule)."""
+        removed = tuple(kinds)
+        return replace(self, enabled=tuple(k for k in self.enabled if k not in removed))
+
+    @classmethod
+    def draw(cls, rng: random.Random, *, only: Iterable[Kind] | None = None) -> FaultPlan:
+        """A plan from ``rng``; ``only`` forces the enabled kinds (None: each kind with p=0.4)."""
+        heal_at = rng.uniform(60, 240)
+        drawn = [k for k in Kind if rng.random() < 0.4]
+        enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
+
+        def windows(count: int, longest: float) -> tuple[Window, ...]:
+            starts = sorted(rng.uniform(0, heal_at - longest) for _ in range(count))
+            return tuple(Window(s, s + rng.uniform(1, longest)) for s in starts)
+
+        return cls(
+            enabled=enabled,
+            heal_at=heal_at,
+            crash_rate=rng.uniform(0.002, 0.02),
+            store_timeout_rate=rng.uniform(0.005, 0.04),
+            publish_timeout_rate=rng.uniform(0.01, 0.08),
+            publish_failure_rate=rng.uniform(0.01, 0.08),
+            lost_ack_rate=rng.uniform(0.02, 0.15),
+            duplicate_delivery_rate=rng.uniform(0.02, 0.15),
+            duplicate_task_rate=rng.uniform(0.05, 0.3),
+            interleave_rate=rng.uniform(0.05, 0.5),
+            outages=windows(rng.randint(1, 3), 30.0),
+            rollbacks=tuple(
+                Rollback(rng.uniform(5, heal_at), rng.randint(1, 20))
+                for _ in range(rng.randint(1, 2))
+            ),
+            dependency_outages=windows(rng.randint(1, 2), 30.0),
+        )
+
+
+class Faults:
+    """The per-boundary draws for one schedule (no draw once healed or for disabled kinds)."""
+
+    def __init__(self, plan: FaultPlan, rng: random.Random, now: Callable[[], float]) -> None:
+        self.plan = plan
+        self._rng = rng
+        self._now = now
+        self.counts: Counter[str] = Counter()
+
+    @property
+    def active(self) -> bool:
+        return self._now() < self.plan.heal_at
+
+    def count(self, kind: str, amount: int = 1) -> None:
+        self.counts[kind] += amount
+
+    def _roll(self, kind: Kind, rate: float) -> bool:
+        if not self.active or not self.plan.has(kind) or self._rng.random() >= rate:
+            return False
+        self.count(kind.value)
+        return True
+
+    def crash(self) -> str | None:
+        """ "before" or "after" when this boundary crashes its process, else None."""
+        if not self._roll(Kind.CRASH, self.plan.crash_rate):
+            return None
+        return "before" if self._rng.random() < 0.5 else "after"
+
+    def store_timeout(self) -> bool:
+        return self._roll(Kind.STORE_TIMEOUT, self.plan.store_timeout_rate)
+
+    def store_down(self) -> bool:
+        now = self._now()
+        down = self.plan.has(Kind.STORE_OUTAGE) and any(w.covers(now) for w in self.plan.outages)
+        if down:
+            self.count("store_outage_call_refused")
+        return down
+
+    def publish(self) -> str | None:
+        """ "fail" (nothing published) or "timeout" (published, then an error), else None."""
+        if self._roll(Kind.PUBLISH_FAILURE, self.plan.publish_failure_rate):
+            return "fail"
+        if self._roll(Kind.PUBLISH_TIMEOUT, self.plan.publish_timeout_rate):
+            return "timeout"
+        return None
+
+    def lost_ack(self) -> bool:
+        return self._roll(Kind.LOST_ACK, self.plan.lost_ack_rate)
+
+    def duplicate_delivery(self) -> bool:
+        return self._roll(Kind.DUPLICATE_DELIVERY, self.plan.duplicate_delivery_rate)
+
+    def duplicate_task(self) -> bool:
+        return self._roll(Kind.DUPLICATE_TASK, self.plan.duplicate_task_rate)
+
+    def dependency_down(self) -> bool:
+        now = self._now()
+        return self.plan.has(Kind.HANDLER_TRANSIENT) and any(
+            w.covers(now) for w in self.plan.dependency_outages
+        )
+
+    def skew(self) -> float:
+        """A new process's clock offset in seconds."""
+        if not self.plan.has(Kind.CLOCK_SKEW):
+            return 0.0
+        self.count(Kind.CLOCK_SKEW.value)
+        return self._rng.uniform(-5.0, 5.0)

@@ -1,0 +1,230 @@
+"""The invariants checked after each schedule, from the ledger (issue 11, "Build" item 3).
+
+Numbered as in the issue and the README:
+
+1. each logical message has its effect exactly once, or is dead-lettered with a reason -
+   never both, never neither (never silently acked);
+2. per FIFO group: effects in the producer's publish order, no number run twice;
+3. no delayed effect (nor final-topic publish) before its due time, in true time;
+4. once faults stop, every group reaches its last published number, or an ALERT and a dead
+   letter explain why it stopped;
+5. ``cancel()``'s answer matches what happened (False: never published to the final topic);
+6. a store rollback is detected (dead letter with a reason) or falls under the weaker
+   guarantee of :mod:`.weaker_guarantees` - here, "no message lost silently";
+
+and, from the defects the issue lists: 7 no false ALERT ("effect ran after our lease expired"
+without a takeover); 8 a short failure of the handler's dependency never makes a message
+poison; 9 a FIFO filler never reaches the handler; 10 no task dropped by Cloud Tasks; 11 the
+run reaches quiescence (no crash loop).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pubsub_toolkit.attributes import parse_time
+from tests.simulation.clock import to_seconds
+from tests.simulation.ledger import Effect, Ledger
+from tests.simulation.weaker_guarantees import Relaxation
+from tests.simulation.workload import Expect, LogicalMessage
+
+SHORT_OUTAGE = 30.0  # seconds of handler failures that must never make a message poison
+POISON = "fifo_poison"
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    lid: str | None
+    detail: str
+
+    def __str__(self) -> str:
+        who = f" {self.lid}" if self.lid else ""
+        return f"[{self.invariant}]{who}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Final:
+    """What the run left behind, for the checker."""
+
+    ledger: Ledger
+    messages: tuple[LogicalMessage, ...]
+    groups: dict[str, Any]  # group -> the consumer's final GroupState
+    relax: Relaxation
+    dropped_tasks: tuple[str, ...]
+
+
+def check(final: Final) -> list[Violation]:
+    return [
+        *_exactly_once(final),
+        *_fifo_order(final),
+        *_never_early(final),
+        *_groups_finish(final),
+        *_cancel_truthful(final),
+        *_no_false_alarm(final),
+        *_transient_not_poison(final),
+        *_filler_never_handled(final),
+        *(Violation("10 no_task_dropped", None, f"task {n} dropped") for n in final.dropped_tasks),
+    ]
+
+
+def _by_lid(items: list[Any]) -> dict[str | None, list[Any]]:
+    out: dict[str | None, list[Any]] = defaultdict(list)
+    for item in items:
+        out[item.lid].append(item)
+    return out
+
+
+def _effects(ledger: Ledger) -> list[Effect]:
+    return [e for e in ledger.effects if not e.filler]
+
+
+def _exactly_once(f: Final) -> Iterator[Violation]:
+    effects, letters = _by_lid(_effects(f.ledger)), _by_lid(f.ledger.dead_letters)
+    published = {o.lid for o in f.ledger.origins}
+    refused = {c.lid for c in f.ledger.cancels if not c.already_delivered}
+    one = "6 rollback_detected" if f.relax.rollback else "1 exactly_once"
+    for m in f.messages:
+        if m.lid not in published or m.lid in refused:
+            continue  # a hostile publish that never happened; cancelled ones: invariant 5
+        got, dead = effects.get(m.lid, []), letters.get(m.lid, [])
+        reasons = sorted({d.reason for d in dead})
+        if m.expect is Expect.DEAD_LETTER:
+            if got:
+                yield Violation(one, m.lid, f"had its effect {len(got)}x but must be dead-lettered")
+            if not dead:
+                yield Violation(one, m.lid, "never dead-lettered (nor ran): lost silently")
+            elif m.reasons and not set(reasons) & set(m.reasons):
+                yield Violation(one, m.lid, f"dead-lettered as {reasons}, expected {m.reasons}")
+            continue
+        if not got and not dead:
+            yield Violation(one, m.lid, "neither an effect nor a dead letter: lost silently")
+        if len(got) > 1 and not f.relax.effect_may_repeat(m.lid):
+            times = ", ".join(f"{e.at:.3f}s by {e.process}" for e in got)
+            yield Violation(one, m.lid, f"effect ran {len(got)} times ({times})")
+        both = [d for d in dead if f.relax.counts_as_both(d)]
+        if got and both:
+            yield Violation(one, m.lid, f"both an effect and dead-lettered as {both[0].reason}")
+        for reason in reasons:
+            mine = [d for d in dead if d.reason == reason and d.source == "toolkit"]
+            if len(mine) > 1 and not f.relax.dead_letter_may_repeat(m.lid, reason):
+                yield Violation(one, m.lid, f"dead-lettered {len(mine)} times as {reason}")
+
+
+def _fifo_order(f: Final) -> Iterator[Violation]:
+    if not f.relax.checks_order:
+        return
+    order = {m.lid: i for i, m in enumerate(sorted(f.messages, key=lambda m: m.publish_at))}
+    legit = {m.lid for m in f.messages if m.group and not m.hostile}
+    by_number: dict[tuple[str, str], list[Effect]] = defaultdict(list)
+    last: dict[str, Effect] = {}
+    for e in sorted(_effects(f.ledger), key=lambda e: e.at):
+        if e.group is None or e.seq is None:
+            continue
+        by_number[(e.group, e.seq)].append(e)
+        if e.lid not in legit:
+            continue
+        before = last.get(e.group)
+        if before is not None and order[str(e.lid)] < order[str(before.lid)]:
+            yield Violation(
+                "2 fifo_order",
+                e.lid,
+                f"ran after {before.lid} in {e.group} but was published first",
+            )
+        last[e.group] = e
+    for (group, seq), runs in by_number.items():
+        lids = sorted({str(e.lid) for e in runs})
+        if len(runs) > 1 and not all(f.relax.effect_may_repeat(lid) for lid in lids):
+            yield Violation("2 fifo_order", lids[0], f"{group}#{seq} ran {len(runs)}x ({lids})")
+
+
+def _never_early(f: Final) -> Iterator[Violation]:
+    ahead: dict[str | None, float] = defaultdict(float)
+    for p in f.ledger.finals:
+        ahead[p.lid] = max(ahead[p.lid], p.ahead)
+    for item in [*f.ledger.effects, *f.ledger.finals]:
+        if item.deliver_at is None:
+            continue
+        early = to_seconds(parse_time(item.deliver_at)) - item.at
+        if early > f.relax.early_tolerance(ahead[item.lid]):
+            what = "effect" if isinstance(item, Effect) else "final-topic publish"
+            yield Violation("3 never_early", item.lid, f"{what} {early:.3f}s early")
+
+
+def _groups_finish(f: Final) -> Iterator[Violation]:
+    targets: dict[str, int] = {}
+    for o in f.ledger.origins:
+        if o.group is not None and o.seq is not None and not o.hostile:
+            targets[o.group] = max(targets.get(o.group, 0), int(o.seq))
+    for group, target in sorted(targets.items()):
+        state = f.groups[group]
+        if state.last_processed >= target:
+            continue
+        head = state.last_processed + 1
+        alerts = [d for d in f.ledger.decisions if d.get("fifo_group") == group]
+        letters = [d for d in f.ledger.dead_letters if d.group == group and d.seq == str(head)]
+        why = f"alerts={len(alerts)}, dead letters for #{head}={len(letters)}"
+        yield Violation(
+            "4 groups_finish",
+            None,
+            f"{group} stopped at {state.last_processed} of {target} ({why})",
+        )
+
+
+def _cancel_truthful(f: Final) -> Iterator[Violation]:
+    finals, effects = _by_lid(f.ledger.finals), _by_lid(_effects(f.ledger))
+    for answer in f.ledger.cancels:
+        published = finals.get(answer.lid, [])
+        if not answer.already_delivered and (published or effects.get(answer.lid)):
+            yield Violation(
+                "5 cancel_truthful",
+                answer.lid,
+                f"cancel at {answer.at:.3f}s said not delivered, but it was published at "
+                f"{[round(p.at, 3) for p in published]}",
+            )
+        if answer.already_delivered and not published:
+            yield Violation("5 cancel_truthful", answer.lid, "cancel said delivered; it never was")
+
+
+def _no_false_alarm(f: Final) -> Iterator[Violation]:
+    takeovers = [d for d in f.ledger.decisions if d.outcome == "taken_over"]
+    for alarm in (d for d in f.ledger.decisions if d.outcome == "fenced"):
+        key, token = alarm.get("dedup_key"), int(alarm.get("token") or 0)
+        if not any(
+            t.get("dedup_key") == key
+            and t.get("consumer") == alarm.get("consumer")
+            and int(t.get("token") or 0) > token
+            for t in takeovers
+        ):
+            yield Violation(
+                "7 no_false_alarm",
+                f.ledger.keys.get(str(key)),
+                f"{alarm.text} ({key}: no takeover)",
+            )
+
+
+def _transient_not_poison(f: Final) -> Iterator[Violation]:
+    specs = {m.lid: m for m in f.messages}
+    for letter in f.ledger.dead_letters:
+        spec = specs.get(str(letter.lid))
+        if letter.reason != POISON or spec is None or spec.poison:
+            continue
+        failures = f.ledger.failures.get(str(letter.lid), [])
+        span = failures[-1] - failures[0] if failures else 0.0
+        if span <= SHORT_OUTAGE:
+            yield Violation(
+                "8 transient_not_poison",
+                letter.lid,
+                f"dead-lettered as poison after {len(failures)} failures over {span:.1f}s",
+            )
+
+
+def _filler_never_handled(f: Final) -> Iterator[Violation]:
+    for e in f.ledger.effects:
+        if e.filler:
+            yield Violation(
+                "9 filler_never_handled", e.lid, f"{e.group}#{e.seq} reached the handler"
+            )

@@ -1,0 +1,203 @@
+"""The ledger: what each logical message was meant to do, and what actually happened to it.
+
+Every observation the checker needs is recorded here as a frozen value, in true time:
+origin publishes (with their FIFO numbers), final-topic publishes, the handler's effects,
+dead letters (the toolkit's, with ``error_reason``, and Pub/Sub's forwards after N delivery
+attempts), cancel answers, ALERT decisions, operator actions.
+
+A message is mapped to its logical message by its payload, which starts with the logical id
+(``b"L7:..."``) - a dead letter wrapped as JSON included - and otherwise by its dedup key.
+
+**Actions and outputs at risk.** Each top-level step (a delivery, a task run, a sweep) is an
+*action*. Outputs an action made (an effect, a dead letter) are *at risk* when the action then
+ended without an answer of "done" (a crash, a store error, a nack): the library told the broker
+to try again after the output happened - the documented at-least-once window of the two-phase
+mode. :mod:`.weaker_guarantees` decides what that excuses.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.message import Message
+
+
+@dataclass(frozen=True)
+class OriginPublish:
+    lid: str | None
+    at: float
+    message_id: str
+    group: str | None
+    seq: str | None
+    hostile: bool
+
+
+@dataclass(frozen=True)
+class FinalPublish:
+    lid: str | None
+    at: float
+    message_id: str
+    deliver_at: str | None
+    filler: bool
+    ahead: float  # how far the publishing component's clock ran ahead of true time
+
+
+@dataclass(frozen=True)
+class Effect:
+    lid: str | None
+    at: float
+    process: str
+    dedup_key: str | None
+    group: str | None
+    seq: str | None
+    deliver_at: str | None
+    filler: bool
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    lid: str | None
+    at: float
+    reason: str
+    source: str  # "toolkit" (DeadLetterer) or "pubsub" (forwarded after N attempts)
+    group: str | None
+    seq: str | None
+    action: int  # the action that published it (0 for Pub/Sub's forwards)
+
+
+@dataclass(frozen=True)
+class CancelAnswer:
+    lid: str
+    at: float
+    already_delivered: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision log record (only ALERTs, takeovers and fencing are kept)."""
+
+    at: float
+    outcome: str
+    text: str
+    fields: tuple[tuple[str, str], ...]
+
+    def get(self, name: str) -> str | None:
+        return dict(self.fields).get(name)
+
+
+@dataclass(frozen=True)
+class OperatorAction:
+    at: float
+    group: str
+    seq: int
+    action: str  # "skip" | "replay"
+    why: str
+
+
+@dataclass
+class _Action:
+    number: int
+    label: str
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Ledger:
+    """Everything observed during one schedule (append-only lists of frozen values)."""
+
+    origins: list[OriginPublish] = field(default_factory=list)
+    finals: list[FinalPublish] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    cancels: list[CancelAnswer] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    operator: list[OperatorAction] = field(default_factory=list)
+    at_risk: set[tuple[str, str]] = field(default_factory=set)
+    keys: dict[str, str] = field(default_factory=dict)  # dedup key -> its first logical id
+    failures: dict[str, list[float]] = field(default_factory=dict)  # lid -> handler failures
+    _actions: list[_Action] = field(default_factory=list)
+    _numbers: int = 0
+    _seen: dict[tuple[Any, ...], int] = field(default_factory=dict)
+
+    # --- mapping messages to logical messages ---------------------------------------------
+
+    def lid_of(self, message: Message) -> str | None:
+        data = message.data
+        if message.attributes.get("dlq_wrapped") == "json":
+            try:
+                data = base64.b64decode(json.loads(data)["data_base64"])
+            except (ValueError, KeyError, TypeError):
+                return None
+        head, sep, _ = data.partition(b":")
+        if sep and head.startswith(b"L") and head[1:].isdigit():
+            return head.decode()
+        key = message.attributes.get(attr.DEDUP_KEY)
+        return self.keys.get(key) if key else None
+
+    # --- actions --------------------------------------------------------------------------
+
+    def begin(self, label: str) -> _Action:
+        self._numbers += 1
+        action = _Action(self._numbers, label)
+        self._actions.append(action)
+        return action
+
+    def end(self, action: _Action, *, done: bool) -> None:
+        """Close ``action``; its outputs are at risk unless it ended with "done"."""
+        self._actions.remove(action)
+        if not done:
+            self.at_risk.update(action.outputs)
+
+    def _output(self, kind: str, lid: str | None) -> int:
+        if not self._actions or lid is None:
+            return 0
+        self._actions[-1].outputs.append((kind, lid))
+        return self._actions[-1].number
+
+    # --- observations ---------------------------------------------------------------------
+
+    def effect(self, message: Message, at: float, process: str) -> Effect:
+        a = message.attributes
+        lid = self.lid_of(message)
+        self._output("effect", lid)
+        effect = Effect(
+            lid,
+            at,
+            process,
+            a.get(attr.DEDUP_KEY),
+            a.get(attr.FIFO_GROUP),
+            a.get(attr.FIFO_SEQ),
+            a.get(attr.DELIVER_AT),
+            is_filler(message),
+        )
+        self.effects.append(effect)
+        return effect
+
+    def dead_letter(self, message: Message, at: float, reason: str, source: str) -> DeadLetter:
+        a = message.attributes
+        lid = self.lid_of(message)
+        number = self._output(f"dead_letter:{reason}", lid) if source == "toolkit" else 0
+        letter = DeadLetter(
+            lid, at, reason, source, a.get(attr.FIFO_GROUP), a.get(attr.FIFO_SEQ), number
+        )
+        self.dead_letters.append(letter)
+        return letter
+
+    def decision(self, at: float, text: str, payload: dict[str, Any]) -> None:
+        # A waiting group logs its gap ALERT at every sweep: keep the first few of each kind.
+        kind = (payload.get("outcome"), payload.get("fifo_group"), payload.get("dedup_key"))
+        seen = self._seen.get(kind, 0)
+        self._seen[kind] = seen + 1
+        if seen >= 5 and payload.get("outcome") not in ("taken_over", "fenced"):
+            return
+        fields = tuple(sorted((str(k), str(v)) for k, v in payload.items() if v is not None))
+        self.decisions.append(Decision(at, str(payload.get("outcome", "")), text, fields))
+
+
+def is_filler(message: Message) -> bool:
+    """True for a FIFO filler marker (a number that carries no message: never handled)."""
+    return "fifo_filler" in message.attributes

@@ -1,0 +1,149 @@
+"""The application on the producer side: it publishes the workload, cancels, and misbehaves.
+
+It keeps an *outbox* that survives its crashes (as an application's own database would): each
+logical message is published until ``Publisher.publish`` returns. A timeout - even one after
+Pub/Sub accepted the message - or a crash means "publish it again": the same data and dedup key
+(and the same absolute ``deliver_at``), which for a FIFO group takes a **new** number from the
+counter (defect 1's path). A group's messages are published one after the other, in order.
+
+It also calls ``cancel(dedup_key)`` at the workload's moments and records each answer, and - the
+*hostile producer* - publishes raw messages that break the rules (see :mod:`.workload`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.delay.cancel import cancel
+from pubsub_toolkit.message import OutboundMessage
+from tests.simulation.components import ORIGIN
+from tests.simulation.ledger import CancelAnswer
+from tests.simulation.process import ProcessCrashed
+from tests.simulation.workload import OUT_OF_RANGE_SEQ, LogicalMessage
+
+MAX_ATTEMPTS = 200  # an outbox entry never published after this many tries is a harness bug
+
+
+class ProducerApp:
+    """Drives the producer pool from the workload."""
+
+    def __init__(self, world: Any) -> None:
+        self._world = world
+        self._deliver_at: dict[str, Any] = {}  # lid -> the absolute due time fixed at first try
+        self._reused: dict[str, str] = {}  # hostile lid -> the number it reuses
+
+    def start(self) -> None:
+        world = self._world
+        plain = [m for m in world.workload.messages if m.group is None or m.hostile]
+        for m in plain:
+            self._at(m.publish_at, m, republish=False, then=None)
+            if m.republish_after is not None:
+                self._at(m.publish_at + m.republish_after, m, republish=True, then=None)
+            if m.cancel_at is not None:
+                world.loop.at(m.cancel_at, f"cancel {m.dedup_key}", lambda m=m: self._cancel(m, 0))
+        for group in world.workload.groups:
+            entries = []
+            for m in world.workload.messages:
+                if m.group == group and not m.hostile:
+                    entries.append((m.publish_at, m, False))
+                    if m.republish_after is not None:
+                        entries.append((m.publish_at + m.republish_after, m, True))
+            entries.sort(key=lambda e: (e[0], e[1].lid))
+            self._chain(entries, 0)
+
+    def _chain(self, entries: list[tuple[float, LogicalMessage, bool]], index: int) -> None:
+        """Publish a group's entries one after the other (each after the previous returned)."""
+        if index < len(entries):
+            at, m, republish = entries[index]
+            self._at(at, m, republish=republish, then=lambda: self._chain(entries, index + 1))
+
+    def _at(
+        self, at: float, m: LogicalMessage, *, republish: bool, then: Callable[[], None] | None
+    ) -> None:
+        label = f"produce {m.lid}{' again' if republish else ''}"
+        self._world.loop.at(at, label, lambda: self._publish(m, 1, then))
+
+    def _publish(self, m: LogicalMessage, attempt: int, then: Callable[[], None] | None) -> None:
+        world = self._world
+        if attempt > MAX_ATTEMPTS:
+            if m.hostile:
+                world.trace.add(f"hostile {m.lid} gave up")
+                return
+            raise RuntimeError(f"the producer could not publish {m.lid} in {MAX_ATTEMPTS} tries")
+        slot = world.producers.pick()
+        retry = world.rng.uniform(0.5, 5.0)
+        if slot is not None:
+            action = world.ledger.begin(f"produce {m.lid}")
+            try:
+                self._send(slot.app, slot.process, m)
+            except ProcessCrashed:
+                world.ledger.end(action, done=False)
+            except Exception as exc:
+                world.trace.add(f"{slot.process.name}: publish of {m.lid} failed ({exc}); retrying")
+                world.ledger.end(action, done=False)
+            else:
+                world.ledger.end(action, done=True)
+                if then is not None:
+                    then()
+                return
+        world.loop.after(
+            retry, f"produce {m.lid} retry", lambda: self._publish(m, attempt + 1, then)
+        )
+
+    def _send(self, publisher: Any, process: Any, m: LogicalMessage) -> None:
+        if m.hostile in ("reused_seq", "out_of_range_seq"):
+            self._raw(process, m)
+            return
+        kwargs: dict[str, Any] = {"dedup_key": m.dedup_key, "fifo_group": m.group}
+        if m.delay:
+            kwargs["delay"] = timedelta(seconds=m.delay)
+        if m.deliver_in:
+            due = self._deliver_at.setdefault(
+                m.lid, process.clock.now() + timedelta(seconds=m.deliver_in)
+            )
+            kwargs["deliver_at"] = due
+        publisher.publish(m.data, None, **kwargs)
+
+    def _raw(self, process: Any, m: LogicalMessage) -> None:
+        """A hostile producer's publish straight to origin, numbered by itself."""
+        world = self._world
+        if m.hostile == "out_of_range_seq":
+            seq = OUT_OF_RANGE_SEQ
+        else:
+            taken = [o.seq for o in world.ledger.origins if o.group == m.group and not o.hostile]
+            if not taken:
+                raise RuntimeError(f"{m.lid}: no number of {m.group} to reuse yet")
+            seq = self._reused.setdefault(m.lid, str(world.rng.choice(taken)))
+        attrs = {attr.FIFO_GROUP: str(m.group), attr.FIFO_SEQ: str(seq)}
+        if m.dedup_key:
+            attrs[attr.DEDUP_KEY] = m.dedup_key
+        world.boundaries.publish(process, ORIGIN, OutboundMessage(m.data, attrs, str(m.group)))
+
+    def _cancel(self, m: LogicalMessage, attempt: int) -> None:
+        world = self._world
+        slot = world.producers.pick()
+        if slot is not None and attempt < MAX_ATTEMPTS:
+            b = world.boundaries
+            try:
+                result = cancel(
+                    str(m.dedup_key),
+                    store=b.store_view(slot.process, "dedup"),
+                    scheduler=b.scheduler(slot.process, world.tasks),
+                )
+            except ProcessCrashed:
+                pass
+            except Exception as exc:
+                world.trace.add(f"cancel {m.dedup_key} failed ({exc}); retrying")
+            else:
+                world.trace.add(f"cancel {m.dedup_key} -> {result}")
+                world.ledger.cancels.append(
+                    CancelAnswer(m.lid, world.loop.now, result.already_delivered)
+                )
+                return
+        if attempt < MAX_ATTEMPTS:
+            world.loop.after(
+                2.0, f"cancel {m.dedup_key} retry", lambda: self._cancel(m, attempt + 1)
+            )

@@ -1,0 +1,72 @@
+"""The weaker guarantees the checker accepts - every relaxation of DESIGN.md's promise, here.
+
+The guarantee (DESIGN.md, "The guarantee, stated so a checker can hold us to it") is checked
+in :mod:`.invariants` at full strength, except in exactly these cases, which the README states:
+
+1. **Store rollback** (a schedule with a ``store_rollback`` fault: Redis restarted without
+   persistence, a failover to a replica behind). Acknowledged writes are lost, so the
+   toolkit can detect and report, not prevent:
+
+   * invariant 1 becomes "no logical message lost silently": its effect at least once or
+     dead-lettered with a reason; effects may repeat, and a message may be both;
+   * invariant 2 (publish order, no number twice) is not checked;
+   * invariant 4: a group may need an operator to skip a number the rollback made it wait
+     for (the operator skips on a gap ALERT even without a dead letter);
+   * invariant 3 (never early), 5 (cancel's answer) and the rest still hold.
+
+2. **The two-phase window** (README, "The limit of the two-phase mode"): an effect - or a
+   dead letter - made by a delivery that then did not finish (its process crashed, or the
+   store failed before the result was recorded) may happen again on the redelivery. The
+   ledger marks such outputs *at risk*; only those may repeat. Everything else that repeats,
+   including a dead letter repeated because a delivery came twice, is a violation.
+
+3. **Clock skew**: a component can only be as right as its clock. The one that releases a
+   delayed message (the relay, or ingress publishing at once) may do so early by as much as
+   its clock runs ahead of true time, never more (a relay with an accurate clock never
+   publishes early; a hop released at the horizon would be days early and is reported).
+
+4. **Pub/Sub's own dead-letter policy** forwards a message after N failed delivery attempts
+   even when an earlier attempt had its effect (the attempts that failed were copies). A
+   forwarded copy next to an effect is therefore not "both".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.simulation.ledger import DeadLetter, Ledger
+
+
+@dataclass(frozen=True)
+class Relaxation:
+    """What one schedule's checker may accept (see the module docstring)."""
+
+    rollback: bool
+    at_risk: frozenset[tuple[str, str]]
+
+    @classmethod
+    def for_schedule(cls, ledger: Ledger, *, rollback: bool) -> Relaxation:
+        return cls(rollback=rollback, at_risk=frozenset(ledger.at_risk))
+
+    def effect_may_repeat(self, lid: str) -> bool:
+        return self.rollback or ("effect", lid) in self.at_risk
+
+    def dead_letter_may_repeat(self, lid: str, reason: str) -> bool:
+        return self.rollback or (f"dead_letter:{reason}", lid) in self.at_risk
+
+    def counts_as_both(self, letter: DeadLetter) -> bool:
+        """Does this dead letter next to an effect break "never both"?"""
+        return not self.rollback and letter.source != "pubsub"
+
+    def early_tolerance(self, releaser_ahead: float) -> float:
+        """How early (seconds, true time) a release may be when its releaser's clock runs
+        ``releaser_ahead`` seconds ahead."""
+        return releaser_ahead + 1e-6
+
+    @property
+    def checks_order(self) -> bool:
+        return not self.rollback
+
+    @property
+    def operator_skips_unexplained_gaps(self) -> bool:
+        return self.rollback

@@ -1,0 +1,260 @@
+"""One schedule: the whole pipeline wired from a seed, run to quiescence, and checked.
+
+``run_schedule(seed)`` draws the fault plan, the workload and the deployment from the seed
+(three independent streams, so a shrunk plan keeps the same messages), builds the services
+(:mod:`.pubsub`, :mod:`.tasks`, :mod:`.database`) and the component pools
+(:mod:`.components`), runs the faulty phase until ``heal_at``, then keeps running - deliveries,
+redeliveries, tasks, sweeps - until nothing is left to do for a long virtual time, lets the
+operator act (:mod:`.operator`), and repeats until the operator has nothing more to do. Then
+:mod:`.invariants` checks the ledger.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.message import Message
+from tests.simulation import components as c
+from tests.simulation.alerts import capture
+from tests.simulation.boundaries import Boundaries
+from tests.simulation.clock import CallerClock, SimClock
+from tests.simulation.database import Database
+from tests.simulation.drivers import Drivers
+from tests.simulation.events import Event, EventLoop
+from tests.simulation.faults import FaultPlan, Faults, Kind
+from tests.simulation.invariants import Final, Violation, check
+from tests.simulation.ledger import FinalPublish, Ledger, OriginPublish
+from tests.simulation.operator import Operator
+from tests.simulation.producer import ProducerApp
+from tests.simulation.pubsub import DELIVERY_COUNT_ATTRIBUTE, PubSub
+from tests.simulation.tasks import CloudTasks
+from tests.simulation.trace import Trace
+from tests.simulation.weaker_guarantees import Relaxation
+from tests.simulation.workload import LogicalMessage, draw
+
+SETTLE_SECONDS = 15 * 60.0  # quiet for this long (past the gap timeout and backoffs) = done
+MAX_OPERATOR_ROUNDS = 60
+
+
+@dataclass(frozen=True)
+class Options:
+    trace_limit: int | None = 400  # None: keep the whole trace (replaying one seed)
+    only: tuple[Kind, ...] | None = None  # force the enabled fault kinds (shrinking)
+    max_events: int = 150_000
+
+
+@dataclass(frozen=True)
+class Result:
+    seed: int
+    violations: tuple[Violation, ...]
+    faults: tuple[tuple[str, int], ...]
+    enabled: tuple[str, ...]
+    events: int
+    messages: int
+    trace: str = field(default="", repr=False)
+
+
+class World:
+    """Everything one schedule runs on (the components reach each other through it)."""
+
+    def __init__(self, seed: int, options: Options) -> None:
+        self.seed = seed
+        self.options = options
+        self.rng = random.Random(f"run:{seed}")
+        self.plan = FaultPlan.draw(random.Random(f"faults:{seed}"), only=options.only)
+        self.workload = draw(random.Random(f"workload:{seed}"), self.plan)
+        self.config = self.workload.config
+        self._specs = {m.lid: m for m in self.workload.messages}
+        interleave = self.plan.interleave_rate if self.plan.has(Kind.INTERLEAVE) else 0.0
+        self.loop = EventLoop(self.rng, interleave_rate=interleave)
+        self.trace = Trace(lambda: self.loop.now, options.trace_limit)
+        self.faults = Faults(self.plan, self.rng, lambda: self.loop.now)
+        self.ledger = Ledger(
+            keys={
+                m.dedup_key: m.lid
+                for m in reversed(self.workload.messages)
+                if m.dedup_key and not m.hostile
+            }
+        )
+        self.transient_is_toolkit_error = self.rng.random() < 0.5
+        rollback = self.plan.has(Kind.STORE_ROLLBACK)
+        self.relax_operator = rollback
+        self.db = Database(CallerClock(SimClock(self.loop)), keep_history=rollback)
+        self.broker = PubSub(self.loop, self.rng, self.faults, self.trace)
+        self.boundaries = Boundaries(self.loop, self.faults, self.db, self.broker, self.trace)
+        self.drivers = Drivers(self)
+        self.tasks = CloudTasks(
+            self.loop,
+            self.rng,
+            self.faults,
+            self.trace,
+            skew=self.faults.skew(),
+            execute=self.drivers.execute_task,
+        )
+        self._wire_topics()
+        self.handler_for = self.drivers.handler_for
+        self.ingresses = c.Pool(
+            self, "ingress", self.config.ingresses, lambda p: c.build_ingress(self, p)
+        )
+        self.relays = c.Pool(self, "relay", self.config.relays, lambda p: c.build_relay(self, p))
+        self.consumers = c.Pool(
+            self, "consumer", self.config.consumers, lambda p: c.build_consumer(self, p)
+        )
+        self.consumers.on_start = self.drivers.start_sweeps
+        self.producers = c.Pool(self, "producer", 1, lambda p: c.build_producer(self, p))
+        self.last_activity = 0.0
+        self.loop.on_event = self._on_event
+
+    def _wire_topics(self) -> None:
+        broker, config = self.broker, self.config
+        for topic in (c.ORIGIN, c.FINAL, c.DEAD_LETTERS):
+            broker.create_topic(topic)
+        broker.subscribe(
+            c.ORIGIN,
+            "origin-push",
+            self.drivers.on_origin,
+            config=config.origin,
+            dead_letter_topic=c.DEAD_LETTERS,
+        )
+        broker.subscribe(
+            c.FINAL,
+            "final",
+            self.drivers.on_final,
+            config=config.final,
+            dead_letter_topic=c.DEAD_LETTERS,
+        )
+        broker.listeners.append(self._on_publish)
+
+    # --- what components ask the world ----------------------------------------------------
+
+    def spec(self, lid: str | None) -> LogicalMessage | None:
+        return self._specs.get(lid) if lid else None
+
+    def activity(self) -> None:
+        self.last_activity = self.loop.now
+
+    def targets(self) -> dict[str, int]:
+        """Each group's last number published to origin by the real Publisher."""
+        out: dict[str, int] = {}
+        for o in self.ledger.origins:
+            if o.group is not None and o.seq is not None and not o.hostile:
+                out[o.group] = max(out.get(o.group, 0), int(o.seq))
+        return out
+
+    def _on_event(self, event: Event) -> None:
+        if not event.background:
+            self.last_activity = self.loop.now
+            self.trace.add(event.label)
+
+    def _on_publish(self, topic: str, message: Message) -> None:
+        a, ledger, now = message.attributes, self.ledger, self.loop.now
+        lid = ledger.lid_of(message)
+        if topic == c.ORIGIN:
+            spec = self.spec(lid)
+            hostile = spec is not None and spec.hostile is not None
+            ledger.origins.append(
+                OriginPublish(
+                    lid,
+                    now,
+                    message.message_id,
+                    a.get(attr.FIFO_GROUP),
+                    a.get(attr.FIFO_SEQ),
+                    hostile,
+                )
+            )
+        elif topic == c.FINAL:
+            publisher = self.boundaries.publishing
+            ahead = max(0.0, publisher.clock.skew) if publisher is not None else 0.0
+            final = FinalPublish(
+                lid, now, message.message_id, a.get(attr.DELIVER_AT), "fifo_filler" in a, ahead
+            )
+            ledger.finals.append(final)
+        elif DELIVERY_COUNT_ATTRIBUTE in a:
+            ledger.dead_letter(message, now, "max_delivery_attempts", "pubsub")
+        else:
+            letter = ledger.dead_letter(
+                message, now, a.get(attr.ERROR_REASON, "unknown"), "toolkit"
+            )
+            self.trace.add(
+                f"DEAD LETTER {lid} reason={letter.reason} {a.get(attr.ERROR_DETAIL, '')[:120]}"
+            )
+
+    # --- running --------------------------------------------------------------------------
+
+    def _schedule_faults(self) -> None:
+        if self.plan.has(Kind.STORE_ROLLBACK):
+            for r in self.plan.rollbacks:
+                self.loop.at(
+                    r.at,
+                    f"ROLLBACK the store by {r.writes} writes",
+                    lambda r=r: self._rollback(r.writes),
+                )
+        if self.plan.has(Kind.STORE_OUTAGE):
+            for w in self.plan.outages:
+                self.loop.at(w.start, f"STORE OUTAGE for {w.end - w.start:.1f}s", lambda: None)
+        if self.plan.has(Kind.HANDLER_TRANSIENT):
+            for w in self.plan.dependency_outages:
+                self.loop.at(
+                    w.start, f"HANDLER DEPENDENCY DOWN for {w.end - w.start:.1f}s", lambda: None
+                )
+
+    def _rollback(self, writes: int) -> None:
+        lost = self.db.rollback(writes)
+        self.faults.count("store_rollback_writes_lost", lost)
+        self.trace.add(f"... {lost} writes lost")
+
+    def _drive(self) -> bool:
+        """Run to quiescence, with operator rounds; False if the event budget ran out."""
+        loop, operator = self.loop, Operator(self)
+        for _ in range(MAX_OPERATOR_ROUNDS):
+            while True:
+                if loop.executed >= self.options.max_events:
+                    return False
+                quiet = not loop.busy and loop.now - self.last_activity >= SETTLE_SECONDS
+                if (quiet and loop.now >= self.plan.heal_at) or not loop.run_next():
+                    break
+            if not operator.act():
+                return True
+            self.activity()
+        return True
+
+    def run(self) -> Result:
+        with capture(self.ledger, lambda: self.loop.now):
+            ProducerApp(self).start()
+            self._schedule_faults()
+            for slot in self.consumers.slots:
+                self.drivers.start_sweeps(slot)
+            quiescent = self._drive()
+            states = {g: self.db.fifo.load(c.CONSUMER_ID, g) for g in self._groups()}
+        relax = Relaxation.for_schedule(self.ledger, rollback=self.plan.has(Kind.STORE_ROLLBACK))
+        final = Final(
+            self.ledger, self.workload.messages, states, relax, tuple(self.tasks.failed())
+        )
+        violations = check(final)
+        if not quiescent:
+            violations.append(
+                Violation("11 quiescence", None, f"not quiet after {self.loop.executed} events")
+            )
+        for looping in self.broker.crash_loops:
+            violations.append(
+                Violation("11 quiescence", None, f"{looping} redelivered forever (a crash loop)")
+            )
+        return Result(
+            seed=self.seed,
+            violations=tuple(violations),
+            faults=tuple(sorted(self.faults.counts.items())),
+            enabled=tuple(k.value for k in self.plan.enabled),
+            events=self.loop.executed,
+            messages=len(self.workload.messages),
+            trace=self.trace.render() if violations or self.options.trace_limit is None else "",
+        )
+
+    def _groups(self) -> list[str]:
+        return sorted({g for g in (m.group for m in self.workload.messages) if g})
+
+
+def run_schedule(seed: int, options: Options | None = None) -> Result:
+    """Run and check one schedule."""
+    return World(seed, options or Options()).run()
