@@ -25,7 +25,7 @@ from tests.simulation.faults import Faults
 from tests.simulation.process import Process, ProcessCrashed
 from tests.simulation.pubsub import PubSub
 from tests.simulation.tasks import CloudTasks, TasksView
-from tests.simulation.trace import Trace
+from tests.simulation.tracing import Trace
 
 T = TypeVar("T")
 

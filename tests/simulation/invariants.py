@@ -86,6 +86,9 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
     effects, letters = _by_lid(_effects(f.ledger)), _by_lid(f.ledger.dead_letters)
     published = {o.lid for o in f.ledger.origins}
     refused = {c.lid for c in f.ledger.cancels if not c.already_delivered}
+    # An operator's replay of a blocked group is a new attempt at its dead-lettered head: that
+    # number may then have its effect, or be dead-lettered again.
+    replayed = {(a.group, str(a.seq)) for a in f.ledger.operator if a.action == "replay"}
     one = "6 rollback_detected" if f.relax.rollback else "1 exactly_once"
     for m in f.messages:
         if m.lid not in published or m.lid in refused:
@@ -105,6 +108,7 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
         if len(got) > 1 and not f.relax.effect_may_repeat(m.lid):
             times = ", ".join(f"{e.at:.3f}s by {e.process}" for e in got)
             yield Violation(one, m.lid, f"effect ran {len(got)} times ({times})")
+        dead = [d for d in dead if (d.group, d.seq) not in replayed]
         both = [d for d in dead if f.relax.counts_as_both(d)]
         if got and both:
             yield Violation(one, m.lid, f"both an effect and dead-lettered as {both[0].reason}")
@@ -199,9 +203,10 @@ def _no_false_alarm(f: Final) -> Iterator[Violation]:
             and int(t.get("token") or 0) > token
             for t in takeovers
         ):
+            lid = f.ledger.keys.get(str(key).split("#")[0])
             yield Violation(
                 "7 no_false_alarm",
-                f.ledger.keys.get(str(key)),
+                lid,
                 f"{alarm.text} ({key}: no takeover)",
             )
 

@@ -28,7 +28,7 @@ from pubsub_toolkit.message import Message, OutboundMessage
 from tests.simulation.clock import to_datetime
 from tests.simulation.events import EventLoop
 from tests.simulation.faults import Faults
-from tests.simulation.trace import Trace
+from tests.simulation.tracing import Trace
 
 DELIVERY_COUNT_ATTRIBUTE = "CloudPubSubDeadLetterSourceDeliveryCount"  # set by Pub/Sub
 CRASH_LOOP = 100  # deliveries of one message; real dead-letter policies stop at 5-100

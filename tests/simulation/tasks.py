@@ -39,7 +39,7 @@ from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.clock import SimClock, to_seconds
 from tests.simulation.events import EventLoop
 from tests.simulation.faults import Faults
-from tests.simulation.trace import Trace
+from tests.simulation.tracing import Trace
 
 QUEUE = "projects/sim/locations/here/queues/delays"
 NAME_RESERVED_SECONDS = 3600.0

@@ -5,7 +5,7 @@
 (:mod:`.pubsub`, :mod:`.tasks`, :mod:`.database`) and the component pools
 (:mod:`.components`), runs the faulty phase until ``heal_at``, then keeps running - deliveries,
 redeliveries, tasks, sweeps - until nothing is left to do for a long virtual time, lets the
-operator act (:mod:`.operator`), and repeats until the operator has nothing more to do. Then
+operator act (:mod:`.operators`), and repeats until the operator has nothing more to do. Then
 :mod:`.invariants` checks the ledger.
 """
 
@@ -26,11 +26,11 @@ from tests.simulation.events import Event, EventLoop
 from tests.simulation.faults import FaultPlan, Faults, Kind
 from tests.simulation.invariants import Final, Violation, check
 from tests.simulation.ledger import FinalPublish, Ledger, OriginPublish
-from tests.simulation.operator import Operator
+from tests.simulation.operators import Operator
 from tests.simulation.producer import ProducerApp
 from tests.simulation.pubsub import DELIVERY_COUNT_ATTRIBUTE, PubSub
 from tests.simulation.tasks import CloudTasks
-from tests.simulation.trace import Trace
+from tests.simulation.tracing import Trace
 from tests.simulation.weaker_guarantees import Relaxation
 from tests.simulation.workload import LogicalMessage, draw
 

@@ -1,0 +1,160 @@
+"""Running many schedules (``make sim``) or replaying one, and recording the figures.
+
+* ``run_many(start, count, workers)`` runs seeds ``start .. start+count-1`` on a pool of worker
+  processes and aggregates: schedules, schedules with violations by invariant, faults injected
+  by kind, events, wall time, schedules per second, and the first failing seeds (each shrunk);
+* ``replay(seed)`` runs one seed with its whole trace, shrinks it if it fails, and prints both.
+
+Both write their section of ``bench/results/simulation.json`` (``run`` or ``replay``; the
+mutation runs of :mod:`.mutations` write ``mutations``).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.simulation.shrink import shrink
+from tests.simulation.world import Options, Result, run_schedule
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "simulation.json"
+SHRUNK_PER_INVARIANT = 3  # failing seeds shrunk (and kept) per invariant in a bulk run
+CHUNK = 25
+
+
+def _summary(seed: int) -> dict[str, Any]:
+    result = run_schedule(seed)
+    out: dict[str, Any] = {
+        "seed": seed,
+        "faults": dict(result.faults),
+        "events": result.events,
+        "invariants": sorted({v.invariant for v in result.violations}),
+    }
+    if result.violations:
+        out["violations"] = [str(v) for v in result.violations[:10]]
+    return out
+
+
+def _results(seeds: Iterable[int], workers: int) -> Iterator[dict[str, Any]]:
+    if workers <= 1:
+        yield from map(_summary, seeds)
+        return
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap_unordered(_summary, seeds, chunksize=CHUNK)
+
+
+def run_many(start: int, count: int, *, workers: int = 2, quiet: bool = False) -> dict[str, Any]:
+    """Run ``count`` schedules from seed ``start``; returns (and prints) the figures."""
+    began = time.monotonic()
+    faults: Counter[str] = Counter()
+    by_invariant: Counter[str] = Counter()
+    failing: dict[str, list[int]] = {}
+    events = schedules = 0
+    examples: dict[int, list[str]] = {}
+    for summary in _results(range(start, start + count), workers):
+        schedules += 1
+        events += summary["events"]
+        faults.update(summary["faults"])
+        for invariant in summary["invariants"]:
+            by_invariant[invariant] += 1
+            failing.setdefault(invariant, []).append(summary["seed"])
+        if summary["invariants"]:
+            examples[summary["seed"]] = summary["violations"]
+    wall = time.monotonic() - began
+    failed = sorted(examples)
+    figures: dict[str, Any] = {
+        "schedules": schedules,
+        "first_seed": start,
+        "workers": workers,
+        "schedules_with_violations": len(failed),
+        "violations_by_invariant": dict(sorted(by_invariant.items())),
+        "faults_injected": dict(sorted(faults.items())),
+        "events": events,
+        "wall_seconds": round(wall, 2),
+        "schedules_per_second": round(schedules / wall, 1) if wall else None,
+        "failing_seeds": {k: sorted(v)[:20] for k, v in sorted(failing.items())},
+        "shrunk": _shrunk_examples(failing),
+    }
+    if not quiet:
+        _print_run(figures, examples)
+    return figures
+
+
+def _shrunk_examples(failing: dict[str, list[int]]) -> list[dict[str, Any]]:
+    out = []
+    for invariant, seeds in sorted(failing.items()):
+        for seed in sorted(seeds)[:SHRUNK_PER_INVARIANT]:
+            small = shrink(run_schedule(seed), invariant=invariant)
+            mine = [str(v) for v in small.violations if v.invariant == invariant]
+            out.append(
+                {
+                    "invariant": invariant,
+                    "seed": seed,
+                    "faults_needed": list(small.enabled),
+                    "violations": mine[:3],
+                }
+            )
+    return out
+
+
+def _print_run(figures: dict[str, Any], examples: dict[int, list[str]]) -> None:
+    print(
+        f"{figures['schedules']} schedules in {figures['wall_seconds']}s "
+        f"({figures['schedules_per_second']}/s on {figures['workers']} workers): "
+        f"{figures['schedules_with_violations']} with violations"
+    )
+    for invariant, count in figures["violations_by_invariant"].items():
+        seeds = figures["failing_seeds"][invariant][:5]
+        print(f"  {invariant}: {count} schedules, e.g. seeds {seeds}")
+    for example in figures["shrunk"]:
+        print(f"  seed {example['seed']} ({example['invariant']}) needs {example['faults_needed']}")
+        for line in example["violations"][:2]:
+            print(f"      {line}")
+    if examples:
+        print("replay one with its whole trace: make sim SEED=<seed>")
+
+
+def replay(seed: int) -> tuple[Result, Result | None]:
+    """Run ``seed`` with its whole trace; also shrunk when it fails. Prints both."""
+    result = run_schedule(seed, Options(trace_limit=None))
+    print(result.trace)
+    print(f"\nseed {seed}: {result.messages} messages, {result.events} events")
+    print(f"faults enabled: {list(result.enabled)}; injected: {dict(result.faults)}")
+    for v in result.violations:
+        print(f"VIOLATION {v}")
+    small = None
+    if result.violations:
+        small = shrink(result, Options(trace_limit=None))
+        print(f"\nshrunk: the same seed with only {list(small.enabled)} still fails:")
+        for v in small.violations:
+            print(f"VIOLATION {v}")
+        print("its trace:\n" + small.trace)
+    else:
+        print("no violations")
+    return result, small
+
+
+def write(section: str, figures: dict[str, Any], path: Path = RESULTS) -> None:
+    """Store ``figures`` as ``section`` of the results file, keeping the other sections."""
+    doc: dict[str, Any] = {}
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            doc = {}
+    doc[section] = figures
+    doc["library"] = _library()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _library() -> str:
+    import pubsub_toolkit
+
+    return os.path.dirname(pubsub_toolkit.__file__)
