@@ -17,10 +17,10 @@ subscription; alerts are the consumer's decision log lines (logger
   the rollback (ALERT ``store_rollback``), and every reissued number that meets one it knows
   is dead-lettered ``fifo_sequence_reused`` with an ALERT - every published key is handled or
   dead-lettered with a reason.
-* **FINDING** (strict xfail): the same restart while the consumer has *parked* messages of the
-  group (acked to Pub/Sub, kept only in Redis): they are neither handled nor dead-lettered.
-  The ALERT names their numbers, but there is no copy for ``dlq replay``, and the group waits
-  at the first lost number for good. See the test's docstring for the exact sequence.
+* **Parked messages lost with Redis** (found by this file, then fixed): the same restart while
+  the consumer has *parked* messages of the group (acked to Pub/Sub, kept only in Redis). The
+  gate now re-parks them from its own copies when it repairs the group, so they run in order
+  instead of waiting forever. See the test's docstring for the exact sequence.
 
 The one long-lived Consumer per test is never restarted (the emulator's stopped-stream defect,
 ENVIRONMENT.md); every stack is a fresh project, and every process started here is stopped by
@@ -471,20 +471,11 @@ class SilentLossError(AssertionError):
     """Published keys that were neither handled nor dead-lettered (the FINDING below)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SilentLossError,  # any other failure (a precondition, a timeout) is a real failure
-    reason=(
-        "FINDING: FIFO messages parked (and acked) before a Redis restart without persistence "
-        "are neither handled nor dead-lettered - only an ALERT names their numbers, no copy "
-        "exists for `dlq replay`, and the group waits at the first lost number"
-    ),
-)
 def test_redis_restart_while_messages_are_parked_never_loses_them_silently(
     redis_stack: LocalStack, own_redis: Restartable
 ) -> None:
-    """FINDING - the exact sequence (Redis backend, one Redis for everything, one Consumer that
-    never restarts, default policies: gap ``wait``):
+    """Found here, then fixed - the exact sequence (Redis backend, one Redis for everything,
+    one Consumer that never restarts, default policies: gap ``wait``):
 
     1. e-0..e-4 published (numbers 1-5) and handled.
     2. e-5 (6) published; its handler fails once (a dependency blip): the gate parks a copy of
@@ -495,16 +486,15 @@ def test_redis_restart_while_messages_are_parked_never_loses_them_silently(
     4. Redis is restarted empty (no persistence): the parked e-5..e-9 go with the group's
        state and the counter.
     5. The producer keeps publishing: e-10..e-19 get numbers 1-10 again. The gate's witness
-       sees the state go back and logs ``ALERT: the store lost writes ... parked messages
-       lost: [6, 7, 8, 9, 10] (replay them or skip)``, restores last processed 5, and
+       sees the state go back and logs ``ALERT: the store lost writes ... parked
+       again from this process's copies: [6, 7, 8, 9, 10]``, restores last processed 5, and
        dead-letters all ten reissued keys ``fifo_sequence_reused`` (each with an ALERT).
-    6. e-20..e-22 (11-13) are parked: the group waits for 6, which nothing will ever bring.
+    6. e-20..e-22 (11-13) are published.
 
-    Result: e-5..e-9 are neither handled nor dead-lettered. They are named by number only,
-    not on the dead-letter topic (so `dlq replay` cannot bring them back), and the group stays
-    stuck until an operator seeks the final subscription back (which works when it retains
-    acked messages or the topic retains messages) or skips 6..10. Expected (issue 11): each
-    handled or dead-lettered with a reason, and no group stuck once the fault heals.
+    Before the fix e-5..e-9 were neither handled nor dead-lettered: named by number only in
+    the ALERT, and the group waited at 6 for good. Now the gate parks them again from the
+    copies it kept (``FifoGate._parked_copies``), the ALERT says so, and e-5..e-9 then
+    e-20..e-22 run in order.
     """
     stack = redis_stack
     url = redis_url_of(own_redis)
@@ -559,9 +549,7 @@ def test_redis_restart_while_messages_are_parked_never_loses_them_silently(
             )
             for key in keys[20:]:
                 producer.publish(key)
-            wait_until(
-                lambda: parked_keys() >= set(keys[20:]), timeout=20, what="e-20..e-22 parked"
-            )
+            wait_until(lambda: decided(keys), timeout=40, what="every key handled or dead-lettered")
             status = cli(stack, "status", "--consumer-id", "redis-restart-parked")
             dead.pull()
     finally:

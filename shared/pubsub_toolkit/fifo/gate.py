@@ -65,6 +65,7 @@ REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
 # tombstone, so a replay of it arriving later is kept (fifo_late_after_skip), never dropped.
 FILLER_DEAD_LETTERED = "dead_lettered:"
 _ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
+PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
 _MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
 Handler = Callable[[Message], object]
 # Transactional mode: the handler writes through the Firestore transaction it is given, and
@@ -173,6 +174,8 @@ class FifoGate:
         self._clock = clock
         self.log = log or DecisionLog(consumer)
         self._witness: Witness[str, GroupState] = Witness()
+        # The messages this process parked: a store that loses them can be given them back.
+        self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
 
     # --- deliveries ---------------------------------------------------------------------
 
@@ -298,7 +301,7 @@ class FifoGate:
         if not self.policy.park and state.blocked_at is None and seq > state.head:
             self._decision("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
-        self._store.park(self.consumer, group, seq, message)
+        self._park_copy(group, seq, message)
         new = state.with_parked(seq, digest)
         if seq > state.head and new.gap_since is None and state.head not in state.parked:
             new = replace(new, gap_since=now)
@@ -327,6 +330,10 @@ class FifoGate:
         self._decision("sequence_reused", group, seq, f"ALERT: {detail}", level=logging.ERROR)
         self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _park_copy(self, group: str, seq: int, message: Message) -> None:
+        self._store.park(self.consumer, group, seq, message)
+        self._parked_copies.put((group, seq), message)
 
     def _dead_letter(
         self, message: Message, group: str, seq: int, reason: str, detail: str
@@ -416,7 +423,7 @@ class FifoGate:
             )
             retry_at = self._clock.now() + wait
             if not from_park:
-                self._store.park(self.consumer, group, seq, message)  # kept for the sweeper
+                self._park_copy(group, seq, message)  # kept for the sweeper
             digest = key_digest(message_key(message))
             self._update(
                 group,
@@ -440,7 +447,7 @@ class FifoGate:
         else:
             # Skipping without a dead-letter copy would lose the message silently: block.
             detail += " (no dead-letter topic: blocked instead of skipped)"
-        self._store.park(self.consumer, group, seq, message)  # kept for an operator's replay
+        self._park_copy(group, seq, message)  # kept for an operator's replay
         digest = key_digest(message_key(message))
         self._update(
             group,
@@ -606,11 +613,20 @@ class FifoGate:
         """The store handed back an older state than this process wrote: put the group back
         where it was, fence every lease, and say what could not be restored."""
         last = max(seen.last_processed, state.last_processed)
-        lost = [s for s in seen.parked if s > state.last_processed and s not in state.parked]
+        lost = [s for s in seen.parked if s > last and s not in state.parked]
+        restored = []
+        for seq in lost:
+            copy = self._parked_copies.get((group, seq))
+            if copy is not None:
+                self._store.park(self.consumer, group, seq, copy)
+                restored.append(seq)
+        lost = [s for s in lost if s not in restored]
+        parked = tuple(sorted({*(s for s in state.parked if s > last), *restored}))
         repaired = replace(
             state,
             last_processed=last,
-            parked=tuple(s for s in state.parked if s > last),
+            parked=parked,
+            gap_since=self._clock.now() if parked and last + 1 not in parked else None,
             lease_token=max(seen.lease_token, state.lease_token) + 1,
             lease_until=None,
             skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
@@ -622,7 +638,13 @@ class FifoGate:
             state.head,
             f"ALERT: the store lost writes: last processed went back from "
             f"{seen.last_processed} to {state.last_processed}; restored to {last}"
-            + (f"; parked messages lost: {lost} (replay them or skip)" if lost else ""),
+            + (f"; parked again from this process's copies: {restored}" if restored else "")
+            + (
+                f"; parked messages lost: {lost} (seek the subscription back to before they "
+                "were published, or skip them)"
+                if lost
+                else ""
+            ),
             level=logging.ERROR,
             alert="store_rollback",
         )
