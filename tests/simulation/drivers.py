@@ -113,7 +113,11 @@ class Drivers:
         if slot is not None:
             self.poke(slot)
         label = f"consume {message.message_id} (attempt {attempt})"
-        return self._run(slot, label, lambda app: app.processor.process(message))
+        answer = self._run(slot, label, lambda app: app.processor.process(message))
+        lid = self._w.ledger.lid_of(message)
+        if answer is Answer.ACK and lid is not None:
+            self._w.ledger.reached_gate.setdefault(lid, self._w.loop.now)
+        return answer
 
     def execute_task(self, body: bytes, name: str) -> bool:
         slot = self._w.relays.pick()

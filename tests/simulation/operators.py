@@ -6,7 +6,9 @@ group that has not reached its last published number, once the system is quiet:
 * a group **blocked** on poison (an ALERT said so): ``FifoGate.replay`` it once (the cause may
   have been fixed), and ``FifoGate.skip`` the number if it blocks again;
 * a group **waiting** for a number: skip it when an ALERT for the group was logged and the
-  dead-letter topic holds that number (it will not come), or - under the rollback relaxation
+  dead-letter topic holds that number (it will not come), or the number never reached the
+  origin topic (a reserved number whose publish failed: the ``Publisher`` logged that it
+  "stays unused", README "Numbering"), or - under the rollback relaxation
   (:mod:`.weaker_guarantees`) - on the ALERT alone.
 
 Anything else stays stuck, and invariant 4 reports it: nothing explained why.
@@ -57,9 +59,13 @@ class Operator:
                 acted |= self._unblock(group, head)
                 continue
             letters = [d for d in w.ledger.dead_letters if d.group == group and d.seq == str(head)]
-            if letters or w.relax_operator:
-                why = f"dead letter {letters[0].reason}" if letters else "ALERT (rollback)"
-                acted |= self._do(group, head, "skip", why)
+            unused = not any(o.group == group and o.seq == str(head) for o in w.ledger.origins)
+            if letters:
+                acted |= self._do(group, head, "skip", f"dead letter {letters[0].reason}")
+            elif unused:
+                acted |= self._do(group, head, "skip", "never published (the Publisher's warning)")
+            elif w.relax_operator:
+                acted |= self._do(group, head, "skip", "ALERT after a store rollback")
         return acted
 
     def _unblock(self, group: str, head: int) -> bool:
@@ -80,5 +86,7 @@ class Operator:
             w.trace.add(f"OPERATOR {action} {group}#{seq} refused: {exc}")
             return False
         w.trace.add(f"OPERATOR {action} {group}#{seq}: {why}")
+        for slot in w.consumers.slots:
+            w.drivers.poke(slot)  # the consumers' sweepers pick the group up within a second
         w.ledger.operator.append(OperatorAction(w.loop.now, group, seq, action, why))
         return True

@@ -8,17 +8,32 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    toolkit can detect and report, not prevent:
 
    * invariant 1 becomes "no logical message lost silently": its effect at least once or
-     dead-lettered with a reason; effects may repeat, and a message may be both;
+     dead-lettered with a reason; effects may repeat, and a message may be both - except that
+     a message the consumer had already acked (parked) before the loss may be gone: the gate
+     names such messages in a ``store_rollback`` ALERT when the process that parked them
+     still runs, and nobody can when it restarted (README, "What a store can lose": the
+     residue);
    * invariant 2 (publish order, no number twice) is not checked;
    * invariant 4: a group may need an operator to skip a number the rollback made it wait
-     for (the operator skips on a gap ALERT even without a dead letter);
-   * invariant 3 (never early), 5 (cancel's answer) and the rest still hold.
+     for (the operator skips on a gap ALERT even without a dead letter), and the store's
+     record of a group's position may stay behind what was processed (the gate's witness
+     repairs it at the group's next delivery, if any): a group's end is then judged by its
+     messages (the relaxed invariant 1), not by the stored position;
+   * invariant 7 (no false ALERT): a claim the store forgot makes a true alarm that no
+     takeover explains, so it is not checked;
+   * invariant 5 (cancel's answer): the tombstone ``cancel()`` wrote can be among the lost
+     writes, and the message is then released after all; only "said delivered, never was"
+     is still checked;
+   * invariant 3 (never early) and the rest still hold.
 
 2. **The two-phase window** (README, "The limit of the two-phase mode"): an effect - or a
    dead letter - made by a delivery that then did not finish (its process crashed, or the
    store failed before the result was recorded) may happen again on the redelivery. The
    ledger marks such outputs *at risk*; only those may repeat. Everything else that repeats,
-   including a dead letter repeated because a delivery came twice, is a violation.
+   including a dead letter repeated because a delivery came twice, is a violation. An at-risk
+   effect is one the toolkit could not record: for the toolkit the message is still to do, so
+   it may also end dead-lettered (say its number was taken meanwhile) - not "both" - and its
+   FIFO number may run again with another message.
 
 3. **Clock skew**: a component can only be as right as its clock. The one that releases a
    delayed message (the relay, or ingress publishing at once) may do so early by as much as
@@ -43,10 +58,22 @@ class Relaxation:
 
     rollback: bool
     at_risk: frozenset[tuple[str, str]]
+    reached_gate: tuple[tuple[str, float], ...]
+    last_rollback: float
 
     @classmethod
     def for_schedule(cls, ledger: Ledger, *, rollback: bool) -> Relaxation:
-        return cls(rollback=rollback, at_risk=frozenset(ledger.at_risk))
+        return cls(
+            rollback=rollback,
+            at_risk=frozenset(ledger.at_risk),
+            reached_gate=tuple(sorted(ledger.reached_gate.items())),
+            last_rollback=max(ledger.rollbacks, default=float("-inf")),
+        )
+
+    def may_be_lost(self, lid: str) -> bool:
+        """Acked by the consumer before the store lost writes: the rollback's residue."""
+        reached = dict(self.reached_gate).get(lid)
+        return self.rollback and reached is not None and reached < self.last_rollback
 
     def effect_may_repeat(self, lid: str) -> bool:
         return self.rollback or ("effect", lid) in self.at_risk
@@ -54,9 +81,9 @@ class Relaxation:
     def dead_letter_may_repeat(self, lid: str, reason: str) -> bool:
         return self.rollback or (f"dead_letter:{reason}", lid) in self.at_risk
 
-    def counts_as_both(self, letter: DeadLetter) -> bool:
-        """Does this dead letter next to an effect break "never both"?"""
-        return not self.rollback and letter.source != "pubsub"
+    def counts_as_both(self, lid: str, letter: DeadLetter) -> bool:
+        """Does this dead letter next to ``lid``'s effect break "never both"?"""
+        return not self.effect_may_repeat(lid) and letter.source != "pubsub"
 
     def early_tolerance(self, releaser_ahead: float) -> float:
         """How early (seconds, true time) a release may be when its releaser's clock runs
@@ -65,6 +92,18 @@ class Relaxation:
 
     @property
     def checks_order(self) -> bool:
+        return not self.rollback
+
+    @property
+    def cancel_may_be_undone(self) -> bool:
+        return self.rollback
+
+    @property
+    def checks_alarms(self) -> bool:
+        return not self.rollback
+
+    @property
+    def checks_group_position(self) -> bool:
         return not self.rollback
 
     @property

@@ -84,15 +84,19 @@ def _subscription(rng: random.Random) -> SubscriptionConfig:
 
 
 def _config(rng: random.Random) -> Config:
+    final = _subscription(rng)
+    # Without a dead-letter topic the consumer nacks what it cannot handle, so that it reaches
+    # Pub/Sub's dead-letter policy: a deployment with neither has nowhere to put it.
+    gate_dead_letters = rng.random() < 0.9 or final.max_delivery_attempts is None
     return Config(
         origin=_subscription(rng),
-        final=_subscription(rng),
+        final=final,
         ingresses=rng.randint(1, 2),
         relays=rng.randint(1, 2),
         consumers=rng.randint(1, 2),
         poison_policy=rng.choice(("skip", "block")),
         gap_policy=rng.choice(("wait", "wait", "skip")),
-        gate_dead_letters=rng.random() < 0.9,
+        gate_dead_letters=gate_dead_letters,
         dedup_lease=rng.choice((30.0, 90.0)),
     )
 

@@ -202,6 +202,7 @@ class World:
 
     def _rollback(self, writes: int) -> None:
         lost = self.db.rollback(writes)
+        self.ledger.rollbacks.append(self.loop.now)
         self.faults.count("store_rollback_writes_lost", lost)
         self.trace.add(f"... {lost} writes lost")
 
