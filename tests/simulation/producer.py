@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.delay.cancel import cancel
+from pubsub_toolkit.delay import cancel as cancelling
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.components import ORIGIN
 from tests.simulation.ledger import CancelAnswer
@@ -128,7 +128,7 @@ class ProducerApp:
         if slot is not None and attempt < MAX_ATTEMPTS:
             b = world.boundaries
             try:
-                result = cancel(
+                result = cancelling.cancel(  # looked up at call time (mutations)
                     str(m.dedup_key),
                     store=b.store_view(slot.process, "dedup"),
                     scheduler=b.scheduler(slot.process, world.tasks),

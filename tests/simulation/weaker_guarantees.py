@@ -8,7 +8,9 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    toolkit can detect and report, not prevent:
 
    * invariant 1 becomes "no logical message lost silently": its effect at least once or
-     dead-lettered with a reason; effects may repeat, and a message may be both - except that
+     dead-lettered with a reason, and a message may be both; an effect may repeat, but only on
+     another process than the one that ran it before (each process's witness remembers what
+     it wrote, README "What a store can lose") - except that
      a message the consumer had already acked (parked) before the loss may be gone: the gate
      names such messages in a ``store_rollback`` ALERT when the process that parked them
      still runs, and nobody can when it restarted (README, "What a store can lose": the
@@ -75,15 +77,23 @@ class Relaxation:
         reached = dict(self.reached_gate).get(lid)
         return self.rollback and reached is not None and reached < self.last_rollback
 
-    def effect_may_repeat(self, lid: str) -> bool:
-        return self.rollback or ("effect", lid) in self.at_risk
+    def effect_at_risk(self, lid: str) -> bool:
+        """The effect ran but the toolkit could not record it (the two-phase window)."""
+        return ("effect", lid) in self.at_risk
+
+    def repeat_excused(self, lid: str, processes: list[str]) -> bool:
+        """May ``lid``'s effect have run on each of ``processes`` (in order)?"""
+        if self.effect_at_risk(lid):
+            return True
+        return self.rollback and len(set(processes)) == len(processes)
 
     def dead_letter_may_repeat(self, lid: str, reason: str) -> bool:
         return self.rollback or (f"dead_letter:{reason}", lid) in self.at_risk
 
     def counts_as_both(self, lid: str, letter: DeadLetter) -> bool:
         """Does this dead letter next to ``lid``'s effect break "never both"?"""
-        return not self.effect_may_repeat(lid) and letter.source != "pubsub"
+        excused = self.rollback or self.effect_at_risk(lid)
+        return not excused and letter.source != "pubsub"
 
     def early_tolerance(self, releaser_ahead: float) -> float:
         """How early (seconds, true time) a release may be when its releaser's clock runs
