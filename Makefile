@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench soak test-faults clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench soak test-faults sim sim-mutations clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -91,6 +91,14 @@ bench: install ## benchmarks (each starts its own servers); JSON and a PNG chart
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)
 	$(PY) -m bench.soak
+
+SEEDS ?= 10000
+SEED ?=
+sim: $(VENV)/.installed ## deterministic simulation: SEEDS=N schedules on 2 workers, or SEED=S replayed with its trace
+	PYTHONHASHSEED=0 $(PY) -m tests.simulation $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
+
+sim-mutations: $(VENV)/.installed ## each defect fix reverted: how many schedules the simulation needs to find it
+	PYTHONHASHSEED=0 $(PY) -m tests.simulation.mutations
 
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
