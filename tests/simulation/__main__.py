@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tests.simulation.faults import Kind
 from tests.simulation.runner import replay, run_many, write
 
 
@@ -21,7 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0, help="the first seed")
     parser.add_argument("--seed", type=int, default=None, help="replay this one seed, traced")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated fault kinds to enable in every schedule (e.g. cancel,interleave)",
+    )
     args = parser.parse_args(argv)
+    only = None if args.only is None else tuple(Kind(k) for k in args.only.split(",") if k)
     if args.seed is not None:
         result, small = replay(args.seed)
         write(
@@ -35,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         return 1 if result.violations else 0
-    figures = run_many(args.start, args.seeds, workers=args.workers)
-    write("run", figures)
+    figures = run_many(args.start, args.seeds, workers=args.workers, only=only)
+    write("run" if only is None else "run_only", figures)
     return 1 if figures["schedules_with_violations"] else 0
 
 

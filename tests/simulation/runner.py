@@ -11,6 +11,7 @@ mutation runs of :mod:`.mutations` write ``mutations``).
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.simulation.faults import Kind
 from tests.simulation.shrink import shrink
 from tests.simulation.world import Options, Result, run_schedule
 
@@ -28,8 +30,8 @@ SHRUNK_PER_INVARIANT = 3  # failing seeds shrunk (and kept) per invariant in a b
 CHUNK = 25
 
 
-def _summary(seed: int) -> dict[str, Any]:
-    result = run_schedule(seed)
+def _summary(seed: int, only: tuple[Kind, ...] | None = None) -> dict[str, Any]:
+    result = run_schedule(seed, Options(only=only))
     out: dict[str, Any] = {
         "seed": seed,
         "faults": dict(result.faults),
@@ -41,23 +43,34 @@ def _summary(seed: int) -> dict[str, Any]:
     return out
 
 
-def _results(seeds: Iterable[int], workers: int) -> Iterator[dict[str, Any]]:
+def _results(
+    seeds: Iterable[int], workers: int, only: tuple[Kind, ...] | None
+) -> Iterator[dict[str, Any]]:
+    summary = functools.partial(_summary, only=only)
     if workers <= 1:
-        yield from map(_summary, seeds)
+        yield from map(summary, seeds)
         return
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap_unordered(_summary, seeds, chunksize=CHUNK)
+        yield from pool.imap_unordered(summary, seeds, chunksize=CHUNK)
 
 
-def run_many(start: int, count: int, *, workers: int = 2, quiet: bool = False) -> dict[str, Any]:
-    """Run ``count`` schedules from seed ``start``; returns (and prints) the figures."""
+def run_many(
+    start: int,
+    count: int,
+    *,
+    workers: int = 2,
+    quiet: bool = False,
+    only: tuple[Kind, ...] | None = None,
+) -> dict[str, Any]:
+    """Run ``count`` schedules from seed ``start`` (``only``: just these fault kinds);
+    returns (and prints) the figures."""
     began = time.monotonic()
     faults: Counter[str] = Counter()
     by_invariant: Counter[str] = Counter()
     failing: dict[str, list[int]] = {}
     events = schedules = 0
     examples: dict[int, list[str]] = {}
-    for summary in _results(range(start, start + count), workers):
+    for summary in _results(range(start, start + count), workers, only):
         schedules += 1
         events += summary["events"]
         faults.update(summary["faults"])
@@ -72,6 +85,7 @@ def run_many(start: int, count: int, *, workers: int = 2, quiet: bool = False) -
         "schedules": schedules,
         "first_seed": start,
         "workers": workers,
+        "only_fault_kinds": None if only is None else [k.value for k in only],
         "schedules_with_violations": len(failed),
         "violations_by_invariant": dict(sorted(by_invariant.items())),
         "faults_injected": dict(sorted(faults.items())),
@@ -79,18 +93,21 @@ def run_many(start: int, count: int, *, workers: int = 2, quiet: bool = False) -
         "wall_seconds": round(wall, 2),
         "schedules_per_second": round(schedules / wall, 1) if wall else None,
         "failing_seeds": {k: sorted(v)[:20] for k, v in sorted(failing.items())},
-        "shrunk": _shrunk_examples(failing),
+        "shrunk": _shrunk_examples(failing, only),
     }
     if not quiet:
         _print_run(figures, examples)
     return figures
 
 
-def _shrunk_examples(failing: dict[str, list[int]]) -> list[dict[str, Any]]:
+def _shrunk_examples(
+    failing: dict[str, list[int]], only: tuple[Kind, ...] | None
+) -> list[dict[str, Any]]:
     out = []
     for invariant, seeds in sorted(failing.items()):
         for seed in sorted(seeds)[:SHRUNK_PER_INVARIANT]:
-            small = shrink(run_schedule(seed), invariant=invariant)
+            options = Options(only=only)
+            small = shrink(run_schedule(seed, options), options, invariant=invariant)
             mine = [str(v) for v in small.violations if v.invariant == invariant]
             out.append(
                 {
