@@ -11,14 +11,14 @@ For each delivery:
    scheduler (TASKS_QUEUE unset), a due-later message is dead-lettered with
    ``delayed_delivery_unavailable`` rather than delivered early.
 
-**FIFO numbers never go missing.** For every number ingress does not forward a message for,
+**FIFO numbers never go missing.** A duplicate carrying a *different* number than its first
+copy - a producer's retry after a publish that timed out but had been accepted, numbered again
+by the counter - is routed too, once per number: the consumer's gate runs the lowest number
+holding the key and fills the others. For every number ingress cannot forward a message for,
 it forwards a *filler* (a message with ``fifo_group``, ``fifo_seq``, the dedup key and
 ``fifo_filler`` = why, no data), so the consumer's gate moves past the number instead of
 waiting for it forever:
 
-* a duplicate carrying a *different* number than its first copy - a producer's retry after a
-  publish that timed out but had been accepted, numbered again by the counter
-  (``fifo_filler=duplicate_of:N``);
 * a FIFO message ingress dead-letters (contract violation, fingerprint mismatch, no delayed
   delivery): ``fifo_filler=dead_lettered:REASON``, a tombstone at the consumer, so a late
   replay of it is kept with ``fifo_late_after_skip`` rather than taken for a duplicate.
@@ -50,7 +50,13 @@ from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letter import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.dedup.store import DedupStore
-from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, is_cancelled
+from pubsub_toolkit.delay.cancel import (
+    RELAY_NAMESPACE,
+    fate_key,
+    is_cancelled,
+    release_once,
+    released_message_id,
+)
 from pubsub_toolkit.errors import ContractViolation, PermanentError
 from pubsub_toolkit.fifo.gate import FILLER_DEAD_LETTERED
 from pubsub_toolkit.message import Message, OutboundMessage
@@ -60,7 +66,6 @@ from pubsub_toolkit.stats.store import DELIVERIES
 
 INGRESS_NAMESPACE = "ingress"
 REJECTED_NAMESPACE = "ingress-rejected"
-FILLER_DUPLICATE = "duplicate_of"
 REASON_DELAY_UNAVAILABLE = "delayed_delivery_unavailable"
 
 
@@ -202,8 +207,9 @@ class Ingress:
             self._rejections.process(
                 f"mismatch:{key}:{envelope.fingerprint}",
                 envelope.fingerprint,
+                # No filler: the number may well belong to the first copy, still on its way.
                 lambda: self._dead_letter(
-                    envelope.message, attr.REASON_FINGERPRINT_MISMATCH, detail, key
+                    envelope.message, attr.REASON_FINGERPRINT_MISMATCH, detail, key, fill=False
                 ),
                 context={"message_id": message.message_id},
             )
@@ -231,25 +237,41 @@ class Ingress:
     def _fill_renumbered_retry(
         self, envelope: attr.Envelope, claim_key: str, first: Routed
     ) -> None:
-        """A duplicate at another number than its first copy: forward a filler for it once."""
+        """A duplicate at another number than its first copy (a producer's retry renumbered by
+        the counter): its number must reach the consumer too, once.
+
+        Delivered or scheduled first copy: route this copy as well (scheduled if due later -
+        its task name carries the number). The consumer's gate runs the LOWEST number holding
+        the key and fills the others, so whichever copy reached ingress first, the message
+        runs once, at its first place in the group. A first copy that was dead-lettered or
+        cancelled: a filler saying so.
+        """
         seq, group = envelope.fifo_seq, envelope.fifo_group
         if seq is None or group is None or seq == first.seq:
             return
         if first.seq is None and first.outcome is not IngressOutcome.DEAD_LETTERED:
-            # Recorded by an older version without its number: a filler could stand in for
-            # the real message at the same number, so leave the gap to the gap policy.
+            # Recorded by an older version without its number: this may be a plain
+            # redelivery, and a second routing would cost nothing but a filler - do it.
             self.log.decision(
-                "filler_unknown",
+                "renumbered_unknown",
                 f"duplicate at {group}#{seq}; the first copy's number is unknown",
                 dedup_key=envelope.dedup_key,
                 level=logging.WARNING,
             )
-            return
-        why = f"{FILLER_DUPLICATE}:{first.seq}"
+        key = envelope.dedup_key
+
+        def forward() -> str:
+            if first.outcome is IngressOutcome.DEAD_LETTERED:
+                why = f"{FILLER_DEAD_LETTERED}{first.detail}"
+                return self._publish_filler(group, seq, key, why)
+            if first.outcome is IngressOutcome.CANCELLED:
+                return self._publish_filler(group, seq, key, "cancelled")
+            return self._route(envelope, replay=False).to_result()
+
         self._processor.process(
-            f"{claim_key}#filler:{seq}",
+            f"{claim_key}#fifo_seq:{seq}",
             envelope.fingerprint,
-            lambda: self._publish_filler(group, seq, envelope.dedup_key, why),
+            forward,
             context={"message_id": envelope.message.message_id},
         )
 
@@ -272,10 +294,12 @@ class Ingress:
         )
         return message_id
 
-    def _dead_letter(self, message: Message, reason: str, detail: str, key: str | None) -> str:
+    def _dead_letter(
+        self, message: Message, reason: str, detail: str, key: str | None, *, fill: bool = True
+    ) -> str:
         """Dead-letter ``message``; for a FIFO number, tell the consumer it carries nothing."""
         dead_id = self._dead_letters.send(message, reason, detail, dedup_key=key)
-        number = _fifo_number(message)
+        number = _fifo_number(message) if fill else None
         if number is not None:
             group, seq = number
             self._publish_filler(
@@ -332,14 +356,12 @@ class Ingress:
     def _release_due(self, envelope: attr.Envelope, outbound: OutboundMessage) -> Routed:
         """A delayed message that is already due: release it through the relay's record, so
         a ``cancel`` that got there first wins and one that comes later is told "delivered"."""
-        key, seq = envelope.dedup_key, envelope.fifo_seq
+        key, seq = fate_key(envelope.dedup_key, outbound.attributes), envelope.fifo_seq
         if is_cancelled(self._store, key):
             self.log.decision(IngressOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
             self._fill_cancelled(envelope)
             return Routed(IngressOutcome.CANCELLED, "", seq)
-        released = self._releases.process(
-            key, envelope.fingerprint, lambda: self._publish(outbound)
-        )
+        released = release_once(self._releases, self._publish, outbound, key, envelope.fingerprint)
         if released.outcome is Outcome.MISMATCH and is_cancelled(self._store, key):
             self._fill_cancelled(envelope)
             return Routed(IngressOutcome.CANCELLED, "", seq)
@@ -348,7 +370,7 @@ class Ingress:
                 attr.REASON_FINGERPRINT_MISMATCH,
                 f"dedup_key {key!r} was released before with different content",
             )
-        return Routed(IngressOutcome.PUBLISHED, released.result or "", seq)
+        return Routed(IngressOutcome.PUBLISHED, released_message_id(released.result), seq)
 
     def _fill_cancelled(self, envelope: attr.Envelope) -> None:
         if envelope.fifo_group is not None and envelope.fifo_seq is not None:

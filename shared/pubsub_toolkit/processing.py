@@ -78,6 +78,8 @@ class MessageProcessor:
         self._dead_letters = dead_letters
         # Dead-letters a mismatching copy once, however often it is redelivered.
         self._rejections = dedup.sibling(f"{dedup.namespace}-rejected", log=dedup.log)
+        if gate.rejections is None:
+            gate.rejections = self._rejections  # the gate's dead letters also happen once
 
     @classmethod
     def from_settings(

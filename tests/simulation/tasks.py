@@ -19,13 +19,14 @@ the same body (``DelayedMessage(...).to_json()``), the same task names, the same
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pubsub_toolkit.attributes import FIFO_SEQ
+from pubsub_toolkit.delay.cancel import fate_key
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import (
     HORIZON,
@@ -33,6 +34,7 @@ from pubsub_toolkit.delay.scheduler import (
     MAX_TASK_BYTES,
     REASON_DELAY_TOO_LONG,
     REASON_TASK_TOO_LARGE,
+    task_id,
 )
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import OutboundMessage
@@ -132,10 +134,9 @@ class CloudTasks:
             self._dispatch_later(task, backoff, False)
 
 
-def task_name(dedup_key: str, hop: int = 0) -> str:
-    """The real scheduler's task name: a hash of the dedup key and the hop number."""
-    digest = hashlib.sha256(f"{dedup_key}\x00{hop}".encode()).hexdigest()
-    return f"{QUEUE}/tasks/{digest}"
+def task_name(dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
+    """The real scheduler's task name (its own task_id: key, FIFO number, hop)."""
+    return f"{QUEUE}/tasks/{task_id(dedup_key, hop, fifo_seq)}"
 
 
 class TasksView:
@@ -148,8 +149,8 @@ class TasksView:
         self._clock = clock
         self._call = call  # the boundary: call(op, apply) injects faults
 
-    def task_name(self, dedup_key: str, hop: int = 0) -> str:
-        return task_name(dedup_key, hop)
+    def task_name(self, dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
+        return task_name(dedup_key, hop, fifo_seq)
 
     def schedule(
         self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
@@ -163,7 +164,8 @@ class TasksView:
         body = DelayedMessage(message, dedup_key, deliver_at, hop).to_json()
         if len(body) > MAX_TASK_BYTES:
             raise PermanentError(REASON_TASK_TOO_LARGE, f"the task body is {len(body)} bytes")
-        name = task_name(dedup_key, hop)
+        task_key = fate_key(dedup_key, message.attributes)
+        name = task_name(task_key, hop, message.attributes.get(FIFO_SEQ))
         when = min(deliver_at, now + HORIZON)
         self._call("tasks.create", lambda: self._service.create(name, body, when))
         return name  # created, or AlreadyExists: "already scheduled" either way

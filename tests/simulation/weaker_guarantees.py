@@ -42,9 +42,19 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    its clock runs ahead of true time, never more (a relay with an accurate clock never
    publishes early; a hop released at the horizon would be days early and is reported).
 
-4. **Pub/Sub's own dead-letter policy** forwards a message after N failed delivery attempts
+4. **A number taken by another producer** (``hostile_producer`` publishing a different
+   message at a number the counter gave a legitimate one): the gate keeps the first message
+   at that number and dead-letters the other with ``fifo_sequence_reused`` and an ALERT
+   (defect 9). If the dead-lettered one was the legitimate message and its producer also
+   retried it at another number, that copy may run: the victim may then be both run and
+   dead-lettered, and run out of publish order. Nothing is lost or run twice.
+
+5. **Pub/Sub's own dead-letter policy** forwards a message after N failed delivery attempts
    even when an earlier attempt had its effect (the attempts that failed were copies). A
-   forwarded copy next to an effect is therefore not "both".
+   forwarded copy next to an effect is therefore not "both". And a FIFO message Pub/Sub
+   dead-letters from the *origin* subscription (its attempts ran out while ingress could not
+   handle it, e.g. a crashed holder's lease) never reaches the gate: its group waits at that
+   number, explained by that dead letter, until it is replayed (``dlq replay``) or skipped.
 """
 
 from __future__ import annotations
@@ -62,10 +72,18 @@ class Relaxation:
     at_risk: frozenset[tuple[str, str]]
     reached_gate: tuple[tuple[str, float], ...]
     last_rollback: float
+    victims: frozenset[str] = frozenset()
 
     @classmethod
     def for_schedule(cls, ledger: Ledger, *, rollback: bool) -> Relaxation:
+        stolen = {(o.group, o.seq) for o in ledger.origins if o.hostile and o.group}
+        victims = {
+            o.lid
+            for o in ledger.origins
+            if not o.hostile and o.lid is not None and (o.group, o.seq) in stolen
+        }
         return cls(
+            victims=frozenset(victims),
             rollback=rollback,
             at_risk=frozenset(ledger.at_risk),
             reached_gate=tuple(sorted(ledger.reached_gate.items())),
@@ -92,7 +110,7 @@ class Relaxation:
 
     def counts_as_both(self, lid: str, letter: DeadLetter) -> bool:
         """Does this dead letter next to ``lid``'s effect break "never both"?"""
-        excused = self.rollback or self.effect_at_risk(lid)
+        excused = self.rollback or self.effect_at_risk(lid) or lid in self.victims
         return not excused and letter.source != "pubsub"
 
     def early_tolerance(self, releaser_ahead: float) -> float:

@@ -246,7 +246,8 @@ def fifo(key: str, seq: int, data: bytes | None = None, **extra: str) -> Message
 def test_a_renumbered_producer_retry_becomes_a_filler_and_the_group_runs_on(
     ingress: Ingress, sink: RecordingSink, clock: ManualClock
 ) -> None:
-    """Defect 1: k1, k2, k2 again (the retry got number 3), k4 -> k1, k2, k4 handled."""
+    """Defect 1: k1, k2, k2 again (the retry got number 3), k4 -> k1, k2, k4 handled,
+    whichever copy of k2 reaches ingress first."""
     from pubsub_toolkit.fifo.gate import FifoGate
     from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
 
@@ -257,10 +258,14 @@ def test_a_renumbered_producer_retry_becomes_a_filler_and_the_group_runs_on(
     assert outcomes[2] is IngressOutcome.DUPLICATE
     assert ingress.handle(fifo("k2", 3, b"k2")).outcome is IngressOutcome.DUPLICATE  # again
     final = sink.on(FINAL)
-    fillers = [m for m in final if attr.FIFO_FILLER in m.attributes]
-    assert [(m.attributes["fifo_seq"], m.attributes["fifo_filler"]) for m in fillers] == [
-        ("3", "duplicate_of:2")
-    ]  # once, however often the retry is redelivered
+    # The retry's copy goes on at its own number, once however often it is redelivered ...
+    assert [(m.attributes["dedup_key"], m.attributes["fifo_seq"]) for m in final] == [
+        ("k1", "1"),
+        ("k2", "2"),
+        ("k2", "3"),
+        ("k4", "4"),
+    ]
+    # ... and the consumer's gate runs the lowest number holding k2, filling the other.
     handled: list[str] = []
     gate = FifoGate(
         MemoryFifoStore(),
@@ -333,3 +338,26 @@ def test_a_minted_replay_goes_through_once(
     assert len(sink.on(FINAL)) == 2
     other_key = Message(b"y", {"dedup_key": "j", "replay_id": "dlq-7"}, message_id="3")
     assert ingress.handle(other_key).outcome is IngressOutcome.DEAD_LETTERED  # minted for "k"
+
+
+def test_a_renumbered_retry_that_reaches_ingress_first_keeps_the_first_place(
+    ingress: Ingress, sink: RecordingSink, clock: ManualClock
+) -> None:
+    """k2's retry (number 4, after k3) arrives before k2 itself: k2 still runs before k3."""
+    from pubsub_toolkit.fifo.gate import FifoGate
+    from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+
+    for key, seq in [("k1", 1), ("k2", 4), ("k3", 3), ("k2", 2)]:
+        ingress.handle(fifo(key, seq, key.encode()))
+    handled: list[str] = []
+    gate = FifoGate(
+        MemoryFifoStore(),
+        consumer="c",
+        handler=lambda m: handled.append(m.attributes["dedup_key"]),
+        clock=clock,
+    )
+    for message in sink.on(FINAL):
+        gate.deliver(
+            Message(message.data, message.attributes), "G", int(message.attributes["fifo_seq"])
+        )
+    assert handled == ["k1", "k2", "k3"]

@@ -110,7 +110,9 @@ class IdempotentProcessor:
         if claim.status is ClaimStatus.DONE:
             log(Outcome.DUPLICATE, "duplicate delivery skipped")
             result = claim.record.result if claim.record else None
-            self._done.put(key, (fingerprint, result, self._clock.now()))
+            # Remember when the STORE's record was done (its TTL runs from then), not now.
+            done_at = claim.record.expire_at - self._ttl if claim.record else self._clock.now()
+            self._done.put(key, (fingerprint, result, done_at))
             return ProcessResult(Outcome.DUPLICATE, result)
         remembered = self._done.get(key) if claim.owns_key else None
         if remembered is not None and remembered[0] == fingerprint:

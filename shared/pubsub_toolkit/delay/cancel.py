@@ -12,18 +12,28 @@ So a ``cancel`` that lands between the relay's checks and its publish cannot ans
 delivered" while the message goes out: either the tombstone exists and the relay publishes
 nothing (a later hop, or a task already dispatched, finds it too), or the relay's claim exists
 and ``cancel`` answers ``already_delivered=True`` (the relay holds the claim and will publish;
-Cloud Tasks retries it until it has). The first task is deleted as well, to save a call.
+Cloud Tasks retries it until it has). A plain message's first task is deleted as well, to save
+a call; a FIFO message's task is left to fire (its name carries the number, so ``delete`` does
+not find it), because the relay must then publish a filler for its number.
+
+A replay from the dead-letter topic has its own fate record, ``dedup_key#replay:ID``
+(:func:`fate_key`): the original's record is already decided.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.dedup.store import ClaimStatus, DedupStore, RecordState
 from pubsub_toolkit.errors import ClaimInProgressError
+from pubsub_toolkit.message import OutboundMessage
 
 logger = logging.getLogger(__name__)
 
@@ -92,3 +102,51 @@ def is_released(store: DedupStore, dedup_key: str) -> bool:
     return (
         record is not None and record.fingerprint != CANCELLED and record.state is RecordState.DONE
     )
+
+
+def release_once(
+    releases: IdempotentProcessor,
+    publish: Callable[[OutboundMessage], str],
+    message: OutboundMessage,
+    key: str,
+    fingerprint: str,
+) -> ProcessResult:
+    """Publish a due message once per key under its fate record (namespace ``relay``).
+
+    The record's result keeps the FIFO number it was released at. A copy of the same key at
+    *another* number (a producer's retry renumbered by the counter) is released too, once per
+    number: the consumer's gate runs the lowest number holding the key and fills the others,
+    so the group neither stalls on the missing number nor runs the message twice.
+    """
+    seq = message.attributes.get(FIFO_SEQ)
+
+    def effect() -> str:
+        return json.dumps({"id": publish(message), "seq": seq})
+
+    processed = releases.process(key, fingerprint, effect)
+    if processed.outcome is Outcome.DUPLICATE and seq is not None:
+        first = released_seq(processed.result)
+        if first is not None and first != seq:
+            releases.process(f"{key}#fifo_seq:{seq}", fingerprint, effect)
+    return processed
+
+
+def released_seq(result: str | None) -> str | None:
+    """The FIFO number a release record was written for (None: none, or an older record)."""
+    if not result or not result.startswith("{"):
+        return None
+    seq = json.loads(result).get("seq")
+    return None if seq is None else str(seq)
+
+
+def released_message_id(result: str | None) -> str:
+    """The final topic's message id in a release record's result."""
+    if result and result.startswith("{"):
+        return str(json.loads(result).get("id") or "")
+    return result or ""
+
+
+def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
+    """The key of a message's fate record (and task): its own for a DLQ replay."""
+    replay_id = attributes.get(REPLAY_ID)
+    return dedup_key if not replay_id else f"{dedup_key}#replay:{replay_id}"

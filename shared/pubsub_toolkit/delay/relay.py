@@ -30,7 +30,13 @@ from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letter import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.dedup.store import DedupStore
-from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, is_cancelled
+from pubsub_toolkit.delay.cancel import (
+    RELAY_NAMESPACE,
+    fate_key,
+    is_cancelled,
+    release_once,
+    released_message_id,
+)
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
@@ -133,7 +139,7 @@ class Relay:
             delayed = DelayedMessage.from_json(body)
         except PermanentError as exc:
             return self._reject(body, exc)
-        key = delayed.dedup_key
+        key = fate_key(delayed.dedup_key, delayed.message.attributes)
         if is_cancelled(self._store, key):
             return self._cancelled(delayed)
         remaining = delayed.deliver_at - self._clock.now()
@@ -144,9 +150,7 @@ class Relay:
         fingerprint = delayed.message.attributes.get(attr.CONTENT_SHA256) or (
             attr.content_fingerprint(delayed.message.data, delayed.message.attributes)
         )
-        processed = self._publishes.process(
-            key, fingerprint, lambda: self._sink.publish(self._final_topic, delayed.message)
-        )
+        processed = release_once(self._publishes, self._publish, delayed.message, key, fingerprint)
         if processed.outcome is Outcome.MISMATCH:
             if is_cancelled(self._store, key):  # cancelled between our check and our claim
                 return self._cancelled(delayed)
@@ -162,8 +166,11 @@ class Relay:
             )
             return RelayResult(RelayOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH)
         if processed.outcome is Outcome.DUPLICATE:
-            return RelayResult(RelayOutcome.DUPLICATE, key, processed.result or "")
-        return RelayResult(RelayOutcome.PUBLISHED, key, processed.result or "")
+            return RelayResult(RelayOutcome.DUPLICATE, key, released_message_id(processed.result))
+        return RelayResult(RelayOutcome.PUBLISHED, key, released_message_id(processed.result))
+
+    def _publish(self, message: OutboundMessage) -> str:
+        return self._sink.publish(self._final_topic, message)
 
     def _cancelled(self, delayed: DelayedMessage) -> RelayResult:
         """Publish nothing; for a FIFO message, a filler so its group moves on."""
@@ -185,8 +192,13 @@ class Relay:
             raise ConfigurationError("a long delay needs a scheduler for its next hop")
         scheduler = self._scheduler
         hop = delayed.hop + 1
+        seq = delayed.message.attributes.get(attr.FIFO_SEQ)
+        # Per FIFO number too: a renumbered copy of the key hops on its own (see cancel.py).
+        hop_key = (
+            f"{delayed.dedup_key}#{hop}" if seq is None else f"{delayed.dedup_key}#{seq}#{hop}"
+        )
         self._hops.process(
-            f"{delayed.dedup_key}#{hop}",
+            hop_key,
             delayed.message.attributes.get(attr.CONTENT_SHA256, ""),
             lambda: scheduler.schedule(
                 delayed.message, delayed.deliver_at, delayed.dedup_key, hop=hop

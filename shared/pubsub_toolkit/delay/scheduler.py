@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
 
+from pubsub_toolkit.attributes import FIFO_SEQ
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import DelaySettings
+from pubsub_toolkit.delay.cancel import fate_key
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
 from pubsub_toolkit.message import OutboundMessage
@@ -74,6 +76,12 @@ def tasks_client(emulator_host: str | None = None) -> tasks_v2.CloudTasksClient:
     return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
 
 
+def task_id(dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
+    """A task id for a key (a hash, which also spreads names evenly as Cloud Tasks asks)."""
+    name = dedup_key if fifo_seq is None else f"{dedup_key}\x00fifo_seq={fifo_seq}"
+    return hashlib.sha256(f"{name}\x00{hop}".encode()).hexdigest()
+
+
 class CloudTasksScheduler:
     """Creates (and deletes) the tasks that release delayed messages through the relay."""
 
@@ -107,10 +115,15 @@ class CloudTasksScheduler:
             target = AppEngineTarget(service=delay.appengine_service)
         return cls(tasks_client(delay.tasks_emulator_host), queue=delay.queue, target=target)
 
-    def task_name(self, dedup_key: str, hop: int = 0) -> str:
-        """The task's full name: a hash of the dedup key and the hop number."""
-        digest = hashlib.sha256(f"{dedup_key}\x00{hop}".encode()).hexdigest()
-        return f"{self.queue}/tasks/{digest}"
+    def task_name(self, dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
+        """The task's full name: a hash of the dedup key, the FIFO number if any, and the hop.
+
+        The number is part of it because a producer's retry renumbered by the counter is a
+        second copy at another number, which must be released too (the consumer's gate runs
+        the lowest one and fills the other); with the key alone, its task would be taken for
+        the first copy's and its number would never arrive.
+        """
+        return f"{self.queue}/tasks/{task_id(dedup_key, hop, fifo_seq)}"
 
     def schedule(
         self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
@@ -127,7 +140,8 @@ class CloudTasksScheduler:
                 REASON_TASK_TOO_LARGE,
                 f"the task body would be {len(body)} bytes; Cloud Tasks accepts about 1 MB",
             )
-        name = self.task_name(dedup_key, hop)
+        task_key = fate_key(dedup_key, message.attributes)  # a replay: a task of its own
+        name = self.task_name(task_key, hop, message.attributes.get(FIFO_SEQ))
         task = self._task(name, body, min(deliver_at, now + HORIZON))
         try:
             created = self._client.create_task(parent=self.queue, task=task, timeout=_RPC_TIMEOUT)

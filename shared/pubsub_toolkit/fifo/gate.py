@@ -35,6 +35,7 @@ consumer processes on one subscription keep each group in order and run nothing 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from collections.abc import Callable
@@ -45,13 +46,20 @@ from typing import Any, Protocol
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import (
     PermanentError,
     StaleClaimError,
     StoreUnavailableError,
     TransientError,
 )
-from pubsub_toolkit.fifo.state import FifoStore, GroupState, key_digest, merge_ranges
+from pubsub_toolkit.fifo.state import (
+    FILLER_MARK,
+    FifoStore,
+    GroupState,
+    key_digest,
+    merge_ranges,
+)
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.witness import Witness
@@ -174,6 +182,8 @@ class FifoGate:
         self._clock = clock
         self.log = log or DecisionLog(consumer)
         self._witness: Witness[str, GroupState] = Witness()
+        # Makes a dead-lettering happen once per copy (the consumer's processor sets it).
+        self.rejections: IdempotentProcessor | None = None
         # The messages this process parked: a store that loses them can be given them back.
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
 
@@ -216,7 +226,7 @@ class FifoGate:
                 if parked is None:
                     continue  # the state moved under us: decide again
                 return parked
-            leased = self._take_lease(group, state, now)
+            leased = self._take_lease(group, state, now, digest)
             if leased is None:
                 continue
             return self._run(group, seq, message, leased, from_park=False)
@@ -245,7 +255,7 @@ class FifoGate:
             )
             logger.error("%s/%s: parked head %d had no stored message", self.consumer, group, head)
             return GateResult(GateOutcome.IDLE, group, head)
-        leased = self._take_lease(group, state, now)
+        leased = self._take_lease(group, state, now, key_digest(message_key(message)))
         if leased is None:
             return GateResult(GateOutcome.IDLE, group, state.head)
         return self._run(group, state.head, message, leased, from_park=True)
@@ -301,7 +311,9 @@ class FifoGate:
         if not self.policy.park and state.blocked_at is None and seq > state.head:
             self._decision("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
-        self._park_copy(group, seq, message)
+        if not self._park_copy(group, seq, message, digest):
+            # Another message got its copy stored at this number first: that one holds it.
+            return self._reused(message, group, seq, state)
         new = state.with_parked(seq, digest)
         if seq > state.head and new.gap_since is None and state.head not in state.parked:
             new = replace(new, gap_since=now)
@@ -331,23 +343,46 @@ class FifoGate:
         self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
-    def _park_copy(self, group: str, seq: int, message: Message) -> None:
+    def _park_copy(self, group: str, seq: int, message: Message, digest: str | None = None) -> bool:
+        """Park ``message``; with ``digest``, True only if the stored copy is this message
+        (a store keeps the first copy of a number, and the state must name the same one)."""
         self._store.park(self.consumer, group, seq, message)
+        if digest is not None:
+            stored = self._store.parked_message(self.consumer, group, seq)
+            if stored is not None and key_digest(message_key(stored)) != digest:
+                return False
         self._parked_copies.put((group, seq), message)
+        return True
 
     def _dead_letter(
         self, message: Message, group: str, seq: int, reason: str, detail: str
     ) -> None:
         """Dead-letter ``message``; without a dead-letter topic refuse to ack it at all."""
-        if self._dead_letters is None:
+        dead_letters = self._dead_letters
+        if dead_letters is None:
             raise PermanentError(reason, f"{detail} (and no dead-letter topic is configured)")
-        self._dead_letters.send(message, reason, detail, dedup_key=f"{group}#{seq}")
 
-    def _take_lease(self, group: str, state: GroupState, now: datetime) -> GroupState | None:
+        def send() -> str:
+            return dead_letters.send(message, reason, detail, dedup_key=f"{group}#{seq}")
+
+        if self.rejections is None:
+            send()
+            return
+        # Once per (reason, number, message), however often the copy is redelivered.
+        digest = key_digest(message_key(message))
+        self.rejections.process(f"{reason}:{group}#{seq}:{digest}", digest, send)
+
+    def _take_lease(
+        self, group: str, state: GroupState, now: datetime, digest: str
+    ) -> GroupState | None:
         if state.blocked_at is not None or state.lease_live(now):
             return None  # someone runs the group, or an operator must act first
+        # The running message's key is recorded now, so a DIFFERENT message arriving at this
+        # number while it runs is refused at once (while still in hand), never parked.
         leased = replace(
-            state, lease_token=state.lease_token + 1, lease_until=now + self.policy.lease
+            state.with_key(state.head, digest),
+            lease_token=state.lease_token + 1,
+            lease_until=now + self.policy.lease,
         )
         if not self._save(group, leased, state):
             return None
@@ -362,11 +397,15 @@ class FifoGate:
         a re-read may already show the next worker's lease and parked messages.
         """
         first, released = seq, 0
-        first_outcome = GateOutcome.FILLED if is_filler(message) else GateOutcome.PROCESSED
+        ran_before = ran_earlier(state, seq, message)
+        filled = is_filler(message) or ran_before is not None
+        first_outcome = GateOutcome.FILLED if filled else GateOutcome.PROCESSED
         token = state.lease_token
         while True:
             try:
-                state = self._handle_and_advance(group, token, seq, message)
+                state = self._handle_and_advance(
+                    group, token, seq, message, run_handler=ran_before is None
+                )
             except (StaleClaimError, StoreUnavailableError):
                 # Not the handler's failure: we lost the group, or the store hiccuped after the
                 # handler ran. Counting it as an attempt could dead-letter a processed message.
@@ -381,9 +420,11 @@ class FifoGate:
                     return GateResult(first_outcome, group, first, released)
             else:
                 self._store.unpark(self.consumer, group, seq)
-                if is_filler(message):
-                    why = message.attributes[attr.FIFO_FILLER]
-                    self._decision("filled", group, seq, f"no message at this number ({why})")
+                if is_filler(message) or ran_before is not None:
+                    why = message.attributes.get(attr.FIFO_FILLER) or (
+                        f"the same dedup key already ran at #{ran_before}"
+                    )
+                    self._decision("filled", group, seq, f"no new message at this number ({why})")
                 else:
                     self._decision("processed", group, seq, "processed in order")
             if state.lease_until is None:
@@ -393,6 +434,7 @@ class FifoGate:
                 self._release_lease(group, token)
                 return GateResult(first_outcome, group, first, released)
             seq, message, from_park = state.head, next_message, True
+            ran_before = ran_earlier(state, seq, message)
             released += 1
 
     def _on_failure(
@@ -447,15 +489,17 @@ class FifoGate:
         else:
             # Skipping without a dead-letter copy would lose the message silently: block.
             detail += " (no dead-letter topic: blocked instead of skipped)"
+        # The ALERT first: should the write below time out after applying, the group is
+        # blocked all the same, and the operator must have been told.
+        self._decision(
+            "poison_blocked", group, seq, f"ALERT: group blocked; {detail}", level=logging.ERROR
+        )
         self._park_copy(group, seq, message)  # kept for an operator's replay
         digest = key_digest(message_key(message))
         self._update(
             group,
             token,
             lambda s: replace(s.with_parked(seq, digest), blocked_at=seq, lease_until=None),
-        )
-        self._decision(
-            "poison_blocked", group, seq, f"ALERT: group blocked; {detail}", level=logging.ERROR
         )
         return state, GateOutcome.DEAD_LETTERED if self._dead_letters else GateOutcome.BLOCKED
 
@@ -480,8 +524,12 @@ class FifoGate:
         self._decision("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
         return self._load(group)
 
-    def _handle_and_advance(self, group: str, token: int, seq: int, message: Message) -> GroupState:
+    def _handle_and_advance(
+        self, group: str, token: int, seq: int, message: Message, *, run_handler: bool
+    ) -> GroupState:
         """Run the handler for ``seq`` and advance past it - in one transaction if configured."""
+        if not run_handler or is_filler(message):
+            return self._advance_after_effect(group, token, seq, message)
         if self._transactional_handler is not None:
             handler = self._transactional_handler
             store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
@@ -496,8 +544,7 @@ class FifoGate:
                     writes=lambda transaction: handler(message, transaction),
                 )
             )
-        if not is_filler(message):
-            self._handler(message)
+        self._handler(message)
         return self._advance_after_effect(group, token, seq, message)
 
     def _advance_after_effect(
@@ -512,14 +559,35 @@ class FifoGate:
         digest = key_digest(message_key(message))
         filler = message.attributes.get(attr.FIFO_FILLER, "")
         skipped = (seq,) if filler.startswith(FILLER_DEAD_LETTERED) else ()
+        displaced: list[str] = []
+        recorded = FILLER_MARK + digest if filler else digest
+        state = self._advance_recorded(group, token, seq, recorded, skipped, displaced)
+        if displaced:
+            self._dead_letter_displaced(group, seq, digest)
+        return state
+
+    def _advance_recorded(  # noqa: PLR0917 - one private call site
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        digest: str,
+        skipped: tuple[int, ...],
+        displaced: list[str],
+    ) -> GroupState:
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
                 if attempt > 0:
                     state = self._load(group)
-                    mine = state.lease_token == token and state.key_of(seq) == digest
+                    mine = state.lease_token == token and state.key_of(seq) == digest.removeprefix(
+                        FILLER_MARK
+                    )
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost
-                return self._advance(group, token, seq, skipped=skipped, digest=digest)
+                change = self._advance_change(
+                    seq, skipped=skipped, digest=digest, displaced=displaced
+                )
+                return self._update(group, token, change)
             except StoreUnavailableError:
                 if delay is None:
                     self._decision(
@@ -535,10 +603,39 @@ class FifoGate:
                 self._clock.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _dead_letter_displaced(self, group: str, seq: int, digest: str) -> None:
+        """A copy of ANOTHER message parked at ``seq`` while ours ran (it arrived while the
+        number was in progress): it can never run now, so it is a reused number."""
+        parked = self._store.parked_message(self.consumer, group, seq)
+        if parked is None or key_digest(message_key(parked)) == digest:
+            return
+        try:
+            self._reused(parked, group, seq, self._store.load(self.consumer, group))
+        except PermanentError:
+            # No dead-letter topic, and the copy was acked long ago: say so loudly.
+            self._decision(
+                "reused_dropped",
+                group,
+                seq,
+                "ALERT: a different message parked at this number could not be dead-lettered "
+                "(no dead-letter topic)",
+                level=logging.ERROR,
+                alert="reused_dropped",
+            )
+
     def _advance_change(
-        self, seq: int, *, skipped: tuple[int, ...], digest: str | None = None
+        self,
+        seq: int,
+        *,
+        skipped: tuple[int, ...],
+        digest: str | None = None,
+        displaced: list[str] | None = None,
     ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
+            other = s.key_of(seq) if seq in s.parked else None
+            plain = None if digest is None else digest.removeprefix(FILLER_MARK)
+            if displaced is not None and other is not None and other != plain:
+                displaced.append(other)  # another message's copy parked while ours ran
             if s.last_processed >= seq:
                 # An operator skipped past it meanwhile: never move the counter backwards.
                 raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")
@@ -590,11 +687,14 @@ class FifoGate:
     # --- the store, as this process has seen it (see pubsub_toolkit.witness) ----------------
 
     def _load(self, group: str) -> GroupState:
-        state = self._store.load(self.consumer, group)
-        seen = self._witness.get(group)
-        if seen is not None and went_back(seen, state):
-            return self._repair(group, seen, state)
-        return self._witnessed(state, group)
+        for _ in range(_MAX_CAS_ROUNDS):
+            state = self._store.load(self.consumer, group)
+            seen = self._witness.get(group)
+            if seen is None or not went_back(seen, state):
+                return self._witnessed(state, group)
+            if self._repair(group, seen, state):
+                return self._store.load(self.consumer, group)
+        raise TransientError(f"{self.consumer}/{group}: could not repair the group's state")
 
     def _save(self, group: str, state: GroupState, expected: GroupState) -> bool:
         if not self._store.save(self.consumer, group, state, expected):
@@ -609,7 +709,7 @@ class FifoGate:
                 self._witness.put(group, state)
         return state
 
-    def _repair(self, group: str, seen: GroupState, state: GroupState) -> GroupState:
+    def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
         """The store handed back an older state than this process wrote: put the group back
         where it was, fence every lease, and say what could not be restored."""
         last = max(seen.last_processed, state.last_processed)
@@ -629,6 +729,10 @@ class FifoGate:
             gap_since=self._clock.now() if parked and last + 1 not in parked else None,
             lease_token=max(seen.lease_token, state.lease_token) + 1,
             lease_until=None,
+            # The head may have moved: its attempts and backoff belong to the old one.
+            attempts=state.attempts if last == state.last_processed else 0,
+            next_attempt_at=state.next_attempt_at if last == state.last_processed else None,
+            blocked_at=state.blocked_at if last == state.last_processed else None,
             skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
             keys=tuple(sorted({*seen.keys, *state.keys})),
         )
@@ -648,9 +752,19 @@ class FifoGate:
             level=logging.ERROR,
             alert="store_rollback",
         )
-        if self._store.save(self.consumer, group, repaired, state):
-            self._witness.put(group, repaired)
-        return self._store.load(self.consumer, group)
+        if not self._store.save(self.consumer, group, repaired, state):
+            return False  # someone wrote meanwhile: look again
+        self._witness.put(group, repaired)
+        # Copies parked at numbers the group had already passed (a reissued number parked
+        # after the loss) can never run: keep them, with the reason.
+        for seq in sorted(state.parked):
+            if seq <= last and seq > state.last_processed:
+                copy = self._store.parked_message(self.consumer, group, seq)
+                if copy is not None and seen.ran_at(seq) != key_digest(message_key(copy)):
+                    with contextlib.suppress(PermanentError):  # no topic: the ALERT above says
+                        self._reused(copy, group, seq, repaired)
+                self._store.unpark(self.consumer, group, seq)
+        return True
 
     def _decision(
         self,
@@ -686,3 +800,17 @@ def went_back(seen: GroupState, state: GroupState) -> bool:
         or state.lease_token < seen.lease_token
         or lost_parked
     )
+
+
+def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
+    """The lower number at which the same dedup key already ran in this group, if any.
+
+    A copy renumbered by the producer's retry (or re-routed by ingress after a crash) must not
+    run twice: the lowest number holding the key is its place in the order, later ones are
+    fillers. Fillers themselves never count.
+    """
+    key = message_key(message)
+    if is_filler(message) or not key:  # no identity to compare (a hand-made test message)
+        return None
+    digest = key_digest(key)
+    return next((s for s, _ in state.keys if s < seq and state.ran_at(s) == digest), None)

@@ -38,6 +38,8 @@ from pubsub_toolkit.message import Message
 # How many processed numbers keep their key digest. A reused number further behind the head
 # than this cannot be told from a late redelivery (README: "What a store can lose").
 KEY_WINDOW = 64
+# Prefixed to the digest a *filler* leaves: its number is taken, but no message ran there.
+FILLER_MARK = "~"
 Range = tuple[int, int]
 
 
@@ -78,8 +80,20 @@ class GroupState:
         return any(first <= seq <= last for first, last in self.skipped)
 
     def key_of(self, seq: int) -> str | None:
-        """The key digest recorded for ``seq`` (parked, or processed recently), if any."""
-        return next((digest for s, digest in self.keys if s == seq), None)
+        """The key digest recorded for ``seq`` (parked, running, or processed recently)."""
+        digest = next((d for s, d in self.keys if s == seq), None)
+        return None if digest is None else digest.removeprefix(FILLER_MARK)
+
+    def ran_at(self, seq: int) -> str | None:
+        """The digest of the message that RAN at ``seq`` (not a filler), if recorded."""
+        digest = next((d for s, d in self.keys if s == seq and s <= self.last_processed), None)
+        return None if digest is None or digest.startswith(FILLER_MARK) else digest
+
+    def with_key(self, seq: int, digest: str) -> GroupState:
+        """``digest`` recorded for ``seq`` unless one already is (the first one stays)."""
+        if self.key_of(seq) is not None:
+            return self
+        return replace(self, keys=tuple(sorted((*self.keys, (seq, digest)))))
 
     def with_parked(self, seq: int, digest: str | None = None) -> GroupState:
         keys = self.keys
