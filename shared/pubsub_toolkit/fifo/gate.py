@@ -244,6 +244,19 @@ class FifoGate:
             if state.head not in state.parked:
                 return GateResult(GateOutcome.IDLE, group, state.head)
         message = self._store.parked_message(self.consumer, group, state.head)
+        copy = self._parked_copies.get((group, state.head))
+        if (
+            message is None
+            and copy is not None
+            and state.key_of(state.head)
+            in (
+                None,
+                key_digest(message_key(copy)),
+            )
+        ):
+            # Listed but not stored (the store lost the write): this process still has it.
+            self._store.park(self.consumer, group, state.head, copy)
+            message = copy
         if message is None:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
@@ -253,7 +266,15 @@ class FifoGate:
                 replace(state, parked=tuple(p for p in state.parked if p != head)),
                 state,
             )
-            logger.error("%s/%s: parked head %d had no stored message", self.consumer, group, head)
+            self._decision(
+                "parked_lost",
+                group,
+                head,
+                "ALERT: listed as parked but not stored (lost by the store, or a crash between "
+                "the two writes); seek the subscription back or skip it",
+                level=logging.ERROR,
+                alert="parked_lost",
+            )
             return GateResult(GateOutcome.IDLE, group, head)
         leased = self._take_lease(group, state, now, key_digest(message_key(message)))
         if leased is None:
