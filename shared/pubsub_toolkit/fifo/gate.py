@@ -834,4 +834,6 @@ def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
     if is_filler(message) or not key:  # no identity to compare (a hand-made test message)
         return None
     digest = key_digest(key)
-    return next((s for s, _ in state.keys if s < seq and state.ran_at(s) == digest), None)
+    last = state.last_processed
+    # A filler's digest carries FILLER_MARK, so it never equals a plain one: no message ran there.
+    return next((s for s, d in state.keys if d == digest and s < seq and s <= last), None)
