@@ -44,3 +44,8 @@ class Witness(Generic[K, V]):
             self._entries.move_to_end(key)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
+
+    def keys(self) -> list[K]:
+        """The keys remembered, oldest first."""
+        with self._lock:
+            return list(self._entries)

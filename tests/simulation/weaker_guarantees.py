@@ -106,7 +106,9 @@ class Relaxation:
         return self.rollback and len(set(processes)) == len(processes)
 
     def dead_letter_may_repeat(self, lid: str, reason: str) -> bool:
-        return self.rollback or (f"dead_letter:{reason}", lid) in self.at_risk
+        # A victim may lose more than one of its numbers (each copy is dead-lettered once).
+        victim = lid in self.victims and reason == "fifo_sequence_reused"
+        return self.rollback or victim or (f"dead_letter:{reason}", lid) in self.at_risk
 
     def counts_as_both(self, lid: str, letter: DeadLetter) -> bool:
         """Does this dead letter next to ``lid``'s effect break "never both"?"""

@@ -316,7 +316,9 @@ class FifoGate:
         return self.sweep(group)
 
     def groups(self) -> list[str]:
-        return self._store.groups(self.consumer)
+        """Every group the store lists - and every group this process remembers, so a group
+        the store lost altogether is still swept (and so repaired, see ``_load``)."""
+        return sorted({*self._store.groups(self.consumer), *self._witness.keys()})
 
     # --- internals ------------------------------------------------------------------------
 
