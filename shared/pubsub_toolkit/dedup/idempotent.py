@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -74,6 +75,8 @@ class IdempotentProcessor:
         self.log = log or DecisionLog(namespace)
         # key -> (fingerprint, result, when) of what this process saw done.
         self._done: Witness[str, tuple[str, str | None, datetime]] = Witness()
+        self._running: set[str] = set()
+        self._running_lock = threading.Lock()
 
     def sibling(self, namespace: str, *, log: DecisionLog | None = None) -> IdempotentProcessor:
         """A processor on the same store, lease and TTL for another namespace (e.g. the one
@@ -104,6 +107,26 @@ class IdempotentProcessor:
         def log(outcome: str, text: str, **fields: Any) -> None:
             self.log.decision(outcome, text, dedup_key=key, **{**(context or {}), **fields})
 
+        # Two deliveries of one key in this very process never run at once, whatever the
+        # store says (it may have lost the first one's claim).
+        with self._running_lock:
+            if key in self._running:
+                log("in_progress", "key is being processed by this process; retry later")
+                raise ClaimInProgressError(f"{self.namespace}/{key} is running here")
+            self._running.add(key)
+        try:
+            return self._process_claimed(key, fingerprint, effect, log)
+        finally:
+            with self._running_lock:
+                self._running.discard(key)
+
+    def _process_claimed(
+        self,
+        key: str,
+        fingerprint: str,
+        effect: Callable[[], str | None],
+        log: Callable[..., None],
+    ) -> ProcessResult:
         claim = self._store.claim(
             self.namespace, key, fingerprint, lease=self._lease, ttl=self._ttl
         )
@@ -144,6 +167,9 @@ class IdempotentProcessor:
         except BaseException:
             self._release_after_failure(key, claim)
             raise
+        # Remembered before the store is told: if recording fails (or the store loses it),
+        # this process still knows the effect happened and will not run it again.
+        self._done.put(key, (fingerprint, result, self._clock.now()))
         try:
             self._complete(key, claim, result)
         except StaleClaimError:

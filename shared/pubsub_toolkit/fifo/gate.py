@@ -757,7 +757,8 @@ class FifoGate:
             next_attempt_at=state.next_attempt_at if last == state.last_processed else None,
             blocked_at=state.blocked_at if last == state.last_processed else None,
             skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
-            keys=tuple(sorted({*seen.keys, *state.keys})),
+            # One key per number, this process's word first: it saw what really ran there.
+            keys=tuple(sorted({**dict(state.keys), **dict(seen.keys)}.items())),
         )
         self._decision(
             "store_rollback",
