@@ -93,7 +93,7 @@ class Relaxation:
     def may_be_lost(self, lid: str) -> bool:
         """Acked by the consumer before the store lost writes: the rollback's residue."""
         reached = dict(self.reached_gate).get(lid)
-        return self.rollback and reached is not None and reached < self.last_rollback
+        return self.rollback and reached is not None and reached <= self.last_rollback
 
     def effect_at_risk(self, lid: str) -> bool:
         """The effect ran but the toolkit could not record it (the two-phase window)."""

@@ -73,8 +73,9 @@ class IdempotentProcessor:
         self._lease = lease
         self._ttl = ttl
         self.log = log or DecisionLog(namespace)
-        # key -> (fingerprint, result, when) of what this process saw done.
-        self._done: Witness[str, tuple[str, str | None, datetime]] = Witness()
+        # (key, fingerprint) -> (fingerprint, result, when) of what this process saw done
+        # (by content too: an impostor under the same key must not hide the original).
+        self._done: Witness[tuple[str, str], tuple[str, str | None, datetime]] = Witness()
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
 
@@ -135,9 +136,9 @@ class IdempotentProcessor:
             result = claim.record.result if claim.record else None
             # Remember when the STORE's record was done (its TTL runs from then), not now.
             done_at = claim.record.expire_at - self._ttl if claim.record else self._clock.now()
-            self._done.put(key, (fingerprint, result, done_at))
+            self._done.put((key, fingerprint), (fingerprint, result, done_at))
             return ProcessResult(Outcome.DUPLICATE, result)
-        remembered = self._done.get(key) if claim.owns_key else None
+        remembered = self._done.get((key, fingerprint)) if claim.owns_key else None
         if remembered is not None and remembered[0] == fingerprint:
             _, result, when = remembered
             if self._clock.now() < when + self._ttl:
@@ -169,7 +170,7 @@ class IdempotentProcessor:
             raise
         # Remembered before the store is told: if recording fails (or the store loses it),
         # this process still knows the effect happened and will not run it again.
-        self._done.put(key, (fingerprint, result, self._clock.now()))
+        self._done.put((key, fingerprint), (fingerprint, result, self._clock.now()))
         try:
             self._complete(key, claim, result)
         except StaleClaimError:
@@ -180,7 +181,7 @@ class IdempotentProcessor:
                 token=claim.token,
             )
             raise
-        self._done.put(key, (fingerprint, result, self._clock.now()))
+        self._done.put((key, fingerprint), (fingerprint, result, self._clock.now()))
         log(Outcome.PROCESSED, "processed")
         return ProcessResult(Outcome.PROCESSED, result)
 
