@@ -23,8 +23,9 @@ alert and, with the ``skip`` gap policy, is passed over with tombstones.
 Two markers keep a group from stalling or losing messages:
 
 * a **filler** (``fifo_filler`` attribute, forwarded by ingress) stands for a number that
-  carries no new message - a producer's retry numbered again, or a message ingress
-  dead-lettered: the gate advances past it without running the handler;
+  carries no new message - a message ingress dead-lettered, or a cancelled one: the gate
+  advances past it without running the handler; and a copy of a key that already ran at a
+  lower number (a producer's retry numbered again) is filled the same way (``ran_earlier``);
 * a **reused number** - a different dedup key at a number already taken (a producer reusing
   numbers, a counter rolled back by its store) - is dead-lettered with
   ``fifo_sequence_reused`` and an ALERT, never acked as a duplicate (``GroupState.keys``).
