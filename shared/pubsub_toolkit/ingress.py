@@ -58,7 +58,7 @@ from pubsub_toolkit.delay.cancel import (
     released_message_id,
 )
 from pubsub_toolkit.errors import ContractViolation, PermanentError
-from pubsub_toolkit.fifo.gate import FILLER_DEAD_LETTERED
+from pubsub_toolkit.fifo.gate import FILLER_CANCELLED, FILLER_DEAD_LETTERED, filler_message
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.publishing import MessageSink
@@ -265,7 +265,7 @@ class Ingress:
                 why = f"{FILLER_DEAD_LETTERED}{first.detail}"
                 return self._publish_filler(group, seq, key, why)
             if first.outcome is IngressOutcome.CANCELLED:
-                return self._publish_filler(group, seq, key, "cancelled")
+                return self._publish_filler(group, seq, key, FILLER_CANCELLED)
             return self._route(envelope, replay=False).to_result()
 
         self._processor.process(
@@ -276,14 +276,8 @@ class Ingress:
         )
 
     def _publish_filler(self, group: str, seq: int, dedup_key: str, why: str) -> str:
-        attributes = {
-            attr.FIFO_GROUP: group,
-            attr.FIFO_SEQ: str(seq),
-            attr.DEDUP_KEY: dedup_key,
-            attr.FIFO_FILLER: why,
-        }
         message_id = self._sink.publish(
-            self._final_topic, OutboundMessage(b"", attributes, ordering_key=group)
+            self._final_topic, filler_message(group, seq, dedup_key, why)
         )
         self.log.decision(
             "filler_forwarded",

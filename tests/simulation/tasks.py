@@ -13,8 +13,7 @@
 :class:`TasksView` is our own scheduler protocol (``schedule(message, deliver_at, dedup_key,
 hop=0)``, ``delete(dedup_key, hop=0)``) implemented on that model the way
 :class:`pubsub_toolkit.delay.scheduler.CloudTasksScheduler` implements it on the real client:
-the same body (``DelayedMessage(...).to_json()``), the same task names, the same limits
-(``MAX_DELAY``, ``HORIZON``, ``MAX_TASK_BYTES``) imported from the real module.
+both plan each task with the real ``plan_task`` (same body, same names, same limits).
 """
 
 from __future__ import annotations
@@ -25,18 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pubsub_toolkit.attributes import FIFO_SEQ
-from pubsub_toolkit.delay.cancel import fate_key
-from pubsub_toolkit.delay.payload import DelayedMessage
-from pubsub_toolkit.delay.scheduler import (
-    HORIZON,
-    MAX_DELAY,
-    MAX_TASK_BYTES,
-    REASON_DELAY_TOO_LONG,
-    REASON_TASK_TOO_LARGE,
-    task_id,
-)
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.delay.scheduler import plan_task, task_id
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.clock import SimClock, to_seconds
 from tests.simulation.events import EventLoop
@@ -156,18 +144,11 @@ class TasksView:
         self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
     ) -> str:
         """Park ``message`` until ``deliver_at`` (or the horizon); return the task name."""
-        now = self._clock.now()
-        if deliver_at - now > MAX_DELAY:
-            raise PermanentError(
-                REASON_DELAY_TOO_LONG, f"deliver_at is more than {MAX_DELAY.days} days ahead"
-            )
-        body = DelayedMessage(message, dedup_key, deliver_at, hop).to_json()
-        if len(body) > MAX_TASK_BYTES:
-            raise PermanentError(REASON_TASK_TOO_LARGE, f"the task body is {len(body)} bytes")
-        task_key = fate_key(dedup_key, message.attributes)
-        name = task_name(task_key, hop, message.attributes.get(FIFO_SEQ))
-        when = min(deliver_at, now + HORIZON)
-        self._call("tasks.create", lambda: self._service.create(name, body, when))
+        plan = plan_task(message, deliver_at, dedup_key, hop, now=self._clock.now())
+        name = f"{QUEUE}/tasks/{plan.task_id}"
+        self._call(
+            "tasks.create", lambda: self._service.create(name, plan.body, plan.schedule_time)
+        )
         return name  # created, or AlreadyExists: "already scheduled" either way
 
     def delete(self, dedup_key: str, hop: int = 0) -> bool:

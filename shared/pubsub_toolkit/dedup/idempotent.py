@@ -181,7 +181,6 @@ class IdempotentProcessor:
                 token=claim.token,
             )
             raise
-        self._done.put((key, fingerprint), (fingerprint, result, self._clock.now()))
         log(Outcome.PROCESSED, "processed")
         return ProcessResult(Outcome.PROCESSED, result)
 

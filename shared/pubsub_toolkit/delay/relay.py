@@ -40,6 +40,7 @@ from pubsub_toolkit.delay.cancel import (
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
+from pubsub_toolkit.fifo.gate import FILLER_CANCELLED, filler_message
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.publishing import MessageSink
@@ -178,13 +179,9 @@ class Relay:
         self.log.decision(RelayOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
         group, raw_seq = attributes.get(attr.FIFO_GROUP), attributes.get(attr.FIFO_SEQ)
         if group and raw_seq:
-            filler = {
-                attr.FIFO_GROUP: group,
-                attr.FIFO_SEQ: raw_seq,
-                attr.DEDUP_KEY: key,
-                attr.FIFO_FILLER: "cancelled",
-            }
-            self._sink.publish(self._final_topic, OutboundMessage(b"", filler, ordering_key=group))
+            self._sink.publish(
+                self._final_topic, filler_message(group, raw_seq, key, FILLER_CANCELLED)
+            )
         return RelayResult(RelayOutcome.CANCELLED, key)
 
     def _hop(self, delayed: DelayedMessage) -> RelayResult:

@@ -76,6 +76,40 @@ def tasks_client(emulator_host: str | None = None) -> tasks_v2.CloudTasksClient:
     return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
 
 
+@dataclass(frozen=True)
+class TaskPlan:
+    """What one task of a delayed message is: its id, its body and when it runs."""
+
+    task_id: str
+    body: bytes
+    schedule_time: datetime
+
+
+def plan_task(
+    message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int, *, now: datetime
+) -> TaskPlan:
+    """The task for ``message`` (PermanentError when Cloud Tasks cannot hold it).
+
+    Pure, so the simulation's Cloud Tasks model plans tasks exactly as production does.
+    """
+    if deliver_at - now > MAX_DELAY:
+        raise PermanentError(
+            REASON_DELAY_TOO_LONG, f"deliver_at is more than {MAX_DELAY.days} days ahead"
+        )
+    body = DelayedMessage(message, dedup_key, deliver_at, hop).to_json()
+    if len(body) > MAX_TASK_BYTES:
+        raise PermanentError(
+            REASON_TASK_TOO_LARGE,
+            f"the task body would be {len(body)} bytes; Cloud Tasks accepts about 1 MB",
+        )
+    task_key = fate_key(dedup_key, message.attributes)  # a replay: a task of its own
+    return TaskPlan(
+        task_id(task_key, hop, message.attributes.get(FIFO_SEQ)),
+        body,
+        min(deliver_at, now + HORIZON),
+    )
+
+
 def task_id(dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
     """A task id for a key (a hash, which also spreads names evenly as Cloud Tasks asks)."""
     name = dedup_key if fifo_seq is None else f"{dedup_key}\x00fifo_seq={fifo_seq}"
@@ -129,20 +163,9 @@ class CloudTasksScheduler:
         self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
     ) -> str:
         """Park ``message`` until ``deliver_at`` (or the horizon); return the task name."""
-        now = self._clock.now()
-        if deliver_at - now > MAX_DELAY:
-            raise PermanentError(
-                REASON_DELAY_TOO_LONG, f"deliver_at is more than {MAX_DELAY.days} days ahead"
-            )
-        body = DelayedMessage(message, dedup_key, deliver_at, hop).to_json()
-        if len(body) > MAX_TASK_BYTES:
-            raise PermanentError(
-                REASON_TASK_TOO_LARGE,
-                f"the task body would be {len(body)} bytes; Cloud Tasks accepts about 1 MB",
-            )
-        task_key = fate_key(dedup_key, message.attributes)  # a replay: a task of its own
-        name = self.task_name(task_key, hop, message.attributes.get(FIFO_SEQ))
-        task = self._task(name, body, min(deliver_at, now + HORIZON))
+        plan = plan_task(message, deliver_at, dedup_key, hop, now=self._clock.now())
+        name = f"{self.queue}/tasks/{plan.task_id}"
+        task = self._task(name, plan.body, plan.schedule_time)
         try:
             created = self._client.create_task(parent=self.queue, task=task, timeout=_RPC_TIMEOUT)
         except gexc.AlreadyExists:

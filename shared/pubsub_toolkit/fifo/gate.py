@@ -61,7 +61,7 @@ from pubsub_toolkit.fifo.state import (
     key_digest,
     merge_ranges,
 )
-from pubsub_toolkit.message import Message
+from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.witness import Witness
 
@@ -73,6 +73,7 @@ REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
 # A filler whose value starts so stands for a dead-lettered message: the gate leaves a
 # tombstone, so a replay of it arriving later is kept (fifo_late_after_skip), never dropped.
 FILLER_DEAD_LETTERED = "dead_lettered:"
+FILLER_CANCELLED = "cancelled"
 _ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
 PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
 _MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
@@ -809,6 +810,17 @@ class FifoGate:
 def message_key(message: Message) -> str:
     """The message's stable identity: its dedup key, else its message id."""
     return message.attributes.get(attr.DEDUP_KEY) or message.message_id
+
+
+def filler_message(group: str, seq: int | str, dedup_key: str, why: str) -> OutboundMessage:
+    """The marker for a number that carries no message (ingress and the relay send it)."""
+    attributes = {
+        attr.FIFO_GROUP: group,
+        attr.FIFO_SEQ: str(seq),
+        attr.DEDUP_KEY: dedup_key,
+        attr.FIFO_FILLER: why,
+    }
+    return OutboundMessage(b"", attributes, ordering_key=group)
 
 
 def is_filler(message: Message) -> bool:
