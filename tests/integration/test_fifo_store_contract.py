@@ -119,6 +119,27 @@ def test_stale_expected_version_is_refused_and_changes_nothing(store: FifoStore)
     assert after.version == v2.version
 
 
+def test_save_returns_the_stored_state_with_the_version_a_next_save_can_compare_to(
+    backend: Backend,
+) -> None:
+    # The gate compare-and-sets its advance against the state its lease save returned, without
+    # reading the record again: that version must be exactly the stored one.
+    store, rival = backend.make(), backend.make()
+    fresh = store.load(CONSUMER, "g")
+    v1 = store.save(CONSUMER, "g", replace(fresh, lease_token=1), fresh)
+    assert v1 is not None
+    assert v1.lease_token == 1
+    assert v1.version == store.load(CONSUMER, "g").version
+    v2 = store.save(CONSUMER, "g", replace(v1, last_processed=1), v1)
+    assert v2 is not None
+    assert v2.version != v1.version
+    assert v2.version == store.load(CONSUMER, "g").version
+    # Another writer in between: the returned version is stale, and the save is refused.
+    assert rival.save(CONSUMER, "g", replace(v2, parked=(3,)), rival.load(CONSUMER, "g"))
+    assert store.save(CONSUMER, "g", replace(v2, last_processed=2), v2) is None
+    assert store.load(CONSUMER, "g").parked == (3,)
+
+
 def test_every_save_changes_the_version_even_if_the_state_does_not(store: FifoStore) -> None:
     # Firestore keeps update_time on a write that changes nothing: without care, two writers of
     # the same content from one version would both win (two gates taking one lease).

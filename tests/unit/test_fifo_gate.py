@@ -503,3 +503,38 @@ def test_a_store_that_lost_writes_is_caught_by_the_process_that_made_them(
     assert (state.last_processed, state.parked) == (3, (5,))  # position and #5 restored
     gate.deliver(keyed("g", 4, "k4"), "g", 4)
     assert handler.seen["g"] == [1, 2, 3, 4, 5]  # #2 never ran twice, #5 not lost
+
+
+def test_an_in_order_message_costs_one_state_read_and_two_writes(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    # The advance compare-and-sets against the state the lease write returned, so the record
+    # is read once per message (not again before the advance); a rival write still wins.
+    class CountingStore(MemoryFifoStore):
+        loads = saves = 0
+
+        def load(self, consumer: str, group: str) -> Any:
+            self.loads += 1
+            return super().load(consumer, group)
+
+        def save(self, *args: Any) -> Any:
+            self.saves += 1
+            return super().save(*args)
+
+    store = CountingStore()
+    gate = make_gate(handler, clock, sink, store)
+    for seq in range(1, 11):
+        assert gate.deliver(msg("g", seq), "g", seq).outcome is GateOutcome.PROCESSED
+    assert (store.loads, store.saves) == (10, 20)
+    assert handler.seen["g"] == list(range(1, 11))
+
+    # A park by another consumer process while the handler runs makes the advance's first
+    # compare-and-set fail: the gate reads the record again and keeps the parked number.
+    def parks_a_successor(message: Message) -> None:
+        other = make_gate(Recorder(), clock, sink, store)
+        assert other.deliver(msg("g", 13), "g", 13).outcome is GateOutcome.PARKED
+
+    gate._handler = parks_a_successor
+    assert gate.deliver(msg("g", 11), "g", 11).outcome is GateOutcome.PROCESSED
+    state = store.load("consumer-a", "g")
+    assert (state.last_processed, state.parked) == (11, (13,))

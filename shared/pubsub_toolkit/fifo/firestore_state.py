@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -87,8 +88,11 @@ class FirestoreFifoStore:
             return GroupState()
         return GroupState.from_json(snapshot.get(STATE_FIELD), version=snapshot.update_time)
 
-    def save(self, consumer: str, group: str, state: GroupState, expected: GroupState) -> bool:
-        """Write ``state`` if the stored version is still ``expected.version``; False if not."""
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        """Write ``state`` if the stored version is still ``expected.version``; the state
+        with its new version (the write's ``update_time``), or None if the version was stale."""
         ref = self._ref(consumer, group)
         write_id = uuid.uuid4().hex
         document = {
@@ -114,11 +118,12 @@ class FirestoreFifoStore:
 
         try:
             # The retry wraps the whole attempt, so we know whether it ran more than once.
-            fail_closed(_RETRY(attempt))
+            result: Any = fail_closed(_RETRY(attempt))  # a WriteResult
         except _CONFLICT:
             # After a retry the conflict may be our own first attempt, applied but unanswered.
-            return attempts > 1 and self._written_by(ref, write_id)
-        return True
+            update_time = self._written_by(ref, write_id) if attempts > 1 else None
+            return None if update_time is None else replace(state, version=update_time)
+        return replace(state, version=result.update_time)
 
     def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
         """Store an early arrival; ``create()`` keeps the first copy of a seq."""
@@ -221,8 +226,10 @@ class FirestoreFifoStore:
                 WRITE_ID_FIELD: write_id,
             }
             transaction.update(ref, document, option=unchanged)
-            written.append(new)
-            return new
+            # Its new version is the commit's, which the transaction does not hand back: the
+            # gate's next change reads the record (version None = unknown).
+            written.append(replace(new, version=None))
+            return written[-1]
 
         try:
             return run_in_transaction(self._client, body)
@@ -252,11 +259,15 @@ class FirestoreFifoStore:
             )
         return state
 
-    def _written_by(self, ref: Any, write_id: str) -> bool:
+    def _written_by(self, ref: Any, write_id: str) -> object | None:
+        """The document's version if its last write was ``write_id``, else None."""
         snapshot = fail_closed(
             lambda: ref.get(field_paths=[WRITE_ID_FIELD], retry=_RETRY, timeout=_TIMEOUT)
         )
-        return bool(snapshot.exists and snapshot.get(WRITE_ID_FIELD) == write_id)
+        if snapshot.exists and snapshot.get(WRITE_ID_FIELD) == write_id:
+            update_time: object = snapshot.update_time
+            return update_time
+        return None
 
     def _ref(self, consumer: str, group: str) -> Any:
         return self._collection.document(document_id(consumer, group))

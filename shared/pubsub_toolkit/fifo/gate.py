@@ -409,9 +409,7 @@ class FifoGate:
             lease_token=state.lease_token + 1,
             lease_until=now + self.policy.lease,
         )
-        if not self._save(group, leased, state):
-            return None
-        return leased
+        return self._save(group, leased, state)
 
     def _run(
         self, group: str, seq: int, message: Message, state: GroupState, *, from_park: bool
@@ -429,7 +427,7 @@ class FifoGate:
         while True:
             try:
                 state = self._handle_and_advance(
-                    group, token, seq, message, run_handler=ran_before is None
+                    group, token, seq, message, run_handler=ran_before is None, known=state
                 )
             except (StaleClaimError, StoreUnavailableError):
                 # Not the handler's failure: we lost the group, or the store hiccuped after the
@@ -456,7 +454,7 @@ class FifoGate:
                 return GateResult(first_outcome, group, first, released)  # lease freed
             next_message = self._store.parked_message(self.consumer, group, state.head)
             if next_message is None:
-                self._release_lease(group, token)
+                self._release_lease(group, token, known=state)
                 return GateResult(first_outcome, group, first, released)
             seq, message, from_park = state.head, next_message, True
             ran_before = ran_earlier(state, seq, message)
@@ -550,11 +548,20 @@ class FifoGate:
         return self._load(group)
 
     def _handle_and_advance(
-        self, group: str, token: int, seq: int, message: Message, *, run_handler: bool
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        message: Message,
+        *,
+        run_handler: bool,
+        known: GroupState,
     ) -> GroupState:
-        """Run the handler for ``seq`` and advance past it - in one transaction if configured."""
+        """Run the handler for ``seq`` and advance past it - in one transaction if configured.
+
+        ``known`` is the state this worker last wrote (see ``_update``)."""
         if not run_handler or is_filler(message):
-            return self._advance_after_effect(group, token, seq, message)
+            return self._advance_after_effect(group, token, seq, message, known)
         if self._transactional_handler is not None:
             handler = self._transactional_handler
             store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
@@ -570,10 +577,10 @@ class FifoGate:
                 )
             )
         self._handler(message)
-        return self._advance_after_effect(group, token, seq, message)
+        return self._advance_after_effect(group, token, seq, message, known)
 
     def _advance_after_effect(
-        self, group: str, token: int, seq: int, message: Message
+        self, group: str, token: int, seq: int, message: Message, known: GroupState
     ) -> GroupState:
         """Record the advance past ``seq`` once its effect happened, retrying a store hiccup.
 
@@ -586,7 +593,7 @@ class FifoGate:
         skipped = (seq,) if filler.startswith(FILLER_DEAD_LETTERED) else ()
         displaced: list[str] = []
         recorded = FILLER_MARK + digest if filler else digest
-        state = self._advance_recorded(group, token, seq, recorded, skipped, displaced)
+        state = self._advance_recorded(group, token, seq, recorded, skipped, displaced, known)
         if displaced:
             self._dead_letter_displaced(group, seq, digest)
         return state
@@ -599,6 +606,7 @@ class FifoGate:
         digest: str,
         skipped: tuple[int, ...],
         displaced: list[str],
+        known: GroupState,
     ) -> GroupState:
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
@@ -612,7 +620,8 @@ class FifoGate:
                 change = self._advance_change(
                     seq, skipped=skipped, digest=digest, displaced=displaced
                 )
-                return self._update(group, token, change)
+                # A retry reads the record: the first attempt may have applied.
+                return self._update(group, token, change, known=None if attempt else known)
             except StoreUnavailableError:
                 if delay is None:
                     self._decision(
@@ -686,27 +695,37 @@ class FifoGate:
     ) -> GroupState:
         return self._update(group, token, self._advance_change(seq, skipped=skipped, digest=digest))
 
-    def _release_lease(self, group: str, token: int) -> None:
-        self._update(group, token, lambda s: replace(s, lease_until=None))
+    def _release_lease(self, group: str, token: int, *, known: GroupState | None = None) -> None:
+        self._update(group, token, lambda s: replace(s, lease_until=None), known=known)
 
     def _update(
-        self, group: str, token: int, change: Callable[[GroupState], GroupState]
+        self,
+        group: str,
+        token: int,
+        change: Callable[[GroupState], GroupState],
+        *,
+        known: GroupState | None = None,
     ) -> GroupState:
         """Compare-and-set ``change`` while we still hold lease ``token``; return what we wrote.
 
         (Not a re-read: once our write frees the lease, the record belongs to whoever leases
-        it next.)
+        it next.) ``known`` is the state this worker last wrote, with its version: the first
+        attempt compares against it without reading the record - if anyone wrote since (or
+        the store lost our write), the compare-and-set fails and the record is read.
         """
         for _ in range(_MAX_CAS_ROUNDS):
-            state = self._load(group)
+            if known is not None and known.version is not None:
+                state, known = known, None
+            else:
+                state = self._load(group)
             if state.lease_token != token:
                 raise StaleClaimError(
                     f"{self.consumer}/{group}: lease {token} was taken over "
                     f"(now {state.lease_token}); the handler outlived its lease"
                 )
-            new = change(state)
-            if self._save(group, new, state):
-                return new
+            stored = self._save(group, change(state), state)
+            if stored is not None:
+                return stored
         raise TransientError(f"{self.consumer}/{group}: the state kept changing; try again")
 
     # --- the store, as this process has seen it (see pubsub_toolkit.witness) ----------------
@@ -721,11 +740,12 @@ class FifoGate:
                 return self._store.load(self.consumer, group)
         raise TransientError(f"{self.consumer}/{group}: could not repair the group's state")
 
-    def _save(self, group: str, state: GroupState, expected: GroupState) -> bool:
-        if not self._store.save(self.consumer, group, state, expected):
-            return False
-        self._witnessed(state, group)
-        return True
+    def _save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
+        """``state`` as stored (with its new version), or None if ``expected`` was stale."""
+        stored = self._store.save(self.consumer, group, state, expected)
+        if stored is None:
+            return None
+        return self._witnessed(stored, group)
 
     def _witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
         if group is not None:

@@ -23,13 +23,16 @@ class MemoryFifoStore:
         with self._lock:
             return self._states.get((consumer, group), GroupState())
 
-    def save(self, consumer: str, group: str, state: GroupState, expected: GroupState) -> bool:
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
         with self._lock:
             current = self._states.get((consumer, group), GroupState())
             if current.version != expected.version:
-                return False
-            self._states[(consumer, group)] = replace(state, version=next(self._versions))
-            return True
+                return None
+            stored = replace(state, version=next(self._versions))
+            self._states[(consumer, group)] = stored
+            return stored
 
     def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
         with self._lock:

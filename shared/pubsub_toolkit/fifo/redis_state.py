@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pubsub_toolkit.errors import ConfigurationError
@@ -120,12 +121,20 @@ class RedisFifoStore:
             return GroupState()
         return GroupState.from_json(raw, version=int(version))
 
-    def save(self, consumer: str, group: str, state: GroupState, expected: GroupState) -> bool:
-        """Write ``state`` if the stored version is still ``expected.version``; False if not."""
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        """Write ``state`` if the stored version is still ``expected.version``; the state
+        with its new version, or None if the expected version was stale."""
         expected_version = "" if expected.version is None else str(expected.version)
         keys = [self._state_key(consumer, group), self._groups_key(consumer)]
         args = [expected_version, state.to_json(), uuid.uuid4().hex, group]
-        return bool(self._call(lambda: self._save_script(keys=keys, args=args)))
+        if not self._call(lambda: self._save_script(keys=keys, args=args)):
+            return None
+        # The script bumps the version by one from the expected one (also when it recognises
+        # its own write id after a retried call: that write went from the expected version).
+        previous = expected.version if isinstance(expected.version, int) else 0
+        return replace(state, version=previous + 1)
 
     def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
         """Store an early arrival; HSETNX keeps the first copy of a seq."""

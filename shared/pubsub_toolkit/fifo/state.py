@@ -215,8 +215,15 @@ class FifoStore(Protocol):
         """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
         ...
 
-    def save(self, consumer: str, group: str, state: GroupState, expected: GroupState) -> bool:
-        """Write ``state`` if the stored version is still ``expected.version``; False if not."""
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        """Write ``state`` if the stored version is still ``expected.version``.
+
+        Returns ``state`` as now stored, carrying its new version (so the writer can
+        compare-and-set its next change against it without reading the record again), or
+        None if the expected version was stale.
+        """
         ...
 
     def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
