@@ -24,10 +24,11 @@ system-deps: ## install what the machine lacks (redis-server, chromium, shellche
 	@test -f /usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar || \
 	  { echo "missing Firestore emulator: apt-get install google-cloud-cli-firestore-emulator"; exit 1; }
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml local/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	# The library and, beside it, the local stack's own distribution (local/), both editable.
+	$(PIP) install -q -e '.[dev]' -e ./local
 	touch $@
 
 tests/e2e/node/node_modules/.installed: tests/e2e/node/package-lock.json

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pubsub_toolkit.local import emulators
-from pubsub_toolkit.local.processes import ServiceGroup, free_port
+from pubsub_toolkit_local import emulators
+from pubsub_toolkit_local.processes import ServiceGroup, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -34,7 +34,7 @@ from bench.common import write_result
 from bench.delay import percentile
 from bench.mix import Mix
 from bench.workload import RunResult, run_workload
-from pubsub_toolkit.local.stack import LocalStack, StackOptions
+from pubsub_toolkit_local.stack import LocalStack, StackOptions
 
 REPO = Path(__file__).resolve().parent.parent
 

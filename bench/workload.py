@@ -24,8 +24,8 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer import Consumer
 from pubsub_toolkit.fifo.counter import SequenceCounter
-from pubsub_toolkit.local.topology import Topology
 from pubsub_toolkit.processing import MessageProcessor
+from pubsub_toolkit_local.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pubsub_toolkit.local import emulators
-from pubsub_toolkit.local.processes import (
+from pubsub_toolkit_local import emulators
+from pubsub_toolkit_local.processes import (
     STARTED,
     RunningService,
     ServiceSpec,

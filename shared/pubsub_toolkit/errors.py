@@ -61,7 +61,3 @@ class StaleClaimError(TransientError):
     the newer holder's outcome is the one recorded. Transient: the redelivery finds the newer
     holder's record (a duplicate) and is acked.
     """
-
-
-class ServiceStartError(ToolkitError):
-    """A local service could not start; the message says what to fix."""

@@ -60,13 +60,13 @@ def in_bundle(module: object) -> bool:
 
 
 def import_library() -> list[str]:
-    """Import every deployable module of the copied library (local/ and cli/ are dev-only)."""
+    """Import every deployable module of the copied library (cli/ is the operator's tool)."""
     import pubsub_toolkit
 
     assert in_bundle(pubsub_toolkit), f"pubsub_toolkit comes from {pubsub_toolkit.__file__}"
     names = []
     for info in pkgutil.walk_packages(pubsub_toolkit.__path__, "pubsub_toolkit."):
-        if info.name.split(".")[1] in {"local", "cli"}:
+        if info.name.split(".")[1] == "cli":
             continue
         importlib.import_module(info.name)
         names.append(info.name)

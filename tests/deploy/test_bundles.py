@@ -35,7 +35,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from pubsub_toolkit.local.processes import free_port
+from pubsub_toolkit_local.processes import free_port
 from tests.conftest import repo_root
 from tests.deploy.sdk import load_app_yaml, sdk_root
 from tests.support.waiting import wait_until
@@ -210,6 +210,16 @@ def test_bundle_loads_in_its_own_venv(
     # The probe really walked the library copied into the bundle.
     assert "pubsub_toolkit.ingress" in report["modules"]
     assert "pubsub_toolkit.dedup.redis" in report["modules"]
+
+
+@pytest.mark.parametrize("bundle", list(BUNDLES))
+def test_bundle_carries_no_local_stack(bundle: str, build_dir: Path) -> None:
+    """The local stack and the Cloud Tasks emulator are a development tool: never uploaded."""
+    files = [p.relative_to(build_dir / bundle).as_posix() for p in (build_dir / bundle).rglob("*")]
+    assert files, f"{bundle} is empty"
+    local = [f for f in files if "pubsub_toolkit_local" in f or "tasks_emulator" in f]
+    assert not local, f"{bundle} carries the local stack: {local[:5]}"
+    assert not (build_dir / bundle / "pubsub_toolkit/local").exists()
 
 
 @pytest.fixture

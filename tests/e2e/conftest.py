@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pubsub_toolkit.local.stack import LocalStack, RunningEmulators, StackOptions
+from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
 from tests.conftest import repo_root
 
 

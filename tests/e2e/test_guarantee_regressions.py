@@ -51,13 +51,13 @@ from pubsub_toolkit.consumer import Consumer
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.fifo.gate import REASON_SEQUENCE_REUSED
 from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
-from pubsub_toolkit.local import emulators
-from pubsub_toolkit.local.processes import free_port
-from pubsub_toolkit.local.stack import LocalStack, RunningEmulators, StackOptions
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.processing import MessageProcessor
 from pubsub_toolkit.publisher import Publisher
 from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit_local import emulators
+from pubsub_toolkit_local.processes import free_port
+from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
 from tests.conftest import repo_root
 from tests.support.restartable import Restartable
 from tests.support.waiting import wait_until

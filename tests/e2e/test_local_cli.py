@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pubsub_toolkit.local.control import DEFAULT_PORTS, StackState
-from pubsub_toolkit.local.processes import free_port, port_is_free, process_group_alive
+from pubsub_toolkit_local.control import DEFAULT_PORTS, StackState
+from pubsub_toolkit_local.processes import free_port, port_is_free, process_group_alive
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

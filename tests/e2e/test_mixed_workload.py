@@ -19,7 +19,7 @@ from bench.common import write_result
 from bench.mix import Mix
 from bench.workload import run_workload
 from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
-from pubsub_toolkit.local.stack import LocalStack
+from pubsub_toolkit_local.stack import LocalStack
 
 MIX = Mix(total=2000, groups=10, delay_range=(1.0, 5.0), invalid=4, mismatched=2, poison=2)
 

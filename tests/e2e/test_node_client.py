@@ -19,10 +19,10 @@ import pytest
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer import Consumer
-from pubsub_toolkit.local.stack import LocalStack
-from pubsub_toolkit.local.topology import drain
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.processing import MessageProcessor
+from pubsub_toolkit_local.stack import LocalStack
+from pubsub_toolkit_local.topology import drain
 from tests.conftest import repo_root
 from tests.support.waiting import wait_until
 

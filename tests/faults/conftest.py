@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pubsub_toolkit.local import emulators
-from pubsub_toolkit.local.processes import free_port
+from pubsub_toolkit_local import emulators
+from pubsub_toolkit_local.processes import free_port
 from tests.support.restartable import Restartable
 
 

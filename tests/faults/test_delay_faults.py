@@ -44,10 +44,10 @@ from pubsub_toolkit.delay.scheduler import (
 )
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.ingress import Ingress, IngressOutcome
-from pubsub_toolkit.local.tasks_emulator import CloudTasksEmulator
-from pubsub_toolkit.local.topology import drain
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
+from pubsub_toolkit_local.topology import drain
 from tests.conftest import repo_root
 from tests.support.sinks import RecordingSink
 

@@ -27,11 +27,11 @@ from pubsub_toolkit.fifo.gate import FifoGate
 from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
 from pubsub_toolkit.fifo.redis_state import RedisFifoStore
 from pubsub_toolkit.ingress import Ingress, IngressOutcome
-from pubsub_toolkit.local.processes import free_port
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.processing import MessageProcessor
 from pubsub_toolkit.publisher import Publisher
+from pubsub_toolkit_local.processes import free_port
 from tests.support.restartable import Restartable
 from tests.support.sinks import RecordingSink
 

@@ -25,9 +25,9 @@ from pubsub_toolkit.delay.scheduler import (
     HttpTarget,
 )
 from pubsub_toolkit.errors import PermanentError
-from pubsub_toolkit.local.tasks_emulator import CloudTasksEmulator
-from pubsub_toolkit.local.topology import drain
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
+from pubsub_toolkit_local.topology import drain
 from tests.support.pipeline import DelayChain, delay_chain
 from tests.support.waiting import wait_until
 
@@ -182,7 +182,7 @@ def test_forged_requests_to_the_served_relay_publish_nothing(chain: DelayChain) 
     import requests
 
     from pubsub_toolkit.delay.payload import DelayedMessage
-    from pubsub_toolkit.local.oidc import LocalOidcIssuer
+    from pubsub_toolkit_local.oidc import LocalOidcIssuer
 
     body = DelayedMessage(
         OutboundMessage(b"forged", {"dedup_key": "forged"}), "forged", datetime.now(UTC)

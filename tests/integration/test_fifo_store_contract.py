@@ -26,8 +26,8 @@ from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
 from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
 from pubsub_toolkit.fifo.redis_state import RedisFifoStore
 from pubsub_toolkit.fifo.state import FifoStore, GroupState
-from pubsub_toolkit.local.processes import free_port
 from pubsub_toolkit.message import Message
+from pubsub_toolkit_local.processes import free_port
 
 BACKENDS = ("memory", "redis", "firestore")
 CONSUMER = "consumer-a"

@@ -39,10 +39,10 @@ from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator
 from pubsub_toolkit.delay.payload import REASON_MALFORMED_TASK, DelayedMessage
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.dlq import replay
-from pubsub_toolkit.local.topology import Topology, create_topology, drain
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.publishing import PubSubSink
 from pubsub_toolkit.replays import REASON_FORGED_REPLAY, mint
+from pubsub_toolkit_local.topology import Topology, create_topology, drain
 from tests.conftest import repo_root
 
 INGRESS_SOURCE = repo_root() / "functions/ingress/main.py"

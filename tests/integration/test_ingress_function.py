@@ -19,9 +19,9 @@ import pytest
 from google.cloud import pubsub_v1
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.local.processes import free_port, start_service
-from pubsub_toolkit.local.servers import cloud_function
-from pubsub_toolkit.local.topology import Topology, create_topology, drain
+from pubsub_toolkit_local.processes import free_port, start_service
+from pubsub_toolkit_local.servers import cloud_function
+from pubsub_toolkit_local.topology import Topology, create_topology, drain
 from tests.conftest import repo_root
 from tests.support.flaky_proxy import FlakyProxy
 

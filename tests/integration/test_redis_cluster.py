@@ -32,8 +32,8 @@ from pubsub_toolkit.fifo import redis_state
 from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
 from pubsub_toolkit.fifo.redis_state import RedisFifoStore
 from pubsub_toolkit.fifo.state import GroupState
-from pubsub_toolkit.local.emulators import redis_server
-from pubsub_toolkit.local.processes import LOOPBACK, free_port, start_service
+from pubsub_toolkit_local.emulators import redis_server
+from pubsub_toolkit_local.processes import LOOPBACK, free_port, start_service
 
 LEASE = timedelta(seconds=30)
 TTL = timedelta(hours=1)

@@ -27,7 +27,7 @@ from pubsub_toolkit.fifo.firestore_counter import (
     document_id,
 )
 from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
-from pubsub_toolkit.local.processes import free_port
+from pubsub_toolkit_local.processes import free_port
 
 BACKENDS = ("memory", "redis", "firestore")
 CounterFactory = Callable[[], SequenceCounter]

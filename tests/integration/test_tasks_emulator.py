@@ -35,11 +35,11 @@ from google.oauth2 import id_token
 from google.protobuf import field_mask_pb2
 from google.rpc import code_pb2
 
-import pubsub_toolkit.local.tasks_emulator as tasks_emulator_package
+import pubsub_toolkit_local.tasks_emulator as tasks_emulator_package
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.local.oidc import LocalOidcIssuer
-from pubsub_toolkit.local.tasks_emulator import CloudTasksEmulator
-from pubsub_toolkit.local.tasks_emulator.policy import RetryPolicy
+from pubsub_toolkit_local.oidc import LocalOidcIssuer
+from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
+from pubsub_toolkit_local.tasks_emulator.policy import RetryPolicy
 from tests.support.waiting import wait_until
 
 PARENT = "projects/demo-project/locations/us-central1"
@@ -843,7 +843,7 @@ def test_runs_as_its_own_process_and_stops_on_sigterm(tmp_path: Path) -> None:
     shared = Path(tasks_emulator_package.__file__).resolve().parents[3]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shared), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "pubsub_toolkit.local.tasks_emulator", "--port", "0"]
+    command = [sys.executable, "-m", "pubsub_toolkit_local.tasks_emulator", "--port", "0"]
     with (tmp_path / "stderr.log").open("wb") as stderr:
         process = subprocess.Popen(
             [*command, "--oidc-port", "0"],

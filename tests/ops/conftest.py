@@ -17,9 +17,9 @@ import pytest
 
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer import Consumer
-from pubsub_toolkit.local.stack import LocalStack, RunningEmulators, StackOptions
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.processing import MessageProcessor
+from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
 from tests.conftest import repo_root
 
 StackFactory = Callable[..., LocalStack]

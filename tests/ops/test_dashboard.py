@@ -19,9 +19,9 @@ from google.cloud import firestore, pubsub_v1
 
 from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
 from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
-from pubsub_toolkit.local.processes import ServiceSpec, free_port, start_service
-from pubsub_toolkit.local.servers import http_ok_json
-from pubsub_toolkit.local.stack import LocalStack
+from pubsub_toolkit_local.processes import ServiceSpec, free_port, start_service
+from pubsub_toolkit_local.servers import http_ok_json
+from pubsub_toolkit_local.stack import LocalStack
 from tests.ops.conftest import StackFactory, recording_consumer
 from tests.support.waiting import wait_until
 

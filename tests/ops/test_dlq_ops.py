@@ -19,11 +19,11 @@ from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
 from pubsub_toolkit.fifo.gate import REASON_POISON
 from pubsub_toolkit.fifo.state import GroupState
 from pubsub_toolkit.ingress import Ingress, IngressOutcome
-from pubsub_toolkit.local.stack import LocalStack
-from pubsub_toolkit.local.topology import drain
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.publisher import Publisher
 from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit_local.stack import LocalStack
+from pubsub_toolkit_local.topology import drain
 from tests.ops.conftest import StackFactory, cli, recording_consumer
 from tests.support.waiting import wait_until
 

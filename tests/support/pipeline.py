@@ -18,9 +18,9 @@ from pathlib import Path
 from google.cloud import tasks_v2
 
 from pubsub_toolkit.delay.scheduler import tasks_client
-from pubsub_toolkit.local.processes import free_port
-from pubsub_toolkit.local.stack import LocalStack, RunningEmulators, StackOptions
-from pubsub_toolkit.local.topology import Topology
+from pubsub_toolkit_local.processes import free_port
+from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
+from pubsub_toolkit_local.topology import Topology
 from tests.conftest import repo_root
 from tests.support.flaky_proxy import FlakyProxy
 

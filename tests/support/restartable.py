@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pubsub_toolkit.local.processes import RunningService, ServiceSpec, start_service
+from pubsub_toolkit_local.processes import RunningService, ServiceSpec, start_service
 
 
 class Restartable:

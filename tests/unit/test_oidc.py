@@ -19,7 +19,7 @@ import pytest
 from google.auth.transport.requests import Request
 from google.oauth2 import id_token
 
-from pubsub_toolkit.local.oidc import GOOGLE_ISSUER, PEM_CERTS_PATH, LocalOidcIssuer
+from pubsub_toolkit_local.oidc import GOOGLE_ISSUER, PEM_CERTS_PATH, LocalOidcIssuer
 
 AUDIENCE = "http://127.0.0.1:8081/tasks/release"
 EMAIL = "relay-invoker@demo-project.iam.gserviceaccount.com"

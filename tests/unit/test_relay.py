@@ -19,8 +19,8 @@ from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator, OidcAuthentic
 from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
-from pubsub_toolkit.local.oidc import LocalOidcIssuer
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit_local.oidc import LocalOidcIssuer
 from tests.conftest import repo_root
 from tests.support.sinks import RecordingSink
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from pubsub_toolkit.cli.common import attribute, duration, timestamp
 from pubsub_toolkit.cli.dashboard import add_dashboard_command
-from pubsub_toolkit.cli.local import cmd_local_down, cmd_local_env, cmd_local_status, cmd_local_up
-from pubsub_toolkit.cli.messaging import cmd_demo, cmd_publish, cmd_subscribe
+from pubsub_toolkit.cli.local import add_local_commands, cmd_local
+from pubsub_toolkit.cli.messaging import cmd_publish, cmd_subscribe
 from pubsub_toolkit.cli.operations import (
     cmd_dlq_list,
     cmd_dlq_replay,
@@ -33,9 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Deduplication, delayed delivery and FIFO per group for Google Cloud Pub/Sub.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    demo = commands.add_parser("demo", help="run the whole pipeline locally, narrated, then stop")
-    demo.set_defaults(func=cmd_demo)
 
     publish = commands.add_parser(
         "publish", help="publish one message with the contract's attributes"
@@ -74,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dashboard_command(commands)
     _add_fifo_commands(commands)
     _add_dlq_commands(commands)
-    _add_local_commands(commands)
+    add_local_commands(commands)
     return parser
 
 
@@ -118,30 +115,16 @@ def _add_dlq_commands(commands: Any) -> None:
     dlq_replay.set_defaults(func=cmd_dlq_replay)
 
 
-def _add_local_commands(commands: Any) -> None:
-    local = commands.add_parser("local", help="run the pipeline locally in the background")
-    local_commands = local.add_subparsers(dest="local_command", required=True, metavar="ACTION")
-    up = local_commands.add_parser("up", help="start every part; ports and pids go to a state file")
-    up.add_argument("--project", default="local-project")
-    up.add_argument("--dedup-backend", choices=("firestore", "redis"), default="firestore")
-    from pubsub_toolkit.local.control import DEFAULT_PORTS
-
-    for name, port in DEFAULT_PORTS.items():
-        flag = "--" + name.replace("_", "-")
-        up.add_argument(flag, type=int, default=port, help=f"(default {port})")
-    up.set_defaults(func=cmd_local_up)
-    local_commands.add_parser("env", help="print export lines for your shell").set_defaults(
-        func=cmd_local_env
-    )
-    local_commands.add_parser("status", help="show what runs").set_defaults(func=cmd_local_status)
-    local_commands.add_parser("down", help="stop everything `up` started").set_defaults(
-        func=cmd_local_down
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(words)
+    if getattr(args, "func", None) is cmd_local:
+        # Everything after `local`, verbatim (also --help): the local package parses it.
+        args.rest = words[words.index("local") + 1 :]
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args))
     except ToolkitError as exc:

@@ -7,7 +7,6 @@ import os
 import re
 import socket
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from pubsub_toolkit.attributes import parse_time
 from pubsub_toolkit.errors import ConfigurationError, ToolkitError
@@ -38,15 +37,6 @@ def attribute(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
     return key, value
-
-
-def repo_root() -> Path:
-    # The local stack serves functions/ and appengine/ from a source checkout.
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "functions" / "ingress" / "main.py").exists():
-            return parent
-    raise ToolkitError("this command runs from a source checkout (functions/ingress not found)")
 
 
 def require_emulator_if_local() -> None:

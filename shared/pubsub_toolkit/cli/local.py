@@ -1,42 +1,51 @@
-"""`local up | env | status | down`: the local stack in the background."""
+"""`local ...` and `demo`: handed to the local stack's own distribution, when it is installed.
+
+The local stack (emulators, the Cloud Tasks emulator, the demo) is ``pubsub-toolkit-local``, a
+separate distribution in the repository's ``local/`` folder that never ships in a bundle. It is
+imported here only when one of these commands runs, so every other command works without it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from types import ModuleType
+from typing import Any
 
-from pubsub_toolkit.cli.common import repo_root
+from pubsub_toolkit.errors import ToolkitError
 
-
-def cmd_local_up(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.local import control
-    from pubsub_toolkit.local.stack import StackOptions
-
-    ports = {name: getattr(args, name) for name in control.DEFAULT_PORTS}
-    options = StackOptions(project=args.project, dedup_backend=args.dedup_backend, **ports)
-    print("starting the local stack (emulators, Cloud Tasks emulator, ingress, relay)...")
-    state = control.up(repo_root(), options)
-    print("\n".join(control.status_lines(state)))
-    print('\nready. Point your code at it with:  eval "$(pubsub-toolkit local env)"')
-    return 0
+MISSING_HINT = "the local stack is not installed: pip install -e ./local from a checkout"
 
 
-def cmd_local_env(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.local import control
-
-    print("\n".join(control.export_lines(control.require_running(repo_root()))))
-    return 0
-
-
-def cmd_local_status(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.local import control
-
-    print("\n".join(control.status_lines(control.require_running(repo_root()))))
-    return 0
+def _local_commands() -> ModuleType:
+    try:
+        return importlib.import_module("pubsub_toolkit_local.commands")
+    except ModuleNotFoundError as exc:
+        # Only the package itself being absent gets the hint; a dependency missing inside it
+        # is a real error and keeps its own message.
+        if (exc.name or "").split(".")[0] != "pubsub_toolkit_local":
+            raise
+        raise ToolkitError(MISSING_HINT) from None
 
 
-def cmd_local_down(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.local import control
+def add_local_commands(commands: Any) -> None:
+    """``local`` (its flags belong to the local package) and ``demo``."""
+    demo = commands.add_parser("demo", help="run the whole pipeline locally, narrated, then stop")
+    demo.set_defaults(func=cmd_demo)
+    local = commands.add_parser(
+        "local",
+        help="run the pipeline locally in the background (up, env, status, down)",
+        add_help=False,  # `local --help` is answered by the local package's own parser
+    )
+    local.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    local.set_defaults(func=cmd_local)
 
-    stopped = control.down(repo_root())
-    print(f"stopped: {', '.join(stopped)}" if stopped else "the local stack was not running")
-    return 0
+
+def cmd_local(args: argparse.Namespace) -> int:
+    """Run ``local ACTION ...`` in the local package."""
+    return int(_local_commands().run(args.rest))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the narrated demo in the local package."""
+    return int(_local_commands().demo())

@@ -1,4 +1,4 @@
-"""`publish`, `subscribe` and `demo`."""
+"""`publish` and `subscribe`."""
 
 from __future__ import annotations
 
@@ -12,16 +12,9 @@ import time
 from pubsub_toolkit.cli.common import (
     full_subscription,
     full_topic,
-    repo_root,
     require_emulator_if_local,
 )
 from pubsub_toolkit.errors import ToolkitError
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.local.demo import run_demo
-
-    return run_demo(repo_root())
 
 
 def cmd_publish(args: argparse.Namespace) -> int:

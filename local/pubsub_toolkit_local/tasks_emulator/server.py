@@ -12,7 +12,7 @@ from typing import Self
 import grpc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.local.oidc import LocalOidcIssuer
+from pubsub_toolkit_local.oidc import LocalOidcIssuer
 
 from .dispatcher import Dispatcher
 from .servicer import build_handler

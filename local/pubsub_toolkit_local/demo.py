@@ -1,6 +1,6 @@
 """`make run`: a narrated demo of all three guarantees on the local stack.
 
-It starts everything (:class:`~pubsub_toolkit.local.stack.LocalStack`) and publishes the way
+It starts everything (:class:`~pubsub_toolkit_local.stack.LocalStack`) and publishes the way
 real producers do: each order twice (a retry after a timeout), one key reused for different
 content, two messages that break the contract, two delayed reminders, a FIFO group whose steps
 are sent out of order, and one message the consumer's handler can never process. A Consumer
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.local.stack import LocalStack, StackOptions
-from pubsub_toolkit.local.topology import drain
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import LOGGER_NAME, CloudLoggingFormatter
+from pubsub_toolkit_local.stack import LocalStack, StackOptions
+from pubsub_toolkit_local.topology import drain
 
 ORDERS = 10
 DELAYS = (3, 5)

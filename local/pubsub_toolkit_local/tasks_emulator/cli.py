@@ -1,6 +1,6 @@
 """Run the emulator as its own process.
 
-``python -m pubsub_toolkit.local.tasks_emulator --port 8123 [--app-engine-host URL]
+``python -m pubsub_toolkit_local.tasks_emulator --port 8123 [--app-engine-host URL]
 [--oidc-port 8124]`` prints one JSON readiness line on stdout once it serves, logs to stderr, and
 stops cleanly (exit status 0) on SIGTERM or SIGINT. The local stack starts it in its own process
 group and stops it by signalling that group.
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from types import FrameType
 
-from pubsub_toolkit.local.oidc import LocalOidcIssuer
+from pubsub_toolkit_local.oidc import LocalOidcIssuer
 
 from .server import DEFAULT_NAME_RESERVATION, CloudTasksEmulator
 
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m pubsub_toolkit.local.tasks_emulator",
+        prog="python -m pubsub_toolkit_local.tasks_emulator",
         description="Local Cloud Tasks (v2) emulator for the official client.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")

@@ -10,7 +10,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from pubsub_toolkit.local.processes import LOOPBACK, ServiceSpec
+from pubsub_toolkit_local.processes import LOOPBACK, ServiceSpec
 
 
 def tcp_open(port: int) -> Callable[[], bool]:
@@ -51,7 +51,7 @@ def tasks_emulator(port: int, *, oidc_port: int, app_engine_host: str | None = N
     argv = [
         sys.executable,
         "-m",
-        "pubsub_toolkit.local.tasks_emulator",
+        "pubsub_toolkit_local.tasks_emulator",
         f"--host={LOOPBACK}",
         f"--port={port}",
         f"--oidc-port={oidc_port}",

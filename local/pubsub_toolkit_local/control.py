@@ -12,15 +12,19 @@ import json
 import os
 import shlex
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from google.api_core.exceptions import GoogleAPICallError
 
-from pubsub_toolkit.errors import ServiceStartError, ToolkitError
-from pubsub_toolkit.local.processes import process_group_alive, stop_process_group
-from pubsub_toolkit.local.stack import LocalStack, StackOptions
-from pubsub_toolkit.text_table import format_table
+from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit_local.processes import (
+    ServiceStartError,
+    process_group_alive,
+    stop_process_group,
+)
+from pubsub_toolkit_local.stack import LocalStack, StackOptions
 
 # Defaults chosen away from the emulators' own defaults (8085, 8080) and common services.
 DEFAULT_PORTS = {
@@ -155,3 +159,12 @@ def status_lines(state: StackState) -> list[str]:
             )
         )
     return format_table(rows)
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart (the runtime CLI's style; a copy,
+    so this distribution uses only the runtime package's public modules)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]

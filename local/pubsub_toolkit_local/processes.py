@@ -18,9 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pubsub_toolkit.errors import ServiceStartError
+from pubsub_toolkit.errors import ToolkitError
 
 LOOPBACK = "127.0.0.1"
+
+
+class ServiceStartError(ToolkitError):
+    """A local service could not start; the message says what to fix."""
+
 
 # Every service this process started, so a test run can prove none outlives it.
 STARTED: list[RunningService] = []

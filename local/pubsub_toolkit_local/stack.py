@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pubsub_toolkit.local import emulators
-from pubsub_toolkit.local.processes import ServiceGroup, free_port
-from pubsub_toolkit.local.servers import cloud_function, relay, tasks_emulator
-from pubsub_toolkit.local.topology import Topology, create_topology
+from pubsub_toolkit_local import emulators
+from pubsub_toolkit_local.processes import ServiceGroup, free_port
+from pubsub_toolkit_local.servers import cloud_function, relay, tasks_emulator
+from pubsub_toolkit_local.topology import Topology, create_topology
 
 INVOKER = "tasks-invoker@local-project.iam.gserviceaccount.com"
 LOCATION = "local"

@@ -12,8 +12,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from pubsub_toolkit.errors import ServiceStartError
-from pubsub_toolkit.local.processes import LOOPBACK, ServiceSpec
+from pubsub_toolkit_local.processes import LOOPBACK, ServiceSpec, ServiceStartError
 
 GCLOUD_SDK = Path("/usr/lib/google-cloud-sdk")
 PUBSUB_EMULATOR = GCLOUD_SDK / "platform/pubsub-emulator/bin/cloud-pubsub-emulator"

@@ -8,7 +8,7 @@ process::
         channel = grpc.insecure_channel(emulator.address)
         client = tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
 
-or as a process: ``python -m pubsub_toolkit.local.tasks_emulator --port 8123`` (see :mod:`.cli`).
+or as a process: ``python -m pubsub_toolkit_local.tasks_emulator --port 8123`` (see :mod:`.cli`).
 
 What it does as Cloud Tasks does:
 
@@ -18,7 +18,7 @@ What it does as Cloud Tasks does:
   reserved for ``name_reservation`` (1 h by default) after the task ran or was deleted;
 * dispatch at or after ``schedule_time``, never early; HTTP and App Engine targets with the
   ``X-CloudTasks-*`` / ``X-AppEngine-*`` headers; OIDC tokens signed by a local key whose
-  certificates :class:`~pubsub_toolkit.local.oidc.LocalOidcIssuer` serves;
+  certificates :class:`~pubsub_toolkit_local.oidc.LocalOidcIssuer` serves;
 * retries with exponential backoff (``max_attempts``, ``min/max_backoff``, ``max_doublings``,
   ``max_retry_duration``, also per task), ``dispatch_deadline``, queue rate limits (token
   bucket) and ``max_concurrent_dispatches``; a task that exhausts its attempts is deleted.

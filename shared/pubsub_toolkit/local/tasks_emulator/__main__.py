@@ -1,5 +1,0 @@
-"""``python -m pubsub_toolkit.local.tasks_emulator``: see :mod:`.cli`."""
-
-from .cli import main
-
-raise SystemExit(main())
