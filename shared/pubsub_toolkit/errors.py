@@ -21,8 +21,10 @@ class ConfigurationError(ToolkitError):
     """A setting is missing or invalid; the message names the environment variable."""
 
 
-class MissingDependencyError(ToolkitError):
-    """An optional backend was selected but its extra is not installed."""
+class MissingDependencyError(ConfigurationError, ImportError):
+    """An optional part was used but its extra is not installed; the message names the extra
+    (``pip install 'pubsub-toolkit[redis]'``). Also an ImportError, as code that probes for an
+    optional feature expects."""
 
 
 class PermanentError(ToolkitError):

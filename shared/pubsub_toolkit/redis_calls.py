@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pubsub_toolkit.errors import ConfigurationError, MissingDependencyError, StoreUnavailableError
+from pubsub_toolkit._extras import import_optional
+from pubsub_toolkit.errors import ConfigurationError, StoreUnavailableError
 
 T = TypeVar("T")
 
@@ -27,13 +28,7 @@ SOCKET_TIMEOUT = 5.0
 
 def import_redis(needed_by: str) -> Any:
     """The redis module, or MissingDependencyError saying what needs it and how to install."""
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError(
-            f"{needed_by} needs redis-py: pip install 'pubsub-toolkit[redis]'"
-        ) from exc
-    return redis
+    return import_optional("redis", extra="redis", needed_by=needed_by)
 
 
 def fail_closed(redis_module: Any, operation: Callable[[], T]) -> T:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from flask import Flask, Response, abort, jsonify, request
-
+from pubsub_toolkit._extras import import_optional
 from pubsub_toolkit.dashboard.render import render_page, render_panel
 from pubsub_toolkit.dashboard.snapshot import StatusSnapshot
 
@@ -20,6 +20,9 @@ from pubsub_toolkit.dashboard.snapshot import StatusSnapshot
 # page whose own name resolves to 127.0.0.1 would otherwise read the status, and each request
 # pulls and releases the dead letters).
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+if TYPE_CHECKING:
+    import flask
 
 
 class SnapshotCache:
@@ -41,8 +44,12 @@ class SnapshotCache:
 
 def create_app(
     take: Callable[[], StatusSnapshot], *, refresh_seconds: int = 2, min_interval: float = 1.0
-) -> Flask:
+) -> flask.Flask:
     """The app; ``take`` returns a fresh snapshot (see :func:`~.snapshot.gather`)."""
+    # Flask is the [dashboard] extra: checked here so its absence names the extra.
+    import_optional("flask", extra="dashboard", needed_by="the dashboard")
+    from flask import Flask, Response, abort, jsonify, request
+
     app = Flask(__name__)
     cache = SnapshotCache(take, min_interval=min_interval)
 

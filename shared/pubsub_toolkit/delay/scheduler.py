@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from google.api_core import exceptions as gexc
 
+from pubsub_toolkit._extras import import_optional
 from pubsub_toolkit.attributes import FIFO_SEQ
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import DelaySettings
@@ -62,8 +63,15 @@ class AppEngineTarget:
 TaskTarget = HttpTarget | AppEngineTarget
 
 
+def _require_tasks() -> None:
+    # google-cloud-tasks is the [tasks] extra: imported when a delay is first scheduled, and
+    # its absence is a MissingDependencyError naming the extra (then the typed import below).
+    import_optional("google.cloud.tasks_v2", extra="tasks", needed_by="delayed delivery")
+
+
 def tasks_client(emulator_host: str | None = None) -> tasks_v2.CloudTasksClient:
     """The official client; pointed at the local emulator over plaintext gRPC when given."""
+    _require_tasks()
     from google.cloud import tasks_v2
 
     if emulator_host is None:
@@ -191,6 +199,7 @@ class CloudTasksScheduler:
         return True
 
     def _task(self, name: str, body: bytes, schedule_time: datetime) -> tasks_v2.Task:
+        _require_tasks()
         from google.cloud import tasks_v2
 
         headers = {"Content-Type": "application/json"}
