@@ -21,13 +21,13 @@ from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
 
 from bench.common import Servers, local_servers, median, rate, write_result
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
-from pubsub_toolkit.dedup.redis import RedisDedupStore
-from pubsub_toolkit.dedup.store import DedupStore
-from pubsub_toolkit.ingress import Ingress
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
-from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit.producer.sink import PubSubSink
+from pubsub_toolkit.stores.dedup.base import DedupStore
+from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 
 LEASE, TTL = timedelta(seconds=60), timedelta(hours=1)
 THREADS = int(os.environ.get("BENCH_THREADS", "8"))

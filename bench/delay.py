@@ -27,7 +27,7 @@ from bench.common import median, rate, write_result
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler, HttpTarget, tasks_client
 from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit_local.stack import LocalStack, StackOptions
 
 REPO = Path(__file__).resolve().parent.parent

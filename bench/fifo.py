@@ -24,9 +24,9 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from bench.common import Servers, local_servers, write_result
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer import Consumer
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.processing import MessageProcessor
 
 HANDLER_IO_SECONDS = 0.005
 CONCURRENCY = 16

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from google.cloud import firestore
 
 from bench.common import Servers, local_servers, write_result
-from pubsub_toolkit.fifo.counter import SequenceBlock, SequenceCounter
-from pubsub_toolkit.fifo.firestore_counter import (
+from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
+from pubsub_toolkit.stores.counters.firestore import (
     FirestoreSequenceCounter,
     FirestoreTransactionCounter,
 )
-from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
+from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 
 PUBLISHERS = 4
 BASELINE = "firestore_transaction"

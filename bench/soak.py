@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     with LocalStack(options, work, REPO) as stack:
         from google.cloud import firestore
 
-        from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
+        from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
 
         assert stack.topology is not None
         counter = FirestoreSequenceCounter(firestore.Client(project=options.project))

@@ -2,8 +2,8 @@
 
 ``tests/e2e/test_mixed_workload.py`` runs it small (2,000 publishes) on every ``make test``;
 ``bench/soak.py`` runs it at 50,000 and more. Both publish to the origin topic with the official
-client and watch only public surfaces: a :class:`~pubsub_toolkit.consumer.Consumer` on the final
-topic, a pull on the dead-letter topic, and ingress's structured decision log.
+client and watch only public surfaces: a :class:`~pubsub_toolkit.consumer.subscriber.Consumer`
+on the final topic, a pull on the dead-letter topic, and ingress's structured decision log.
 
 The mix is :mod:`bench.mix`; the accounting is :mod:`bench.ledger`.
 """
@@ -22,9 +22,9 @@ from bench.ledger import Ledger, Observer, check_ledger, expected_fates
 from bench.mix import Mix, Publish, build_waves
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer import Consumer
-from pubsub_toolkit.fifo.counter import SequenceCounter
-from pubsub_toolkit.processing import MessageProcessor
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.stores.counters.base import SequenceCounter
 from pubsub_toolkit_local.topology import Topology
 
 

@@ -22,10 +22,10 @@ from flask import Request
 
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import ConsumerSettings, Settings
+from pubsub_toolkit.consumer.processor import Handler, MessageProcessor
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import configure_logging
-from pubsub_toolkit.processing import Handler, MessageProcessor
 
 _lock = threading.Lock()
 _processor: MessageProcessor | None = None

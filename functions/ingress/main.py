@@ -14,10 +14,10 @@ import functions_framework
 from cloudevents.http import CloudEvent
 
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.ingress import Ingress
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.observability import configure_logging
-from pubsub_toolkit.stats.factory import stats_store_from_settings
-from pubsub_toolkit.stats.flusher import CounterFlusher
+from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stores.factory import stats_store_from_settings
 
 _lock = threading.Lock()
 _ingress: Ingress | None = None

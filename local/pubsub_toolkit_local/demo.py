@@ -155,9 +155,9 @@ def run_demo(repo: Path) -> int:
     from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
 
     from pubsub_toolkit.config import ConsumerSettings, Settings
-    from pubsub_toolkit.consumer import Consumer
-    from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
-    from pubsub_toolkit.processing import MessageProcessor
+    from pubsub_toolkit.consumer.processor import MessageProcessor
+    from pubsub_toolkit.consumer.subscriber import Consumer
+    from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
 
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-demo-"))
     # The consumer's decision log (retries, the poison) goes to a file; the table tells the story.

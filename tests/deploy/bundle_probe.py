@@ -60,14 +60,13 @@ def in_bundle(module: object) -> bool:
 
 
 def import_library() -> list[str]:
-    """Import every deployable module of the copied library (cli/ is the operator's tool)."""
+    """Import every module of the library copied into the bundle (build-bundles leaves out the
+    operator's CLI and status page)."""
     import pubsub_toolkit
 
     assert in_bundle(pubsub_toolkit), f"pubsub_toolkit comes from {pubsub_toolkit.__file__}"
     names = []
     for info in pkgutil.walk_packages(pubsub_toolkit.__path__, "pubsub_toolkit."):
-        if info.name.split(".")[1] == "cli":
-            continue
         importlib.import_module(info.name)
         names.append(info.name)
     return names

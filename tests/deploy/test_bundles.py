@@ -208,18 +208,21 @@ def test_bundle_loads_in_its_own_venv(
     assert run.returncode == 0, f"{bundle} does not load as deployed:\n{run.stderr[-3000:]}"
     report = json.loads(run.stdout.strip().splitlines()[-1])
     # The probe really walked the library copied into the bundle.
-    assert "pubsub_toolkit.ingress" in report["modules"]
-    assert "pubsub_toolkit.dedup.redis" in report["modules"]
+    assert "pubsub_toolkit.ingress.pipeline" in report["modules"]
+    assert "pubsub_toolkit.stores.dedup.redis" in report["modules"]
 
 
 @pytest.mark.parametrize("bundle", list(BUNDLES))
-def test_bundle_carries_no_local_stack(bundle: str, build_dir: Path) -> None:
+def test_bundle_carries_no_local_stack_and_no_operator_tools(bundle: str, build_dir: Path) -> None:
     """The local stack and the Cloud Tasks emulator are a development tool: never uploaded."""
     files = [p.relative_to(build_dir / bundle).as_posix() for p in (build_dir / bundle).rglob("*")]
     assert files, f"{bundle} is empty"
     local = [f for f in files if "pubsub_toolkit_local" in f or "tasks_emulator" in f]
     assert not local, f"{bundle} carries the local stack: {local[:5]}"
     assert not (build_dir / bundle / "pubsub_toolkit/local").exists()
+    # Nor the operator's tools: no entry point imports them.
+    for tool in ("operations/cli", "operations/dashboard"):
+        assert not (build_dir / bundle / "pubsub_toolkit" / tool).exists(), tool
 
 
 @pytest.fixture

@@ -47,14 +47,14 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer import Consumer
+from pubsub_toolkit.consumer.gate import REASON_SEQUENCE_REUSED
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.errors import StoreUnavailableError
-from pubsub_toolkit.fifo.gate import REASON_SEQUENCE_REUSED
-from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
 from pubsub_toolkit.message import Message, OutboundMessage
-from pubsub_toolkit.processing import MessageProcessor
-from pubsub_toolkit.publisher import Publisher
-from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit.producer.publisher import Publisher
+from pubsub_toolkit.producer.sink import PubSubSink
+from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 from pubsub_toolkit_local import emulators
 from pubsub_toolkit_local.processes import free_port
 from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
@@ -206,7 +206,7 @@ def decision_log() -> Iterator[Alerts]:
 def cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     """``pubsub-toolkit ARGS`` as a user runs it, in the stack's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
         env={**os.environ, **stack.env},
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ from google.cloud import firestore
 from bench.common import write_result
 from bench.mix import Mix
 from bench.workload import run_workload
-from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
+from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
 from pubsub_toolkit_local.stack import LocalStack
 
 MIX = Mix(total=2000, groups=10, delay_range=(1.0, 5.0), invalid=4, mismatched=2, poison=2)

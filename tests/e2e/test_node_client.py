@@ -18,9 +18,9 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer import Consumer
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.processing import MessageProcessor
 from pubsub_toolkit_local.stack import LocalStack
 from pubsub_toolkit_local.topology import drain
 from tests.conftest import repo_root

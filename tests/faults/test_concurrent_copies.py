@@ -25,15 +25,16 @@ from typing import TypeVar
 
 import pytest
 
-from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.consumer.gate import FifoGate, GateOutcome
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import ClaimInProgressError
-from pubsub_toolkit.fifo.gate import FifoGate, GateOutcome
-from pubsub_toolkit.fifo.state import FifoStore
-from pubsub_toolkit.ingress import Ingress, IngressOutcome
+from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.processing import MessageProcessor
+from pubsub_toolkit.stores.fifo_state.base import FifoStore
 from tests.support.sinks import RecordingSink
 from tests.support.stores import store_factory
 from tests.support.waiting import wait_until
@@ -67,13 +68,13 @@ def _fifo_store(request: pytest.FixtureRequest, backend: str) -> FifoStore:
     import uuid
 
     if backend == "redis":
-        from pubsub_toolkit.fifo.redis_state import RedisFifoStore
+        from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 
         url = request.getfixturevalue("redis_url")
         return RedisFifoStore.from_url(url, prefix=f"copies-{uuid.uuid4().hex[:8]}:")
     from google.cloud import firestore
 
-    from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
+    from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
 
     request.getfixturevalue("firestore_emulator")
     return FirestoreFifoStore(firestore.Client(project=f"copies-{uuid.uuid4().hex[:8]}"))

@@ -30,8 +30,6 @@ from google.cloud import firestore, pubsub_v1, tasks_v2
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
@@ -43,9 +41,12 @@ from pubsub_toolkit.delay.scheduler import (
     tasks_client,
 )
 from pubsub_toolkit.errors import TransientError
-from pubsub_toolkit.ingress import Ingress, IngressOutcome
+from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
-from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit.producer.sink import PubSubSink
+from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
 from pubsub_toolkit_local.topology import drain
 from tests.conftest import repo_root

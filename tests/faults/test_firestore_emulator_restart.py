@@ -21,15 +21,15 @@ from datetime import timedelta
 import pytest
 from google.cloud import firestore, pubsub_v1
 
-from pubsub_toolkit.consumer import Consumer
-from pubsub_toolkit.dead_letter import DeadLetterer
-from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
-from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
-from pubsub_toolkit.fifo.gate import FifoGate
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.processing import MessageProcessor
+from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
+from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
 from tests.support.restartable import Restartable
 from tests.support.sinks import RecordingSink
 from tests.support.waiting import wait_until

@@ -29,17 +29,17 @@ from datetime import timedelta
 import pytest
 from google.cloud import pubsub_v1
 
-from pubsub_toolkit.consumer import Consumer
-from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
-from pubsub_toolkit.dedup.redis import RedisDedupStore
 from pubsub_toolkit.errors import TransientError
-from pubsub_toolkit.fifo.gate import FifoGate
-from pubsub_toolkit.fifo.redis_state import RedisFifoStore
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.processing import MessageProcessor
-from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit.producer.sink import PubSubSink
+from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
+from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from tests.support.restartable import Restartable
 from tests.support.sinks import RecordingSink
 from tests.support.tcp_proxy import TcpProxy

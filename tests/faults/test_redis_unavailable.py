@@ -19,18 +19,19 @@ from datetime import timedelta
 
 import pytest
 
-from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
-from pubsub_toolkit.dedup.redis import RedisDedupStore
 from pubsub_toolkit.errors import StoreUnavailableError, TransientError
-from pubsub_toolkit.fifo.gate import FifoGate
-from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
-from pubsub_toolkit.fifo.redis_state import RedisFifoStore
-from pubsub_toolkit.ingress import Ingress, IngressOutcome
+from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.processing import MessageProcessor
-from pubsub_toolkit.publisher import Publisher
+from pubsub_toolkit.producer.publisher import Publisher
+from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
+from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
+from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from pubsub_toolkit_local.processes import free_port
 from tests.support.restartable import Restartable
 from tests.support.sinks import RecordingSink

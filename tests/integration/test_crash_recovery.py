@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from google.cloud import firestore, pubsub_v1
 
-from pubsub_toolkit.dedup.firestore import DEFAULT_COLLECTION, document_id
+from pubsub_toolkit.stores.dedup.firestore import DEFAULT_COLLECTION, document_id
 from tests.conftest import repo_root
 from tests.support.worker import CRASH_EXIT
 

@@ -17,8 +17,8 @@ from google.cloud.firestore_v1.batch import WriteBatch
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
-from pubsub_toolkit.dedup.store import ClaimStatus, RecordState
 from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.stores.dedup.base import ClaimStatus, RecordState
 from tests.support.stores import BACKENDS, StoreFactory, store_factory
 
 LEASE = timedelta(seconds=30)

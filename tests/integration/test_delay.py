@@ -15,7 +15,6 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore, pubsub_v1, tasks_v2
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
 from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.scheduler import (
     HORIZON,
@@ -26,6 +25,7 @@ from pubsub_toolkit.delay.scheduler import (
 )
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
 from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
 from pubsub_toolkit_local.topology import drain
 from tests.support.pipeline import DelayChain, delay_chain

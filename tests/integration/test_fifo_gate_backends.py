@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from pubsub_toolkit.consumer.gate import FifoGate, GateOutcome
 from pubsub_toolkit.errors import StaleClaimError, TransientError
-from pubsub_toolkit.fifo.gate import FifoGate, GateOutcome
 from pubsub_toolkit.message import Message
 from tests.integration.test_fifo_store_contract import Backend, fifo_store_factory
 from tests.support.waiting import wait_until

@@ -22,11 +22,11 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.document import DocumentReference
 
 from pubsub_toolkit.errors import StoreUnavailableError
-from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
-from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
-from pubsub_toolkit.fifo.redis_state import RedisFifoStore
-from pubsub_toolkit.fifo.state import FifoStore, GroupState
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
+from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
+from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
+from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from pubsub_toolkit_local.processes import free_port
 
 BACKENDS = ("memory", "redis", "firestore")

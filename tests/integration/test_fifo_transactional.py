@@ -19,12 +19,12 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
 
+from pubsub_toolkit.consumer.gate import FifoGate, GateOutcome, GatePolicy, HandlerFailedError
 from pubsub_toolkit.errors import StaleClaimError
-from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
-from pubsub_toolkit.fifo.gate import FifoGate, GateOutcome, GatePolicy, HandlerFailedError
-from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
-from pubsub_toolkit.fifo.state import GroupState
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import GroupState
+from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
+from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 
 
 def msg(seq: int) -> Message:

@@ -24,11 +24,11 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
-from pubsub_toolkit.dedup.firestore_inbox import TransactionalInbox
 from pubsub_toolkit.dedup.idempotent import Outcome
-from pubsub_toolkit.dedup.store import RecordState
+from pubsub_toolkit.dedup.inbox import TransactionalInbox
 from pubsub_toolkit.errors import ClaimInProgressError, StoreUnavailableError
+from pubsub_toolkit.stores.dedup.base import RecordState
+from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
 
 TTL = timedelta(hours=1)
 ROLLBACK_ERRORS = [

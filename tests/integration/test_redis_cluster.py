@@ -25,13 +25,13 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dedup.redis import RedisDedupStore
-from pubsub_toolkit.dedup.store import ClaimStatus, RecordState
 from pubsub_toolkit.errors import ConfigurationError, StaleClaimError
-from pubsub_toolkit.fifo import redis_state
-from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
-from pubsub_toolkit.fifo.redis_state import RedisFifoStore
-from pubsub_toolkit.fifo.state import GroupState
+from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
+from pubsub_toolkit.stores.dedup.base import ClaimStatus, RecordState
+from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
+from pubsub_toolkit.stores.fifo_state import redis as redis_state
+from pubsub_toolkit.stores.fifo_state.base import GroupState
+from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from pubsub_toolkit_local.emulators import redis_server
 from pubsub_toolkit_local.processes import LOOPBACK, free_port, start_service
 

@@ -19,14 +19,15 @@ import pytest
 from google.cloud import firestore
 
 from pubsub_toolkit.errors import StoreUnavailableError
-from pubsub_toolkit.fifo import MemorySequenceCounter, SequenceBlock, SequenceCounter
-from pubsub_toolkit.fifo.firestore_counter import (
+from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
+from pubsub_toolkit.stores.counters.firestore import (
     DEFAULT_COLLECTION,
     FirestoreSequenceCounter,
     FirestoreTransactionCounter,
     document_id,
 )
-from pubsub_toolkit.fifo.redis_counter import RedisSequenceCounter
+from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
+from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 from pubsub_toolkit_local.processes import free_port
 
 BACKENDS = ("memory", "redis", "firestore")

@@ -16,9 +16,9 @@ from datetime import timedelta
 import pytest
 
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer import Consumer
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.processing import MessageProcessor
 from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
 from tests.conftest import repo_root
 
@@ -53,7 +53,7 @@ def make_stack(
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``pubsub-toolkit ARGS`` as a user would, with ``env`` as the whole environment."""
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from google.cloud import firestore, pubsub_v1
 
-from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
-from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
+from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
+from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
 from pubsub_toolkit_local.processes import ServiceSpec, free_port, start_service
 from pubsub_toolkit_local.servers import http_ok_json
 from pubsub_toolkit_local.stack import LocalStack
@@ -93,7 +93,7 @@ def test_status_page_shows_the_workload_and_follows_changes(
                 argv=(
                     sys.executable,
                     "-m",
-                    "pubsub_toolkit.cli",
+                    "pubsub_toolkit.operations.cli",
                     "dashboard",
                     f"--port={port}",
                     f"--consumer-id={CONSUMER}",

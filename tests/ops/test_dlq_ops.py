@@ -12,16 +12,18 @@ from google.cloud import firestore, pubsub_v1
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.dedup.factory import store_from_settings
-from pubsub_toolkit.dlq import list_dead_letters, replay
-from pubsub_toolkit.fifo.firestore_counter import FirestoreSequenceCounter
-from pubsub_toolkit.fifo.firestore_state import FirestoreFifoStore
-from pubsub_toolkit.fifo.gate import REASON_POISON
-from pubsub_toolkit.fifo.state import GroupState
-from pubsub_toolkit.ingress import Ingress, IngressOutcome
+from pubsub_toolkit.consumer.gate import REASON_POISON
+from pubsub_toolkit.dead_letters.listing import list_dead_letters
+from pubsub_toolkit.dead_letters.replay import replay
+from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.publisher import Publisher
-from pubsub_toolkit.publishing import PubSubSink
+from pubsub_toolkit.producer.publisher import Publisher
+from pubsub_toolkit.producer.sink import PubSubSink
+from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
+from pubsub_toolkit.stores.factory import dedup_store_from_settings
+from pubsub_toolkit.stores.fifo_state.base import GroupState
+from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
 from pubsub_toolkit_local.stack import LocalStack
 from pubsub_toolkit_local.topology import drain
 from tests.ops.conftest import StackFactory, cli, recording_consumer
@@ -157,7 +159,9 @@ def test_dlq_replay_goes_back_in_fifo_order_once_with_the_original_keys(
             )
 
     sink = PubSubSink()
-    store = store_from_settings(Settings.from_env(stack.env))  # ingress's: replay ids minted there
+    store = dedup_store_from_settings(
+        Settings.from_env(stack.env)
+    )  # ingress's: replay ids minted there
     try:
         first = replay(
             CrashBeforeAck(),

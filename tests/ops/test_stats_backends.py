@@ -15,14 +15,14 @@ import pytest
 import redis
 from google.cloud import firestore
 
-from pubsub_toolkit.dedup.redis import RedisDedupStore
-from pubsub_toolkit.ingress import Ingress
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stats.firestore import FirestoreStatsStore
-from pubsub_toolkit.stats.flusher import CounterFlusher
-from pubsub_toolkit.stats.memory import MemoryStatsStore
-from pubsub_toolkit.stats.redis import RedisStatsStore
-from pubsub_toolkit.stats.store import StatsStore
+from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
+from pubsub_toolkit.stores.stats.base import StatsStore
+from pubsub_toolkit.stores.stats.firestore import FirestoreStatsStore
+from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
+from pubsub_toolkit.stores.stats.redis import RedisStatsStore
 from tests.support.sinks import RecordingSink
 
 # A factory returns a new *writer* (an ingress instance) sharing the backend's counters.

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.errors import ContractViolation
-from pubsub_toolkit.fifo.counter import SequenceBlock
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.publisher import Publisher, _format_delay
+from pubsub_toolkit.producer.publisher import Publisher, _format_delay
+from pubsub_toolkit.stores.counters.base import SequenceBlock
 from tests.support.sinks import RecordingSink
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

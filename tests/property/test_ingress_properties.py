@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
-from pubsub_toolkit.ingress import Ingress, IngressOutcome
+from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY
+from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
-from pubsub_toolkit.replays import REASON_FORGED_REPLAY
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from tests.property.strategies import CONTRACT_REASONS, attribute_maps, hostile_text, payloads
 from tests.property.test_cloudevent_properties import events
 from tests.support.sinks import RecordingSink

@@ -20,12 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator
 from pubsub_toolkit.delay.payload import REASON_MALFORMED_TASK, DelayedMessage
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from tests.conftest import repo_root
 from tests.property.strategies import hostile_text, timeish
 from tests.property.test_cloudevent_properties import json_values

@@ -23,14 +23,14 @@ from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit.config import ConsumerSettings
-from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.processor import MessageProcessor, gate_policy
+from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.delay.relay import Relay
-from pubsub_toolkit.fifo.gate import FifoGate
-from pubsub_toolkit.ingress import Ingress
+from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.processing import MessageProcessor, gate_policy
-from pubsub_toolkit.publisher import Publisher
+from pubsub_toolkit.producer.publisher import Publisher
 from tests.simulation.clock import SimClock
 from tests.simulation.process import Process
 

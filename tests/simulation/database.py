@@ -24,9 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
-from pubsub_toolkit.fifo.memory_counter import MemorySequenceCounter
-from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.simulation.clock import CallerClock
 
 MAX_ROLLBACK_WRITES = 20

@@ -134,8 +134,8 @@ def _no_op(*args: Any, **kwargs: Any) -> None:
 
 def _old_cancel(dedup_key: str, *, store: Any, scheduler: Any) -> Any:
     """cancel() before the fix: a tombstone of its own, then a look at the relay's record."""
-    from pubsub_toolkit.dedup.store import RecordState
     from pubsub_toolkit.delay import cancel as c
+    from pubsub_toolkit.stores.dedup.base import RecordState
 
     lease, ttl = timedelta(minutes=1), c.TOMBSTONE_TTL
     claim = store.claim("cancelled", dedup_key, "cancelled", lease=lease, ttl=ttl)
@@ -167,17 +167,21 @@ def _mismatch_every_time(process: Callable[..., Any]) -> Callable[..., Any]:
 def mutations() -> tuple[Mutation, ...]:
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 
-    gate, idem = "pubsub_toolkit.fifo.gate", "pubsub_toolkit.dedup.idempotent"
+    gate, idem = "pubsub_toolkit.consumer.gate", "pubsub_toolkit.dedup.idempotent"
     return (
         Mutation(
             "1",
             "ingress forwards no filler for a renumbered producer retry",
-            (Replacement("pubsub_toolkit.ingress", "Ingress._fill_renumbered_retry", _no_op),),
+            (
+                Replacement(
+                    "pubsub_toolkit.ingress.pipeline", "Ingress._fill_renumbered_retry", _no_op
+                ),
+            ),
         ),
         Mutation(
             "2",
             "no witness: a process trusts a store that lost its writes",
-            (Replacement("pubsub_toolkit.witness", "Witness.get", lambda self, key: None),),
+            (Replacement("pubsub_toolkit._witness", "Witness.get", lambda self, key: None),),
         ),
         Mutation(
             "3",
@@ -214,7 +218,7 @@ def mutations() -> tuple[Mutation, ...]:
                 Replacement("pubsub_toolkit.delay.cancel", "cancel", _old_cancel),
                 Replacement("pubsub_toolkit.delay.cancel", "is_cancelled", _old_is_cancelled),
                 Replacement("pubsub_toolkit.delay.relay", "is_cancelled", _old_is_cancelled),
-                Replacement("pubsub_toolkit.ingress", "is_cancelled", _old_is_cancelled),
+                Replacement("pubsub_toolkit.ingress.pipeline", "is_cancelled", _old_is_cancelled),
             ),
         ),
         Mutation(
@@ -222,7 +226,7 @@ def mutations() -> tuple[Mutation, ...]:
             "complete is not idempotent: a lost reply is a StaleClaimError",
             (
                 SourceEdit(
-                    "pubsub_toolkit.dedup.memory",
+                    "pubsub_toolkit.stores.dedup.memory",
                     "MemoryDedupStore.complete",
                     "if mine and current is not None and current.state is RecordState.DONE:",
                     "if False:",

@@ -20,9 +20,9 @@ import sys
 import threading
 
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer import Consumer
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.processing import MessageProcessor
 
 
 class CrashingProcessor(MessageProcessor):

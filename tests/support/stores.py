@@ -9,10 +9,10 @@ import pytest
 from google.cloud import firestore
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
-from pubsub_toolkit.dedup.redis import RedisDedupStore
-from pubsub_toolkit.dedup.store import DedupStore
+from pubsub_toolkit.stores.dedup.base import DedupStore
+from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 
 BACKENDS = ("memory", "redis", "firestore")
 StoreFactory = Callable[..., DedupStore]

@@ -24,13 +24,13 @@ CRASH_EXIT = 17
 
 def _store(backend: str, target: str):  # type: ignore[no-untyped-def]
     if backend == "redis":
-        from pubsub_toolkit.dedup.redis import RedisDedupStore
+        from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 
         url, prefix = target.split("|")
         return RedisDedupStore.from_url(url, prefix=prefix)
     from google.cloud import firestore
 
-    from pubsub_toolkit.dedup.firestore import FirestoreDedupStore
+    from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
 
     return FirestoreDedupStore(firestore.Client(project=target))
 
@@ -70,7 +70,7 @@ def pull_once(args: argparse.Namespace) -> int:
 def inbox(args: argparse.Namespace) -> int:
     from google.cloud import firestore
 
-    from pubsub_toolkit.dedup.firestore_inbox import TransactionalInbox
+    from pubsub_toolkit.dedup.inbox import TransactionalInbox
 
     client = firestore.Client(project=args.project)
     box = TransactionalInbox(client, namespace="inbox-consumer", ttl=timedelta(hours=1))

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pubsub_toolkit.dedup.coalesce import Coalescer, Operation
+from pubsub_toolkit.stores._coalesce import Coalescer, Operation
 
 
 class RecordingFlush:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 
-from pubsub_toolkit.convoy import ConvoyDispatcher
+from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from tests.support.waiting import wait_until
 
 

@@ -9,18 +9,18 @@ from html.parser import HTMLParser
 
 import pytest
 
-from pubsub_toolkit.dashboard.app import create_app
-from pubsub_toolkit.dashboard.render import render_page
-from pubsub_toolkit.dashboard.snapshot import (
+from pubsub_toolkit.observability import Metrics
+from pubsub_toolkit.operations.dashboard.app import create_app
+from pubsub_toolkit.operations.dashboard.render import render_page
+from pubsub_toolkit.operations.dashboard.snapshot import (
     DeadLetterCounts,
     DedupRate,
     ScheduledCount,
     StatusSnapshot,
 )
-from pubsub_toolkit.fifo.status import GroupStatus
-from pubsub_toolkit.observability import Metrics
-from pubsub_toolkit.stats.flusher import CounterFlusher
-from pubsub_toolkit.stats.memory import MemoryStatsStore
+from pubsub_toolkit.operations.group_status import GroupStatus
+from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
 
 EVIL = "<script>alert('x')</script>\"&"
 

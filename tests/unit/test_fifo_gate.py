@@ -10,9 +10,7 @@ from typing import Any
 import pytest
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dead_letter import DeadLetterer
-from pubsub_toolkit.errors import StaleClaimError
-from pubsub_toolkit.fifo.gate import (
+from pubsub_toolkit.consumer.gate import (
     EarlyArrivalError,
     FifoGate,
     GapPolicy,
@@ -21,9 +19,11 @@ from pubsub_toolkit.fifo.gate import (
     HandlerFailedError,
     PoisonPolicy,
 )
-from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+from pubsub_toolkit.dead_letters.send import DeadLetterer
+from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink
 
 DLQ = "projects/p/topics/dlq"

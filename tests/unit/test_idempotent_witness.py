@@ -9,7 +9,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 
 
 def test_a_lost_done_record_is_recorded_again_not_rerun(

@@ -11,11 +11,12 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dead_letter import DLQ_WRAPPED
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.dead_letters.send import DLQ_WRAPPED
 from pubsub_toolkit.errors import TransientError
-from pubsub_toolkit.ingress import REASON_DELAY_UNAVAILABLE, Ingress, IngressOutcome
+from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.ingress.pipeline import REASON_DELAY_UNAVAILABLE, Ingress
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from tests.support.sinks import RecordingSink
 
 FINAL, DLQ = "projects/p/topics/final", "projects/p/topics/dlq"
@@ -248,8 +249,8 @@ def test_a_renumbered_producer_retry_becomes_a_filler_and_the_group_runs_on(
 ) -> None:
     """Defect 1: k1, k2, k2 again (the retry got number 3), k4 -> k1, k2, k4 handled,
     whichever copy of k2 reaches ingress first."""
-    from pubsub_toolkit.fifo.gate import FifoGate
-    from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+    from pubsub_toolkit.consumer.gate import FifoGate
+    from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 
     outcomes = [
         ingress.handle(fifo(k, s, k.encode())).outcome
@@ -318,7 +319,7 @@ def test_a_replay_id_nobody_minted_is_dead_lettered_and_delivers_nothing_twice(
 def test_a_minted_replay_goes_through_once(
     ingress: Ingress, sink: RecordingSink, clock: ManualClock
 ) -> None:
-    from pubsub_toolkit import replays
+    from pubsub_toolkit.dead_letters import replay as replays
 
     store = MemoryDedupStore(clock)
     ingress = Ingress(
@@ -344,8 +345,8 @@ def test_a_renumbered_retry_that_reaches_ingress_first_keeps_the_first_place(
     ingress: Ingress, sink: RecordingSink, clock: ManualClock
 ) -> None:
     """k2's retry (number 4, after k3) arrives before k2 itself: k2 still runs before k3."""
-    from pubsub_toolkit.fifo.gate import FifoGate
-    from pubsub_toolkit.fifo.memory_state import MemoryFifoStore
+    from pubsub_toolkit.consumer.gate import FifoGate
+    from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 
     for key, seq in [("k1", 1), ("k2", 4), ("k3", 3), ("k2", 2)]:
         ingress.handle(fifo(key, seq, key.encode()))

@@ -78,6 +78,30 @@ def test_every_public_module_imports_with_the_core_only() -> None:
     assert len(report["modules"]) > 30, report["modules"]
 
 
+def test_the_top_level_package_is_cheap_and_exports_its_surface() -> None:
+    run = run_without_extras(
+        """
+        import json, sys
+        import pubsub_toolkit
+        # A bare import loads nothing else: every submodule import runs this package first.
+        eager = sorted(m for m in sys.modules
+                       if m.startswith(("pubsub_toolkit.", "google.cloud.pubsub")))
+        surface = {name: type(getattr(pubsub_toolkit, name)).__name__
+                   for name in pubsub_toolkit.__all__}
+        print(json.dumps({"all": sorted(surface), "version": pubsub_toolkit.__version__,
+                          "eager": eager}))
+        """
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert {"Publisher", "Consumer", "IdempotentProcessor", "MessageProcessor", "FifoGate"} <= set(
+        report["all"]
+    )
+    assert {"Message", "Settings", "ConsumerSettings", "ToolkitError"} <= set(report["all"])
+    assert report["version"]
+    assert report["eager"] == []
+
+
 def test_using_an_optional_part_names_its_extra() -> None:
     run = run_without_extras(
         """
@@ -95,9 +119,9 @@ def test_using_an_optional_part_names_its_extra() -> None:
 
         from pubsub_toolkit.delay.scheduler import tasks_client
         attempt("tasks", tasks_client)
-        from pubsub_toolkit.dashboard.app import create_app
+        from pubsub_toolkit.operations.dashboard.app import create_app
         attempt("dashboard", lambda: create_app(lambda: None))
-        from pubsub_toolkit.dedup.redis import RedisDedupStore
+        from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
         attempt("redis", lambda: RedisDedupStore.from_url("redis://127.0.0.1:9/0"))
         print(json.dumps(said))
         """
@@ -113,7 +137,7 @@ def test_the_local_commands_say_how_to_install_the_local_stack() -> None:
         run = run_without_extras(
             f"""
             import sys
-            from pubsub_toolkit.cli import main
+            from pubsub_toolkit.operations.cli import main
             sys.exit(main({command!r}))
             """
         )

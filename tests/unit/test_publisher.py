@@ -11,9 +11,10 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.errors import TransientError
-from pubsub_toolkit.fifo import MemorySequenceCounter, SequenceBlock
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.publisher import Publisher
+from pubsub_toolkit.producer.publisher import Publisher
+from pubsub_toolkit.stores.counters.base import SequenceBlock
+from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from tests.support.sinks import RecordingSink
 
 TOPIC = "projects/p/topics/origin"

@@ -14,12 +14,12 @@ import pytest
 from flask.testing import FlaskClient
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator, OidcAuthenticator
 from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit_local.oidc import LocalOidcIssuer
 from tests.conftest import repo_root
 from tests.support.sinks import RecordingSink

@@ -1,21 +1,9 @@
-"""Deduplication: the store protocol, its backends, and the idempotent-consumer logic.
+"""Deduplication: the idempotent-consumer logic over a dedup store.
 
-Backends live one per module (``memory``, ``redis``, ``firestore``) and are imported lazily, so
-``pubsub_toolkit.dedup`` works without the optional ``redis`` extra.
+* :mod:`.idempotent` - :class:`~.idempotent.IdempotentProcessor`: claim a key, run the effect
+  once, remember its result;
+* :mod:`.rules` - the claim rules every store backend applies, as pure functions;
+* :mod:`.inbox` - the handler's Firestore writes and the dedup marker in one transaction.
+
+The stores themselves are in :mod:`pubsub_toolkit.stores.dedup`.
 """
-
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
-from pubsub_toolkit.dedup.memory import MemoryDedupStore
-from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupRecord, DedupStore, RecordState
-
-__all__ = [
-    "Claim",
-    "ClaimStatus",
-    "DedupRecord",
-    "DedupStore",
-    "IdempotentProcessor",
-    "MemoryDedupStore",
-    "Outcome",
-    "ProcessResult",
-    "RecordState",
-]

@@ -11,7 +11,7 @@
 
 The effect runs at most once per key *as long as it finishes within the lease*. If the store
 loses a ``done`` record (Redis restarted without persistence, a failover), the process that
-wrote it still remembers it (:mod:`pubsub_toolkit.witness`): it records the key again, alerts,
+wrote it still remembers it (:mod:`pubsub_toolkit._witness`): it records the key again, alerts,
 and treats the delivery as the duplicate it is. An effect that
 writes to Firestore can commit with the marker in one transaction instead: see
 :mod:`.firestore_inbox`.
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup.store import Claim, ClaimStatus, DedupStore
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.witness import Witness
+from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupStore
 
 logger = logging.getLogger(__name__)
 _COMPLETE_RETRY_DELAYS = (0.1, 0.5, 1.5)

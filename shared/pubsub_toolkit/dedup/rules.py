@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from pubsub_toolkit.dedup.store import ClaimStatus, DedupRecord, RecordState
+from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupRecord, RecordState
 
 
 def evaluate_claim(existing: DedupRecord | None, fingerprint: str, now: datetime) -> ClaimStatus:

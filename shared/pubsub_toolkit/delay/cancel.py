@@ -31,9 +31,9 @@ from typing import Protocol
 
 from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
-from pubsub_toolkit.dedup.store import ClaimStatus, DedupStore, RecordState
 from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupStore, RecordState
 
 logger = logging.getLogger(__name__)
 

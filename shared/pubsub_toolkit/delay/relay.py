@@ -10,8 +10,8 @@ For each authenticated task request:
    record ``cancel`` competes for (:mod:`.cancel`): whichever comes first decides.
 
 A cancelled FIFO message is replaced by a filler for its number (see
-:mod:`pubsub_toolkit.ingress`), so its group does not wait for it. A fingerprint mismatch is
-dead-lettered once per content, however often Cloud Tasks retries the task.
+:mod:`pubsub_toolkit.ingress.pipeline`), so its group does not wait for it. A fingerprint
+mismatch is dead-lettered once per content, however often Cloud Tasks retries the task.
 
 A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff.
 """
@@ -27,9 +27,9 @@ from typing import Protocol
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.dead_letter import DeadLetterer
+from pubsub_toolkit.consumer.gate import FILLER_CANCELLED, filler_message
+from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
-from pubsub_toolkit.dedup.store import DedupStore
 from pubsub_toolkit.delay.cancel import (
     RELAY_NAMESPACE,
     fate_key,
@@ -40,10 +40,10 @@ from pubsub_toolkit.delay.cancel import (
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
-from pubsub_toolkit.fifo.gate import FILLER_CANCELLED, filler_message
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
-from pubsub_toolkit.publishing import MessageSink
+from pubsub_toolkit.producer.sink import MessageSink
+from pubsub_toolkit.stores.dedup.base import DedupStore
 
 HOP_NAMESPACE = "relay-hop"
 REJECTED_NAMESPACE = "relay-rejected"
@@ -115,13 +115,13 @@ class Relay:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Relay:
-        from pubsub_toolkit.dedup.factory import store_from_settings
-        from pubsub_toolkit.publishing import PubSubSink
+        from pubsub_toolkit.producer.sink import PubSubSink
+        from pubsub_toolkit.stores.factory import dedup_store_from_settings
 
         if settings.delay is None:
             raise ConfigurationError("TASKS_QUEUE is required by the relay")
         return cls(
-            store=store_from_settings(settings),
+            store=dedup_store_from_settings(settings),
             sink=PubSubSink(timeout=settings.publish_timeout),
             final_topic=settings.final_topic,
             dead_letter_topic=settings.dead_letter_topic,

@@ -1,0 +1,875 @@
+"""The consumer-side FIFO gate: each group strictly in ``fifo_seq`` order, once.
+
+For a delivery of ``(group, seq)`` against the group's last-processed counter ``last``:
+
+* ``seq <= last`` - a duplicate: ack;
+* ``seq == last + 1`` - take the group's lease, run the handler, advance ``last`` (the advance
+  *is* the dedup marker: one write), then run any parked successors in order;
+* ``seq > last + 1`` - an early arrival: **park** it in the store and ack. Pub/Sub counts every
+  nack toward the dead-letter limit, so nacking early arrivals would dead-letter healthy
+  messages under reordering; parked ones are released when the gap fills. (``park=False``
+  nacks instead, for payloads too big to park.)
+
+A failing handler is retried with exponential backoff (a copy is parked; ``next_attempt_at``
+in the group's state says when the sweeper may try again, so an outage of the handler's
+dependency costs attempts slowly, not one a second). A handler that raises
+:class:`~pubsub_toolkit.errors.TransientError` says "not my fault, try later": it backs off but
+never counts toward poison. After ``max_attempts`` counted failures the message is **poison**: it
+goes to the dead-letter topic with its attributes and the reason, and the group either skips it
+(a tombstone) or blocks until an operator skips or replays it. Without a dead-letter topic a
+poison message always blocks: a skip is never silent. A gap older than ``gap_timeout`` logs an
+alert and, with the ``skip`` gap policy, is passed over with tombstones.
+
+Two markers keep a group from stalling or losing messages:
+
+* a **filler** (``fifo_filler`` attribute, forwarded by ingress) stands for a number that
+  carries no new message - a message ingress dead-lettered, or a cancelled one: the gate
+  advances past it without running the handler; and a copy of a key that already ran at a
+  lower number (a producer's retry numbered again) is filled the same way (``ran_earlier``);
+* a **reused number** - a different dedup key at a number already taken (a producer reusing
+  numbers, a counter rolled back by its store) - is dead-lettered with
+  ``fifo_sequence_reused`` and an ALERT, never acked as a duplicate (``GroupState.keys``).
+
+Every state change is a compare-and-set on the group's record, under a fencing lease, so two
+consumer processes on one subscription keep each group in order and run nothing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit._witness import Witness
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.dead_letters.send import DeadLetterer
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
+from pubsub_toolkit.errors import (
+    PermanentError,
+    StaleClaimError,
+    StoreUnavailableError,
+    TransientError,
+)
+from pubsub_toolkit.message import Message, OutboundMessage
+from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.stores.fifo_state.base import (
+    FILLER_MARK,
+    FifoStore,
+    GroupState,
+    key_digest,
+    merge_ranges,
+)
+
+logger = logging.getLogger(__name__)
+
+REASON_POISON = "fifo_poison"
+REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
+REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
+# A filler whose value starts so stands for a dead-lettered message: the gate leaves a
+# tombstone, so a replay of it arriving later is kept (fifo_late_after_skip), never dropped.
+FILLER_DEAD_LETTERED = "dead_lettered:"
+FILLER_CANCELLED = "cancelled"
+_ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
+PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
+_MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
+Handler = Callable[[Message], object]
+# Transactional mode: the handler writes through the Firestore transaction it is given, and
+# those writes commit together with the group's advance (see FirestoreFifoStore.commit_with).
+TransactionalHandler = Callable[[Message, Any], object]
+
+
+class TransactionalStore(Protocol):
+    """A FifoStore that can commit a handler's writes together with the advance."""
+
+    def commit_with(
+        self,
+        consumer: str,
+        group: str,
+        *,
+        token: int,
+        change: Callable[[GroupState], GroupState],
+        writes: Callable[[Any], object],
+    ) -> GroupState: ...
+
+
+class PoisonPolicy(enum.StrEnum):
+    SKIP = "skip"  # dead-letter it, leave a tombstone, go on with the group
+    BLOCK = "block"  # dead-letter it and stop the group until an operator skips or replays
+
+
+class GapPolicy(enum.StrEnum):
+    WAIT = "wait"  # alert, keep waiting for the missing number
+    SKIP = "skip"  # alert, then pass over the missing numbers with tombstones
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    max_attempts: int = 5
+    poison: PoisonPolicy = PoisonPolicy.SKIP
+    gap_timeout: timedelta = timedelta(minutes=5)
+    gap: GapPolicy = GapPolicy.WAIT
+    lease: timedelta = timedelta(seconds=60)  # must exceed the handler's longest run
+    park: bool = True
+    retry_backoff: timedelta = timedelta(seconds=5)  # first wait after a failure; doubles
+    max_backoff: timedelta = timedelta(minutes=5)
+
+    def backoff(self, failures: int) -> timedelta:
+        """How long to wait after the ``failures``-th failure in a row (5 s, 10 s, 20 s, ...)."""
+        doublings = min(max(failures - 1, 0), 30)
+        wait: timedelta = self.retry_backoff * (2**doublings)
+        return min(wait, self.max_backoff)
+
+
+class GateOutcome(enum.StrEnum):
+    PROCESSED = "processed"
+    FILLED = "filled"  # a filler: the number carried no message, the group moved past it
+    DUPLICATE = "duplicate"
+    PARKED = "parked"
+    RETRYING = "retrying"  # the handler failed; a parked copy is retried after the backoff
+    IN_PROGRESS = "in_progress"
+    DEAD_LETTERED = "dead_lettered"
+    BLOCKED = "blocked"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What the gate did with one delivery (or sweep); every outcome means "ack"."""
+
+    outcome: GateOutcome
+    group: str
+    seq: int
+    released: int = 0  # parked successors run after it
+
+
+class EarlyArrivalError(TransientError):
+    """An early arrival in nack mode (``park=False``): deliver it again later."""
+
+
+class HandlerFailedError(TransientError):
+    """The handler failed below the poison limit: deliver the message again."""
+
+
+class FifoGate:
+    """Runs ``handler`` for each group's messages in sequence order, exactly once."""
+
+    def __init__(
+        self,
+        store: FifoStore,
+        *,
+        consumer: str,
+        handler: Handler,
+        dead_letters: DeadLetterer | None = None,
+        policy: GatePolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        log: DecisionLog | None = None,
+        transactional_handler: TransactionalHandler | None = None,
+    ) -> None:
+        """``handler`` runs each message; or, with a store that supports it (Firestore),
+        ``transactional_handler(message, transaction)`` writes through the transaction and
+        those writes commit together with the advance of ``last_processed``."""
+        if transactional_handler is not None and not hasattr(store, "commit_with"):
+            raise ValueError("transactional mode needs a store with commit_with (Firestore)")
+        self._store = store
+        self.consumer = consumer
+        self._handler = handler
+        self._transactional_handler = transactional_handler
+        self._dead_letters = dead_letters
+        self.policy = policy or GatePolicy()
+        self._clock = clock
+        self.log = log or DecisionLog(consumer)
+        self._witness: Witness[str, GroupState] = Witness()
+        # Makes a dead-lettering happen once per copy (the consumer's processor sets it).
+        self.rejections: IdempotentProcessor | None = None
+        # The messages this process parked: a store that loses them can be given them back.
+        self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
+
+    # --- deliveries ---------------------------------------------------------------------
+
+    def deliver(self, message: Message, group: str, seq: int) -> GateResult:
+        """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
+        digest = key_digest(message_key(message))
+        stored_copy = False
+        for _ in range(_MAX_CAS_ROUNDS):
+            state = self._load(group)
+            now = self._clock.now()
+            known = state.key_of(seq)
+            if known is not None and known != digest:
+                return self._reused(message, group, seq, state)
+            if seq <= state.last_processed:
+                if stored_copy:  # parked by an earlier turn of this loop, then overtaken
+                    self._store.unpark(self.consumer, group, seq)
+                if state.is_skipped(seq) and not is_filler(message):
+                    # It was given up on (gap or operator skip) and arrived after all: it was
+                    # never processed, so it is not a duplicate - keep it, with the reason.
+                    self._dead_letter(
+                        message,
+                        group,
+                        seq,
+                        REASON_LATE_AFTER_SKIP,
+                        f"{group}#{seq} arrived after the group had skipped it",
+                    )
+                    return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+                self._decision("duplicate", group, seq, "already processed")
+                return GateResult(GateOutcome.DUPLICATE, group, seq)
+            at_head = seq == state.head
+            waiting = at_head and (state.lease_live(now) or state.backing_off(now))
+            if seq > state.head or state.blocked_at is not None or waiting:
+                # Early, blocked, backing off, or this very number is being run elsewhere: keep
+                # a copy. (Acking a copy of a running head without parking it would lose the
+                # message if that worker died: its own copy may come back after our ack.)
+                stored_copy = True
+                parked = self._park(message, group, seq, digest, state, now)
+                if parked is None:
+                    continue  # the state moved under us: decide again
+                return parked
+            leased = self._take_lease(group, state, now, digest)
+            if leased is None:
+                continue
+            return self._run(group, seq, message, leased, from_park=False)
+        raise TransientError(f"{group}#{seq}: the group's state kept changing; try again")
+
+    def sweep(self, group: str) -> GateResult:
+        """Periodic work for one group: run a parked head, act on an expired gap."""
+        state = self._load(group)
+        now = self._clock.now()
+        busy = state.lease_live(now) or state.backing_off(now)
+        if state.blocked_at is not None or busy or not state.parked:
+            return GateResult(GateOutcome.IDLE, group, state.head)
+        if state.head not in state.parked:
+            state = self._on_gap(group, state, now)
+            if state.head not in state.parked:
+                return GateResult(GateOutcome.IDLE, group, state.head)
+        message = self._store.parked_message(self.consumer, group, state.head)
+        copy = self._parked_copies.get((group, state.head))
+        if (
+            message is None
+            and copy is not None
+            and state.key_of(state.head)
+            in (
+                None,
+                key_digest(message_key(copy)),
+            )
+        ):
+            # Listed but not stored (the store lost the write): this process still has it.
+            self._store.park(self.consumer, group, state.head, copy)
+            message = copy
+        if message is None:
+            # Listed as parked but not stored (a crash between the two writes): forget it, so
+            # the gap logic - not a lease held for nothing - decides what happens next.
+            head = state.head
+            self._save(
+                group,
+                replace(state, parked=tuple(p for p in state.parked if p != head)),
+                state,
+            )
+            self._decision(
+                "parked_lost",
+                group,
+                head,
+                "ALERT: listed as parked but not stored (lost by the store, or a crash between "
+                "the two writes); seek the subscription back or skip it",
+                level=logging.ERROR,
+                alert="parked_lost",
+            )
+            return GateResult(GateOutcome.IDLE, group, head)
+        leased = self._take_lease(group, state, now, key_digest(message_key(message)))
+        if leased is None:
+            return GateResult(GateOutcome.IDLE, group, state.head)
+        return self._run(group, state.head, message, leased, from_park=True)
+
+    # --- operator actions -----------------------------------------------------------------
+
+    def skip(self, group: str, seq: int, *, run: bool = True) -> GroupState:
+        """Pass over ``seq`` (a poison or lost message) with a tombstone; then, with ``run``,
+        resume the group here (an operator's CLI leaves that to the consumer's sweeper)."""
+        while True:
+            state = self._load(group)
+            if seq != state.head:
+                raise ValueError(f"group {group!r} waits for {state.head}; cannot skip {seq}")
+            if state.blocked_at is None and state.lease_live(self._clock.now()):
+                raise ValueError(f"{group!r} #{seq} is being processed right now; not skipped")
+            # A new lease token fences any worker that still thinks it runs this number.
+            new = replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
+            if self._save(group, new, state):
+                break
+        self._store.unpark(self.consumer, group, seq)
+        self._decision("skipped", group, seq, "skipped by operator", level=logging.WARNING)
+        if run:
+            self.sweep(group)
+        return self._load(group)
+
+    def replay(self, group: str, *, run: bool = True) -> GateResult:
+        """Unblock a group and give its parked head (the poison message) fresh attempts; with
+        ``run``, run it now, else the consumer's sweeper runs it next."""
+        while True:
+            state = self._load(group)
+            new = replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
+            if self._save(group, new, state):
+                break
+        self._decision("replayed", group, state.head, "replay requested by operator")
+        if not run:
+            return GateResult(GateOutcome.IDLE, group, state.head)
+        return self.sweep(group)
+
+    def groups(self) -> list[str]:
+        """Every group the store lists - and every group this process remembers, so a group
+        the store lost altogether is still swept (and so repaired, see ``_load``)."""
+        return sorted({*self._store.groups(self.consumer), *self._witness.keys()})
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _park(  # noqa: PLR0917 - one private call site, every argument is needed
+        self,
+        message: Message,
+        group: str,
+        seq: int,
+        digest: str,
+        state: GroupState,
+        now: datetime,
+    ) -> GateResult | None:
+        if not self.policy.park and state.blocked_at is None and seq > state.head:
+            self._decision("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
+            raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
+        if not self._park_copy(group, seq, message, digest):
+            # Another message got its copy stored at this number first: that one holds it.
+            return self._reused(message, group, seq, state)
+        new = state.with_parked(seq, digest)
+        if seq > state.head and new.gap_since is None and state.head not in state.parked:
+            new = replace(new, gap_since=now)
+        if seq in state.parked:  # a redelivered copy: the parked one stands for it
+            retrying = seq == state.head and state.backing_off(now)
+            return GateResult(GateOutcome.RETRYING if retrying else GateOutcome.PARKED, group, seq)
+        if not self._save(group, new, state):
+            return None
+        if seq == state.head and state.blocked_at is None:
+            if state.backing_off(now):
+                self._decision("retry_scheduled", group, seq, "backing off; copy parked")
+                return GateResult(GateOutcome.RETRYING, group, seq)
+            self._decision("in_progress", group, seq, "being processed elsewhere; copy parked")
+            return GateResult(GateOutcome.IN_PROGRESS, group, seq)
+        self._decision("parked", group, seq, f"early; waiting for {state.head}")
+        outcome = GateOutcome.BLOCKED if state.blocked_at is not None else GateOutcome.PARKED
+        return GateResult(outcome, group, seq)
+
+    def _reused(self, message: Message, group: str, seq: int, state: GroupState) -> GateResult:
+        """A different message at a number already taken: keep it, with the reason, and alert."""
+        detail = (
+            f"{group}#{seq} already belongs to another dedup key (last processed "
+            f"{state.last_processed}): a producer reused the number, or the counter's store "
+            "lost writes"
+        )
+        self._decision("sequence_reused", group, seq, f"ALERT: {detail}", level=logging.ERROR)
+        self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _park_copy(self, group: str, seq: int, message: Message, digest: str | None = None) -> bool:
+        """Park ``message``; with ``digest``, True only if the stored copy is this message
+        (a store keeps the first copy of a number, and the state must name the same one)."""
+        self._store.park(self.consumer, group, seq, message)
+        if digest is not None:
+            stored = self._store.parked_message(self.consumer, group, seq)
+            if stored is not None and key_digest(message_key(stored)) != digest:
+                return False
+        self._parked_copies.put((group, seq), message)
+        return True
+
+    def _dead_letter(
+        self, message: Message, group: str, seq: int, reason: str, detail: str
+    ) -> None:
+        """Dead-letter ``message``; without a dead-letter topic refuse to ack it at all."""
+        dead_letters = self._dead_letters
+        if dead_letters is None:
+            raise PermanentError(reason, f"{detail} (and no dead-letter topic is configured)")
+
+        def send() -> str:
+            return dead_letters.send(message, reason, detail, dedup_key=f"{group}#{seq}")
+
+        if self.rejections is None:
+            send()
+            return
+        # Once per (reason, number, message), however often the copy is redelivered.
+        digest = key_digest(message_key(message))
+        self.rejections.process(f"{reason}:{group}#{seq}:{digest}", digest, send)
+
+    def _take_lease(
+        self, group: str, state: GroupState, now: datetime, digest: str
+    ) -> GroupState | None:
+        if state.blocked_at is not None or state.lease_live(now):
+            return None  # someone runs the group, or an operator must act first
+        # The running message's key is recorded now, so a DIFFERENT message arriving at this
+        # number while it runs is refused at once (while still in hand), never parked.
+        leased = replace(
+            state.with_key(state.head, digest),
+            lease_token=state.lease_token + 1,
+            lease_until=now + self.policy.lease,
+        )
+        return self._save(group, leased, state)
+
+    def _run(
+        self, group: str, seq: int, message: Message, state: GroupState, *, from_park: bool
+    ) -> GateResult:
+        """Run ``seq`` and then every parked successor, holding the lease throughout.
+
+        Every decision here is taken from the state *this worker wrote*, never from a re-read:
+        a re-read may already show the next worker's lease and parked messages.
+        """
+        first, released = seq, 0
+        ran_before = ran_earlier(state, seq, message)
+        filled = is_filler(message) or ran_before is not None
+        first_outcome = GateOutcome.FILLED if filled else GateOutcome.PROCESSED
+        token = state.lease_token
+        while True:
+            try:
+                state = self._handle_and_advance(
+                    group, token, seq, message, run_handler=ran_before is None, known=state
+                )
+            except (StaleClaimError, StoreUnavailableError):
+                # Not the handler's failure: we lost the group, or the store hiccuped after the
+                # handler ran. Counting it as an attempt could dead-letter a processed message.
+                raise
+            except Exception as exc:
+                state, stop = self._on_failure(
+                    group, seq, message, token=token, exc=exc, from_park=from_park
+                )
+                if seq == first:
+                    first_outcome = stop or GateOutcome.DEAD_LETTERED
+                if stop is not None:
+                    return GateResult(first_outcome, group, first, released)
+            else:
+                self._store.unpark(self.consumer, group, seq)
+                if is_filler(message) or ran_before is not None:
+                    why = message.attributes.get(attr.FIFO_FILLER) or (
+                        f"the same dedup key already ran at #{ran_before}"
+                    )
+                    self._decision("filled", group, seq, f"no new message at this number ({why})")
+                else:
+                    self._decision("processed", group, seq, "processed in order")
+            if state.lease_until is None:
+                return GateResult(first_outcome, group, first, released)  # lease freed
+            next_message = self._store.parked_message(self.consumer, group, state.head)
+            if next_message is None:
+                self._release_lease(group, token, known=state)
+                return GateResult(first_outcome, group, first, released)
+            seq, message, from_park = state.head, next_message, True
+            ran_before = ran_earlier(state, seq, message)
+            released += 1
+
+    def _on_failure(
+        self,
+        group: str,
+        seq: int,
+        message: Message,
+        *,
+        token: int,
+        exc: Exception,
+        from_park: bool,
+    ) -> tuple[GroupState, GateOutcome | None]:
+        """Count the failure; poison past the limit. Returns (state, outcome if we stop)."""
+        counts = not isinstance(exc, TransientError)  # "try later" is never the message's fault
+        state = self._update(
+            group, token, lambda s: replace(s, attempts=s.attempts + 1 if counts else s.attempts)
+        )
+        if state.attempts < self.policy.max_attempts:
+            wait = self.policy.backoff(max(state.attempts, 1))
+            self._decision(
+                "handler_failed",
+                group,
+                seq,
+                f"attempt {state.attempts} of {self.policy.max_attempts} failed "
+                f"({'counted' if counts else 'transient, not counted'}); next in "
+                f"{wait.total_seconds():.0f}s: {exc}",
+                level=logging.WARNING,
+            )
+            retry_at = self._clock.now() + wait
+            if not from_park:
+                self._park_copy(group, seq, message)  # kept for the sweeper
+            digest = key_digest(message_key(message))
+            self._update(
+                group,
+                token,
+                lambda s: replace(
+                    s.with_parked(seq, digest), lease_until=None, next_attempt_at=retry_at
+                ),
+            )
+            if not from_park:
+                raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
+            return state, GateOutcome.RETRYING  # the sweeper retries after the backoff
+        detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
+        if self._dead_letters is not None and self.policy.poison is PoisonPolicy.SKIP:
+            self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
+            state = self._advance(group, token, seq, skipped=(seq,))
+            self._store.unpark(self.consumer, group, seq)
+            self._decision("poison_skipped", group, seq, detail, level=logging.ERROR)
+            return state, None  # go on with the parked successors
+        if self._dead_letters is not None:
+            self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
+        else:
+            # Skipping without a dead-letter copy would lose the message silently: block.
+            detail += " (no dead-letter topic: blocked instead of skipped)"
+        # The ALERT first: should the write below time out after applying, the group is
+        # blocked all the same, and the operator must have been told.
+        self._decision(
+            "poison_blocked", group, seq, f"ALERT: group blocked; {detail}", level=logging.ERROR
+        )
+        self._park_copy(group, seq, message)  # kept for an operator's replay
+        digest = key_digest(message_key(message))
+        self._update(
+            group,
+            token,
+            lambda s: replace(s.with_parked(seq, digest), blocked_at=seq, lease_until=None),
+        )
+        return state, GateOutcome.DEAD_LETTERED if self._dead_letters else GateOutcome.BLOCKED
+
+    def _on_gap(self, group: str, state: GroupState, now: datetime) -> GroupState:
+        if state.gap_since is None or now - state.gap_since < self.policy.gap_timeout:
+            return state
+        age = (now - state.gap_since).total_seconds()
+        self._decision(
+            "gap_timeout",
+            group,
+            state.head,
+            f"ALERT: {state.head} missing for {age:.0f}s ({len(state.parked)} parked)",
+            level=logging.ERROR,
+        )
+        if self.policy.gap is GapPolicy.WAIT:
+            return state
+        missing = tuple(range(state.head, min(state.parked)))
+        new = state.advanced_to(missing[-1], skipped=missing)
+        new = replace(new, parked=state.parked)  # the parked ones are still to run
+        if not self._save(group, new, state):
+            return self._load(group)
+        self._decision("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
+        return self._load(group)
+
+    def _handle_and_advance(
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        message: Message,
+        *,
+        run_handler: bool,
+        known: GroupState,
+    ) -> GroupState:
+        """Run the handler for ``seq`` and advance past it - in one transaction if configured.
+
+        ``known`` is the state this worker last wrote (see ``_update``)."""
+        if not run_handler or is_filler(message):
+            return self._advance_after_effect(group, token, seq, message, known)
+        if self._transactional_handler is not None:
+            handler = self._transactional_handler
+            store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
+            return self._witnessed(
+                store.commit_with(
+                    self.consumer,
+                    group,
+                    token=token,
+                    change=self._advance_change(
+                        seq, skipped=(), digest=key_digest(message_key(message))
+                    ),
+                    writes=lambda transaction: handler(message, transaction),
+                )
+            )
+        self._handler(message)
+        return self._advance_after_effect(group, token, seq, message, known)
+
+    def _advance_after_effect(
+        self, group: str, token: int, seq: int, message: Message, known: GroupState
+    ) -> GroupState:
+        """Record the advance past ``seq`` once its effect happened, retrying a store hiccup.
+
+        Losing this write would let ``seq`` run again once the lease expires, so a short
+        outage is worth a few waits (as for a dedup ``complete``); past them the failure is an
+        ALERT: the effect may repeat.
+        """
+        digest = key_digest(message_key(message))
+        filler = message.attributes.get(attr.FIFO_FILLER, "")
+        skipped = (seq,) if filler.startswith(FILLER_DEAD_LETTERED) else ()
+        displaced: list[str] = []
+        recorded = FILLER_MARK + digest if filler else digest
+        state = self._advance_recorded(group, token, seq, recorded, skipped, displaced, known)
+        if displaced:
+            self._dead_letter_displaced(group, seq, digest)
+        return state
+
+    def _advance_recorded(  # noqa: PLR0917 - one private call site
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        digest: str,
+        skipped: tuple[int, ...],
+        displaced: list[str],
+        known: GroupState,
+    ) -> GroupState:
+        for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
+            try:
+                if attempt > 0:
+                    state = self._load(group)
+                    mine = state.lease_token == token and state.key_of(seq) == digest.removeprefix(
+                        FILLER_MARK
+                    )
+                    if mine and state.last_processed >= seq:
+                        return state  # the first attempt was applied; only its answer was lost
+                change = self._advance_change(
+                    seq, skipped=skipped, digest=digest, displaced=displaced
+                )
+                # A retry reads the record: the first attempt may have applied.
+                return self._update(group, token, change, known=None if attempt else known)
+            except StoreUnavailableError:
+                if delay is None:
+                    self._decision(
+                        "advance_failed",
+                        group,
+                        seq,
+                        "ALERT: effect done but the advance was not recorded; it may repeat "
+                        "after the lease",
+                        level=logging.ERROR,
+                        alert="advance_failed",
+                    )
+                    raise
+                self._clock.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _dead_letter_displaced(self, group: str, seq: int, digest: str) -> None:
+        """A copy of ANOTHER message parked at ``seq`` while ours ran (it arrived while the
+        number was in progress): it can never run now, so it is a reused number."""
+        parked = self._store.parked_message(self.consumer, group, seq)
+        if parked is None or key_digest(message_key(parked)) == digest:
+            return
+        try:
+            self._reused(parked, group, seq, self._store.load(self.consumer, group))
+        except PermanentError:
+            # No dead-letter topic, and the copy was acked long ago: say so loudly.
+            self._decision(
+                "reused_dropped",
+                group,
+                seq,
+                "ALERT: a different message parked at this number could not be dead-lettered "
+                "(no dead-letter topic)",
+                level=logging.ERROR,
+                alert="reused_dropped",
+            )
+
+    def _advance_change(
+        self,
+        seq: int,
+        *,
+        skipped: tuple[int, ...],
+        digest: str | None = None,
+        displaced: list[str] | None = None,
+    ) -> Callable[[GroupState], GroupState]:
+        def advance(s: GroupState) -> GroupState:
+            other = s.key_of(seq) if seq in s.parked else None
+            plain = None if digest is None else digest.removeprefix(FILLER_MARK)
+            if displaced is not None and other is not None and other != plain:
+                displaced.append(other)  # another message's copy parked while ours ran
+            if s.last_processed >= seq:
+                # An operator skipped past it meanwhile: never move the counter backwards.
+                raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")
+            new = s.advanced_to(seq, skipped=skipped, digest=digest)
+            # Keep the lease while a parked successor is ready to run next.
+            if new.head in new.parked:
+                # Renewed, not kept: a long backlog must not outlive the lease it started with.
+                return replace(new, lease_until=self._clock.now() + self.policy.lease)
+            if new.parked:
+                return replace(new, gap_since=self._clock.now())
+            return new
+
+        return advance
+
+    def _advance(
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        *,
+        skipped: tuple[int, ...],
+        digest: str | None = None,
+    ) -> GroupState:
+        return self._update(group, token, self._advance_change(seq, skipped=skipped, digest=digest))
+
+    def _release_lease(self, group: str, token: int, *, known: GroupState | None = None) -> None:
+        self._update(group, token, lambda s: replace(s, lease_until=None), known=known)
+
+    def _update(
+        self,
+        group: str,
+        token: int,
+        change: Callable[[GroupState], GroupState],
+        *,
+        known: GroupState | None = None,
+    ) -> GroupState:
+        """Compare-and-set ``change`` while we still hold lease ``token``; return what we wrote.
+
+        (Not a re-read: once our write frees the lease, the record belongs to whoever leases
+        it next.) ``known`` is the state this worker last wrote, with its version: the first
+        attempt compares against it without reading the record - if anyone wrote since (or
+        the store lost our write), the compare-and-set fails and the record is read.
+        """
+        for _ in range(_MAX_CAS_ROUNDS):
+            if known is not None and known.version is not None:
+                state, known = known, None
+            else:
+                state = self._load(group)
+            if state.lease_token != token:
+                raise StaleClaimError(
+                    f"{self.consumer}/{group}: lease {token} was taken over "
+                    f"(now {state.lease_token}); the handler outlived its lease"
+                )
+            stored = self._save(group, change(state), state)
+            if stored is not None:
+                return stored
+        raise TransientError(f"{self.consumer}/{group}: the state kept changing; try again")
+
+    # --- the store, as this process has seen it (see pubsub_toolkit._witness) ----------------
+
+    def _load(self, group: str) -> GroupState:
+        for _ in range(_MAX_CAS_ROUNDS):
+            state = self._store.load(self.consumer, group)
+            seen = self._witness.get(group)
+            if seen is None or not went_back(seen, state):
+                return self._witnessed(state, group)
+            if self._repair(group, seen, state):
+                return self._store.load(self.consumer, group)
+        raise TransientError(f"{self.consumer}/{group}: could not repair the group's state")
+
+    def _save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
+        """``state`` as stored (with its new version), or None if ``expected`` was stale."""
+        stored = self._store.save(self.consumer, group, state, expected)
+        if stored is None:
+            return None
+        return self._witnessed(stored, group)
+
+    def _witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
+        if group is not None:
+            seen = self._witness.get(group)
+            if seen is None or state.last_processed >= seen.last_processed:
+                self._witness.put(group, state)
+        return state
+
+    def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
+        """The store handed back an older state than this process wrote: put the group back
+        where it was, fence every lease, and say what could not be restored."""
+        last = max(seen.last_processed, state.last_processed)
+        lost = [s for s in seen.parked if s > last and s not in state.parked]
+        restored = []
+        for seq in lost:
+            copy = self._parked_copies.get((group, seq))
+            if copy is not None:
+                self._store.park(self.consumer, group, seq, copy)
+                restored.append(seq)
+        lost = [s for s in lost if s not in restored]
+        parked = tuple(sorted({*(s for s in state.parked if s > last), *restored}))
+        repaired = replace(
+            state,
+            last_processed=last,
+            parked=parked,
+            gap_since=self._clock.now() if parked and last + 1 not in parked else None,
+            lease_token=max(seen.lease_token, state.lease_token) + 1,
+            lease_until=None,
+            # The head may have moved: its attempts and backoff belong to the old one.
+            attempts=state.attempts if last == state.last_processed else 0,
+            next_attempt_at=state.next_attempt_at if last == state.last_processed else None,
+            blocked_at=state.blocked_at if last == state.last_processed else None,
+            skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
+            # One key per number, this process's word first: it saw what really ran there.
+            keys=tuple(sorted({**dict(state.keys), **dict(seen.keys)}.items())),
+        )
+        self._decision(
+            "store_rollback",
+            group,
+            state.head,
+            f"ALERT: the store lost writes: last processed went back from "
+            f"{seen.last_processed} to {state.last_processed}; restored to {last}"
+            + (f"; parked again from this process's copies: {restored}" if restored else "")
+            + (
+                f"; parked messages lost: {lost} (seek the subscription back to before they "
+                "were published, or skip them)"
+                if lost
+                else ""
+            ),
+            level=logging.ERROR,
+            alert="store_rollback",
+        )
+        if not self._store.save(self.consumer, group, repaired, state):
+            return False  # someone wrote meanwhile: look again
+        self._witness.put(group, repaired)
+        # Copies parked at numbers the group had already passed (a reissued number parked
+        # after the loss) can never run: keep them, with the reason.
+        for seq in sorted(state.parked):
+            if seq <= last and seq > state.last_processed:
+                copy = self._store.parked_message(self.consumer, group, seq)
+                if copy is not None and seen.ran_at(seq) != key_digest(message_key(copy)):
+                    with contextlib.suppress(PermanentError):  # no topic: the ALERT above says
+                        self._reused(copy, group, seq, repaired)
+                self._store.unpark(self.consumer, group, seq)
+        return True
+
+    def _decision(
+        self,
+        outcome: str,
+        group: str,
+        seq: int,
+        text: str,
+        *,
+        level: int = logging.INFO,
+        **fields: object,
+    ) -> None:
+        self.log.decision(
+            outcome, text, dedup_key=None, level=level, fifo_group=group, fifo_seq=seq, **fields
+        )
+
+
+def message_key(message: Message) -> str:
+    """The message's stable identity: its dedup key, else its message id."""
+    return message.attributes.get(attr.DEDUP_KEY) or message.message_id
+
+
+def filler_message(group: str, seq: int | str, dedup_key: str, why: str) -> OutboundMessage:
+    """The marker for a number that carries no message (ingress and the relay send it)."""
+    attributes = {
+        attr.FIFO_GROUP: group,
+        attr.FIFO_SEQ: str(seq),
+        attr.DEDUP_KEY: dedup_key,
+        attr.FIFO_FILLER: why,
+    }
+    return OutboundMessage(b"", attributes, ordering_key=group)
+
+
+def is_filler(message: Message) -> bool:
+    """True for ingress's marker of a number that carries no new message."""
+    return attr.FIFO_FILLER in message.attributes
+
+
+def went_back(seen: GroupState, state: GroupState) -> bool:
+    """True when ``state`` is older than what this process saw: positions never go back, and a
+    parked number only leaves the list when the group moves past it."""
+    lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
+    return (
+        state.last_processed < seen.last_processed
+        or state.lease_token < seen.lease_token
+        or lost_parked
+    )
+
+
+def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
+    """The lower number at which the same dedup key already ran in this group, if any.
+
+    A copy renumbered by the producer's retry (or re-routed by ingress after a crash) must not
+    run twice: the lowest number holding the key is its place in the order, later ones are
+    fillers. Fillers themselves never count.
+    """
+    key = message_key(message)
+    if is_filler(message) or not key:  # no identity to compare (a hand-made test message)
+        return None
+    digest = key_digest(key)
+    last = state.last_processed
+    # A filler's digest carries FILLER_MARK, so it never equals a plain one: no message ran there.
+    return next((s for s, d in state.keys if d == digest and s < seq and s <= last), None)

@@ -1,0 +1,293 @@
+"""Operator commands: `status`, `fifo skip|replay`, `dlq list|replay`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.operations._text_table import format_table
+from pubsub_toolkit.operations.cli.common import (
+    full_subscription,
+    full_topic,
+    require_emulator_if_local,
+)
+
+if TYPE_CHECKING:
+    from pubsub_toolkit.consumer.gate import FifoGate
+    from pubsub_toolkit.dead_letters.listing import DeadLetter
+    from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot
+    from pubsub_toolkit.stores.counters.base import SequenceCounter
+    from pubsub_toolkit.stores.dedup.base import DedupStore
+    from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
+
+
+def gate_and_counter(
+    consumer_id: str | None,
+) -> tuple[FifoGate, FifoStore, SequenceCounter]:
+    from pubsub_toolkit.config import ConsumerSettings, Settings
+    from pubsub_toolkit.consumer.gate import FifoGate
+    from pubsub_toolkit.stores.factory import counter_from_settings, fifo_store_from_settings
+
+    env = dict(os.environ)
+    if consumer_id:
+        env["CONSUMER_ID"] = consumer_id
+    env.setdefault("CONSUMER_ID", "cli")
+    settings, consumer = Settings.from_env(env), ConsumerSettings.from_env(env)
+    store = fifo_store_from_settings(settings)
+
+    def refuse(_message: object) -> None:
+        raise ToolkitError("operator commands do not run handlers")
+
+    from pubsub_toolkit.consumer.processor import gate_policy
+
+    gate = FifoGate(
+        store, consumer=consumer.consumer_id, handler=refuse, policy=gate_policy(consumer)
+    )
+    return gate, store, counter_from_settings(settings)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from pubsub_toolkit.clock import SYSTEM_CLOCK
+    from pubsub_toolkit.operations.dashboard.snapshot import gather
+    from pubsub_toolkit.operations.dashboard.sources import LiveStatusSource
+
+    require_emulator_if_local()
+    source = LiveStatusSource.from_env(
+        consumer=args.consumer_id, dead_letter_subscription=args.dead_letter_subscription
+    )
+    try:
+        snapshot = gather(source, now=SYSTEM_CLOCK.now())
+    finally:
+        source.close()
+    print("\n".join(status_lines(snapshot, dead_letter_name=args.dead_letter_subscription)))
+    return 0
+
+
+def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str]:
+    """The `status` command's text for ``snapshot``."""
+    from pubsub_toolkit.operations.group_status import render_table
+
+    lines = [f"FIFO groups of consumer {snapshot.consumer!r}:"]
+    lines.append(render_table(snapshot.groups) if snapshot.groups else "(none yet)")
+    dead = snapshot.dead_letters
+    if not dead.exists:
+        dead_text = f"(no subscription {dead_letter_name})"
+    else:
+        detail = ", ".join(f"{reason} {n}" for reason, n in dead.by_reason)
+        dead_text = dead.total_text + (f" ({detail})" if detail else "")
+    lines.append(f"\ndead letters: {dead_text}")
+    scheduled = snapshot.scheduled
+    lines.append(
+        "scheduled deliveries: "
+        + (
+            "(TASKS_QUEUE not set)"
+            if scheduled.queue is None
+            else f"{scheduled.waiting} waiting in {scheduled.queue.rsplit('/', 1)[-1]}"
+        )
+    )
+    rate = snapshot.dedup.hit_rate
+    lines.append(
+        f"ingress deliveries: {snapshot.dedup.deliveries}, duplicates: "
+        f"{snapshot.dedup.duplicates}" + ("" if rate is None else f" (dedup hit rate {rate:.1%})")
+    )
+    return lines
+
+
+def cmd_fifo_skip(args: argparse.Namespace) -> int:
+    gate, _, _ = gate_and_counter(args.consumer_id)
+    try:
+        state = gate.skip(args.group, args.seq, run=False)  # the consumer resumes the group
+    except ValueError as exc:
+        raise ToolkitError(str(exc)) from exc
+    print(
+        f"skipped {args.group}#{args.seq} (tombstone); last processed is now "
+        f"{state.last_processed}; the consumer's sweeper resumes the group"
+    )
+    return 0
+
+
+def cmd_fifo_replay(args: argparse.Namespace) -> int:
+    gate, _, _ = gate_and_counter(args.consumer_id)
+    result = gate.replay(args.group, run=False)  # the consumer's handler must run it
+    print(
+        f"unblocked {args.group}: #{result.seq} gets fresh attempts; "
+        "the consumer's sweeper runs it next"
+    )
+    return 0
+
+
+def dead_letter_subscription(args: argparse.Namespace) -> str:
+    return full_subscription(args.subscription)
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    from pubsub_toolkit.clock import SYSTEM_CLOCK
+    from pubsub_toolkit.dead_letters.listing import list_dead_letters
+
+    require_emulator_if_local()
+    subscriber = pubsub_v1.SubscriberClient()
+    try:
+        letters = list_dead_letters(subscriber, dead_letter_subscription(args), limit=args.limit)
+    finally:
+        subscriber.close()
+    now = SYSTEM_CLOCK.now()
+    rows = [("dead-letter id", "reason", "dedup_key", "group", "seq", "age", "detail")]
+    for d in letters:
+        age = (
+            "-"
+            if d.dead_lettered_at is None
+            else f"{(now - d.dead_lettered_at).total_seconds():.0f}s"
+        )
+        rows.append(
+            (
+                d.dead_letter_id,
+                d.reason,
+                d.dedup_key or "-",
+                d.group or "-",
+                "-" if d.seq is None else str(d.seq),
+                age,
+                d.detail[:60],
+            )
+        )
+    print("\n".join(format_table(rows)))
+    print(f"{len(letters)} dead letter(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_dlq_replay(args: argparse.Namespace) -> int:
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    from pubsub_toolkit.dead_letters.replay import replay
+    from pubsub_toolkit.producer.sink import PubSubSink
+
+    require_emulator_if_local()
+
+    def selected(letter: DeadLetter) -> bool:
+        return (
+            (not args.reason or letter.reason == args.reason)
+            and (not args.group or letter.group == args.group)
+            and (not args.id or letter.dead_letter_id in args.id)
+        )
+
+    if not (args.all or args.reason or args.group or args.id):
+        raise ToolkitError("choose what to replay: --reason, --group, --id, or --all")
+    store = replay_store()
+    passed = PassedNumbers(args.consumer_id)
+    subscriber, sink = pubsub_v1.SubscriberClient(), PubSubSink()
+    try:
+        replayed = replay(
+            subscriber,
+            dead_letter_subscription(args),
+            sink,
+            full_topic(args.topic),
+            store=store,
+            select=lambda letter: selected(letter) and not passed.check(letter),
+        )
+    finally:
+        subscriber.close()
+        sink.close()
+    print(f"replayed {len(replayed)} message(s) to {args.topic}")
+    for line in passed.notes:
+        print(line)
+    for line in unblock_replayed_poison(replayed, args.consumer_id):
+        print(line)
+    return 0
+
+
+def replay_store() -> DedupStore:
+    """The dedup store ingress reads, where `dlq replay` mints its replay ids.
+
+    Ingress dead-letters a replay whose id it finds no mint for (``forged_replay_id``), so the
+    mint must land in ingress's own store: built from the same settings (DEDUP_BACKEND,
+    DEDUP_COLLECTION, REDIS_URL, ...). The memory backend lives inside one process, so a CLI
+    run could never mint for a running ingress: refused rather than replaying into forgeries.
+    """
+    from pubsub_toolkit.config import Settings
+    from pubsub_toolkit.stores.factory import dedup_store_from_settings
+
+    settings = Settings.from_env()
+    if settings.dedup_backend == "memory":
+        raise ToolkitError(
+            "dlq replay mints replay ids in ingress's dedup store; DEDUP_BACKEND=memory is "
+            "private to one process (use firestore or redis)"
+        )
+    return dedup_store_from_settings(settings)
+
+
+class PassedNumbers:
+    """Keeps FIFO dead letters whose group has already moved past them out of a replay.
+
+    With the ``skip`` policies the group goes on without a poison (or gap-skipped) number; a
+    replayed copy could no longer run in order and would only be dead-lettered again as
+    ``fifo_late_after_skip``. Such letters stay on the dead-letter subscription, and the
+    operator is told to handle them out of band.
+    """
+
+    def __init__(self, consumer_id: str | None) -> None:
+        self._consumer_id = consumer_id
+        self._gate: tuple[FifoGate, FifoStore] | None = None  # connected on first FIFO letter
+        self._states: dict[str, GroupState] = {}
+        self.notes: list[str] = []
+
+    def check(self, letter: DeadLetter) -> bool:
+        """True when ``letter``'s group already passed its number (it is then not replayed)."""
+        if letter.group is None or letter.seq is None or letter.seq < 1:
+            return False  # not a valid FIFO number (e.g. an invalid_fifo_seq letter): replay it
+        if self._gate is None:
+            gate, store, _ = gate_and_counter(self._consumer_id)
+            self._gate = (gate, store)
+        gate, store = self._gate
+        if letter.group not in self._states:
+            self._states[letter.group] = store.load(gate.consumer, letter.group)
+        state = self._states[letter.group]
+        if letter.seq > state.last_processed or state.blocked_at == letter.seq:
+            return False
+        self.notes.append(
+            f"kept {letter.group} #{letter.seq} on the dead-letter topic: consumer "
+            f"{gate.consumer!r} has already moved past it (last processed "
+            f"#{state.last_processed}), so it cannot run in order; handle it out of band"
+        )
+        return True
+
+
+def unblock_replayed_poison(replayed: list[DeadLetter], consumer_id: str | None) -> list[str]:
+    """Unblock each group that is BLOCKED at a poison message just replayed; say what was done.
+
+    With the ``block`` poison policy the gate keeps the poison message parked and the group
+    stopped. The replayed copy would only be parked behind that block, so replaying it means
+    "try it again": the group is unblocked (as `fifo replay` does) and the consumer's sweeper
+    runs the message - the parked original or the replayed copy, whichever comes first; the
+    other is then a duplicate of a processed number.
+    """
+    from pubsub_toolkit.consumer.gate import REASON_POISON
+
+    poison = [d for d in replayed if d.reason == REASON_POISON and d.group and d.seq is not None]
+    if not poison:
+        return []
+    gate, store, _ = gate_and_counter(consumer_id)
+    lines = []
+    for letter in poison:
+        assert letter.group is not None  # filtered above
+        state = store.load(gate.consumer, letter.group)
+        if state.blocked_at == letter.seq:
+            gate.replay(letter.group, run=False)  # the consumer's handler runs it, not the CLI
+            lines.append(
+                f"unblocked {letter.group} at #{letter.seq} for consumer {gate.consumer!r}; "
+                "its sweeper runs the message next"
+            )
+        elif state.blocked_at is not None:
+            lines.append(
+                f"{letter.group} stays blocked at #{state.blocked_at} (not #{letter.seq}) for "
+                f"consumer {gate.consumer!r}"
+            )
+        else:
+            lines.append(
+                f"{letter.group} is not blocked for consumer {gate.consumer!r} "
+                "(another consumer? pass --consumer-id)"
+            )
+    return lines

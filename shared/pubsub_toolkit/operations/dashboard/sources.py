@@ -1,0 +1,119 @@
+"""The live :class:`~.snapshot.StatusSource`: FIFO state, the dead-letter subscription, the
+Cloud Tasks queue and the shared ingress counters, with clients created once and reused on
+every refresh. Configuration is the same environment every other command reads."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pubsub_toolkit.config import Settings, queue_path
+from pubsub_toolkit.operations.dashboard.snapshot import DeadLetterCounts, DedupRate, ScheduledCount
+from pubsub_toolkit.operations.group_status import GroupStatus, group_statuses
+from pubsub_toolkit.stores.counters.base import SequenceCounter
+from pubsub_toolkit.stores.fifo_state.base import FifoStore
+from pubsub_toolkit.stores.stats.base import DELIVERIES, DUPLICATES, StatsStore
+
+DEFAULT_DEAD_LETTER_SUBSCRIPTION = "dead-letter-sub"
+# Counting dead letters means pulling them (Pub/Sub has no count by attribute): stop here and
+# show "1000+" rather than hold more messages on every refresh.
+DEAD_LETTER_COUNT_LIMIT = 1000
+
+
+class LiveStatusSource:
+    """Reads the running pipeline; one instance serves every refresh of the page."""
+
+    def __init__(
+        self,
+        *,
+        consumer: str,
+        fifo_store: FifoStore,
+        counter: SequenceCounter,
+        subscriber: Any,
+        dead_letter_subscription: str,
+        stats: StatsStore,
+        tasks_client: Any | None,
+        queue: str | None,
+    ) -> None:
+        self.consumer = consumer
+        self._fifo_store = fifo_store
+        self._counter = counter
+        self._subscriber = subscriber
+        self._dead_letter_subscription = dead_letter_subscription
+        self._stats = stats
+        self._tasks_client = tasks_client
+        self._queue = queue
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        consumer: str | None = None,
+        dead_letter_subscription: str = DEFAULT_DEAD_LETTER_SUBSCRIPTION,
+    ) -> LiveStatusSource:
+        """Clients for the pipeline ``env`` describes (default ``os.environ``)."""
+        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+        from pubsub_toolkit.stores.factory import (
+            counter_from_settings,
+            fifo_store_from_settings,
+            stats_store_from_settings,
+        )
+
+        env = os.environ if env is None else env
+        settings = Settings.from_env(env)
+        consumer = consumer or env.get("CONSUMER_ID", "").strip() or "cli"
+        subscription = dead_letter_subscription
+        if not subscription.startswith("projects/"):
+            subscription = f"projects/{settings.project}/subscriptions/{subscription}"
+        queue, tasks = None, None
+        raw_queue = env.get("TASKS_QUEUE", "").strip()
+        if raw_queue:
+            from pubsub_toolkit.delay.scheduler import tasks_client
+
+            queue = queue_path(settings.project, env.get("TASKS_LOCATION", ""), raw_queue)
+            tasks = tasks_client(env.get("CLOUD_TASKS_EMULATOR_HOST") or None)
+        return cls(
+            consumer=consumer,
+            fifo_store=fifo_store_from_settings(settings),
+            counter=counter_from_settings(settings),
+            subscriber=pubsub_v1.SubscriberClient(),
+            dead_letter_subscription=subscription,
+            stats=stats_store_from_settings(settings),
+            tasks_client=tasks,
+            queue=queue,
+        )
+
+    def fifo_groups(self, now: datetime) -> list[GroupStatus]:
+        return group_statuses(self._fifo_store, self.consumer, now=now, counter=self._counter)
+
+    def dead_letters(self) -> DeadLetterCounts:
+        from google.api_core import exceptions as gexc
+
+        from pubsub_toolkit.dead_letters.listing import list_dead_letters
+
+        name = self._dead_letter_subscription
+        try:
+            letters = list_dead_letters(self._subscriber, name, limit=DEAD_LETTER_COUNT_LIMIT)
+        except gexc.NotFound:
+            return DeadLetterCounts(subscription=name, exists=False)
+        reasons = Counter(d.reason for d in letters)
+        truncated = len(letters) >= DEAD_LETTER_COUNT_LIMIT
+        return DeadLetterCounts(name, True, tuple(sorted(reasons.items())), truncated)
+
+    def scheduled(self) -> ScheduledCount:
+        if self._queue is None or self._tasks_client is None:
+            return ScheduledCount(queue=None)
+        tasks = list(self._tasks_client.list_tasks(parent=self._queue, timeout=10))
+        return ScheduledCount(queue=self._queue, waiting=len(tasks))
+
+    def dedup(self) -> DedupRate:
+        totals = self._stats.totals()
+        return DedupRate(deliveries=totals.get(DELIVERIES, 0), duplicates=totals.get(DUPLICATES, 0))
+
+    def close(self) -> None:
+        self._subscriber.close()

@@ -1,0 +1,192 @@
+"""The producer side: publish to the origin topic with the contract attributes stamped.
+
+:class:`Publisher` turns keyword arguments into the attribute contract of
+:mod:`pubsub_toolkit.attributes` so producers never spell attribute names by hand:
+
+* ``fifo_group`` -> ``fifo_group`` + ``fifo_seq`` (the next number from a
+  :class:`~pubsub_toolkit.stores.counters.base.SequenceCounter`) + the Pub/Sub ordering key;
+* ``dedup_key`` -> ``dedup_key``;
+* ``deliver_at`` (aware datetime) -> ``deliver_at`` in RFC 3339 UTC, or ``delay`` (timedelta)
+  -> ``delay_seconds``.
+
+Every message is validated against the contract *before* a number is reserved, so a message
+ingress would dead-letter raises ValueError here instead, and does not leave a gap in its
+group. A publish that fails *after* the reservation does leave one (the number is never
+reused): the exception propagates, and the consumer gate's gap timeout handles the gap (see
+:mod:`pubsub_toolkit.stores.counters.base`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.errors import ContractViolation
+from pubsub_toolkit.message import Message, OutboundMessage
+from pubsub_toolkit.producer.sink import MessageSink
+from pubsub_toolkit.stores.counters.base import SequenceCounter
+
+logger = logging.getLogger(__name__)
+
+# Only the Publisher may write these: a group's numbers must all come from its counter.
+_OWNED_BY_PUBLISHER = (attr.FIFO_GROUP, attr.FIFO_SEQ)
+
+
+class Publisher:
+    """Publishes to ``topic`` (a full ``projects/P/topics/T`` path) through ``sink``.
+
+    ``counter`` is required only for FIFO groups. Thread-safe when the sink and the counter are.
+    """
+
+    def __init__(
+        self, sink: MessageSink, topic: str, counter: SequenceCounter | None = None
+    ) -> None:
+        if not topic:
+            raise ValueError("topic must be a topic path such as projects/P/topics/T")
+        self._sink = sink
+        self._topic = topic
+        self._counter = counter
+
+    def publish(
+        self,
+        data: bytes,
+        attributes: Mapping[str, str] | None = None,
+        *,
+        fifo_group: str | None = None,
+        dedup_key: str | None = None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
+    ) -> str:
+        """Publish one message and return its message id once Pub/Sub has accepted it.
+
+        Raises ValueError (TypeError for wrong types) for arguments that break the contract,
+        before anything is reserved or published; sink and counter errors propagate.
+        """
+        stamped = _stamp(attributes, dedup_key=dedup_key, delay=delay, deliver_at=deliver_at)
+        if fifo_group is None:
+            _validate(data, stamped)
+            return self._sink.publish(self._topic, OutboundMessage(data, stamped))
+        counter = self._require_counter()
+        _check_group(fifo_group)
+        stamped[attr.FIFO_GROUP] = fifo_group
+        _validate(data, stamped)
+        block = counter.reserve(fifo_group)
+        return self._publish_numbered(data, stamped, fifo_group, block.first)
+
+    def publish_batch(
+        self, group: str, items: Sequence[tuple[bytes, Mapping[str, str]]]
+    ) -> list[str]:
+        """Publish ``items`` in order in FIFO ``group``, numbered from ONE reserved block.
+
+        One counter round trip for the whole batch. Items may carry ``dedup_key`` and
+        ``deliver_at``/``delay_seconds`` in their attributes. Every item is validated before
+        the block is reserved; if a publish fails, the error propagates and the numbers of the
+        items not yet published become a gap. Returns the message ids in order.
+        """
+        counter = self._require_counter()
+        _check_group(group)
+        prepared: list[tuple[bytes, dict[str, str]]] = []
+        for data, attributes in items:
+            stamped = _stamp(attributes, dedup_key=None, delay=None, deliver_at=None)
+            stamped[attr.FIFO_GROUP] = group
+            _validate(data, stamped)
+            prepared.append((data, stamped))
+        if not prepared:
+            return []
+        block = counter.reserve(group, len(prepared))
+        return [
+            self._publish_numbered(data, stamped, group, seq)
+            for seq, (data, stamped) in zip(block.numbers(), prepared, strict=True)
+        ]
+
+    def _publish_numbered(self, data: bytes, stamped: dict[str, str], group: str, seq: int) -> str:
+        message = OutboundMessage(data, {**stamped, attr.FIFO_SEQ: str(seq)}, ordering_key=group)
+        try:
+            return self._sink.publish(self._topic, message)
+        except Exception:
+            logger.warning(
+                "publish of fifo_seq %d in group %r failed: the number stays unused (a gap the "
+                "consumer's gap timeout handles)",
+                seq,
+                group,
+            )
+            raise
+
+    def _require_counter(self) -> SequenceCounter:
+        if self._counter is None:
+            raise ValueError(
+                "fifo_group needs a sequence counter: Publisher(sink, topic, counter=...)"
+            )
+        return self._counter
+
+
+def _stamp(
+    attributes: Mapping[str, str] | None,
+    *,
+    dedup_key: str | None,
+    delay: timedelta | None,
+    deliver_at: datetime | None,
+) -> dict[str, str]:
+    """The caller's attributes plus the toolkit's, after checking they do not conflict."""
+    stamped = dict(attributes or {})
+    for key, value in stamped.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"attribute keys and values must be str, got {key!r}: {value!r}")
+    for owned in _OWNED_BY_PUBLISHER:
+        if owned in stamped:
+            raise ValueError(f"attribute {owned!r} is set by the Publisher: pass fifo_group=")
+    if dedup_key is not None:
+        if attr.DEDUP_KEY in stamped:
+            raise ValueError("dedup_key given both as an argument and as an attribute")
+        stamped[attr.DEDUP_KEY] = dedup_key
+    if delay is not None and deliver_at is not None:
+        raise ValueError("give delay or deliver_at, not both")
+    if (delay is not None or deliver_at is not None) and (
+        attr.DELIVER_AT in stamped or attr.DELAY_SECONDS in stamped
+    ):
+        raise ValueError("a due time given both as an argument and as an attribute")
+    if delay is not None:
+        stamped[attr.DELAY_SECONDS] = _format_delay(delay)
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime):
+            raise TypeError(f"deliver_at must be a datetime, got {type(deliver_at).__name__}")
+        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
+            raise ValueError("deliver_at must be timezone-aware (naive datetimes are ambiguous)")
+        stamped[attr.DELIVER_AT] = attr.format_time(deliver_at)
+    return stamped
+
+
+def _format_delay(delay: timedelta) -> str:
+    """``delay`` as decimal seconds with at most microsecond digits: ``90``, ``1.5``."""
+    if not isinstance(delay, timedelta):
+        raise TypeError(f"delay must be a timedelta, got {type(delay).__name__}")
+    if delay < timedelta(0):
+        raise ValueError(f"delay must not be negative, got {delay}")
+    return f"{delay.total_seconds():.6f}".rstrip("0").rstrip(".")
+
+
+def _check_group(group: str) -> None:
+    if not isinstance(group, str) or not group.strip():
+        raise ValueError(f"fifo_group must be a non-blank string, got {group!r}")
+    size = len(group.encode())
+    if size > attr.MAX_FIFO_GROUP_BYTES:
+        raise ValueError(
+            f"fifo_group is {size} bytes; the ordering key limit is {attr.MAX_FIFO_GROUP_BYTES}"
+        )
+
+
+def _validate(data: bytes, stamped: Mapping[str, str]) -> None:
+    """Raise ValueError for a message ingress would dead-letter (same rules, same code)."""
+    if not isinstance(data, bytes):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    # Include a placeholder fifo_seq so the attribute-count limit accounts for the real one.
+    probe = dict(stamped)
+    if attr.FIFO_GROUP in probe:
+        probe[attr.FIFO_SEQ] = "1"
+    try:
+        # The placeholder id stands in for the message_id Pub/Sub will assign.
+        attr.parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
+    except ContractViolation as exc:
+        raise ValueError(f"the message breaks the attribute contract ({exc})") from exc

@@ -1,0 +1,2 @@
+"""FIFO sequence counters: :mod:`.base` (the protocol), :mod:`.memory`, :mod:`.redis`,
+:mod:`.firestore`."""

@@ -1,0 +1,1 @@
+"""Dedup stores: :mod:`.base` (the protocol), :mod:`.memory`, :mod:`.redis`, :mod:`.firestore`."""

@@ -1,0 +1,50 @@
+"""Encoding of dedup records for key-value backends (Redis): compact JSON, times in microseconds."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from pubsub_toolkit.stores.dedup.base import DedupRecord, RecordState
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_micros(value: datetime) -> int:
+    """Microseconds since the epoch, exact (no float rounding)."""
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int) -> datetime:
+    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+
+
+def encode(record: DedupRecord) -> str:
+    return json.dumps(
+        {
+            "ns": record.namespace,
+            "k": record.key,
+            "s": record.state.value,
+            "t": record.token,
+            "f": record.fingerprint,
+            "l": None if record.lease_until is None else to_micros(record.lease_until),
+            "e": to_micros(record.expire_at),
+            "r": record.result,
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode(raw: str | bytes) -> DedupRecord:
+    doc = json.loads(raw)
+    return DedupRecord(
+        namespace=doc["ns"],
+        key=doc["k"],
+        state=RecordState(doc["s"]),
+        token=int(doc["t"]),
+        fingerprint=doc["f"],
+        lease_until=None if doc["l"] is None else from_micros(int(doc["l"])),
+        expire_at=from_micros(int(doc["e"])),
+        result=doc["r"],
+    )

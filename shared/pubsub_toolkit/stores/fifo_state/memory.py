@@ -1,0 +1,51 @@
+"""In-memory FIFO gate store: for unit tests and single-process consumers."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import replace
+
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import GroupState
+
+
+class MemoryFifoStore:
+    """Dicts behind one lock; versions are a counter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[tuple[str, str], GroupState] = {}
+        self._parked: dict[tuple[str, str, int], Message] = {}
+        self._versions = itertools.count(1)
+
+    def load(self, consumer: str, group: str) -> GroupState:
+        with self._lock:
+            return self._states.get((consumer, group), GroupState())
+
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        with self._lock:
+            current = self._states.get((consumer, group), GroupState())
+            if current.version != expected.version:
+                return None
+            stored = replace(state, version=next(self._versions))
+            self._states[(consumer, group)] = stored
+            return stored
+
+    def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
+        with self._lock:
+            self._parked.setdefault((consumer, group, seq), message)
+
+    def parked_message(self, consumer: str, group: str, seq: int) -> Message | None:
+        with self._lock:
+            return self._parked.get((consumer, group, seq))
+
+    def unpark(self, consumer: str, group: str, seq: int) -> None:
+        with self._lock:
+            self._parked.pop((consumer, group, seq), None)
+
+    def groups(self, consumer: str) -> list[str]:
+        with self._lock:
+            return sorted(g for c, g in self._states if c == consumer)

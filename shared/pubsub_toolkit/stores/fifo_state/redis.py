@@ -1,0 +1,172 @@
+"""Redis (Memorystore) FIFO gate store: a Lua compare-and-set per state write, hashes for parking.
+
+Per ``(consumer, group)`` there are two keys, and one more per consumer:
+
+* ``{prefix}s:{len(consumer)}:{consumer}:{group}`` - a hash ``{v: version, s: GroupState JSON,
+  w: write id}``. ``v`` counts successful saves; it is the CAS token returned by :meth:`load`.
+* ``{prefix}p:{len(consumer)}:{consumer}:{group}`` - a hash of parked messages, field = seq.
+* ``{prefix}g:{len(consumer)}:{consumer}`` - a set of the consumer's group names.
+
+The consumer is length-prefixed so ``("a:b", "c")`` and ``("a", "b:c")`` never share a key.
+
+``save`` is one ``EVALSHA`` of a small script that checks ``v`` and bumps it atomically, so a
+strict compare-and-set costs one round trip and no WATCH retries. Every save carries a fresh
+write id: if redis-py retries the script after a dropped connection whose first attempt had
+already applied, the script sees its own write id and answers "saved" instead of a false "lost
+the race" (the gate would otherwise believe a lease it actually holds belongs to someone else).
+
+The default prefix differs from the sequence counter's ``pubsub_toolkit:fifo:``: counter keys
+are ``{prefix}{group}`` for any group name, so no layout under that prefix could be sure of
+never meeting one.
+
+**Not for Redis Cluster.** The script touches the state hash and the groups set together, and
+their keys hash to different slots, so on Redis Cluster / Memorystore for Redis Cluster every
+save would fail with CROSSSLOT - the first FIFO message would crash-loop. The store therefore
+refuses a cluster when it is configured: a ``redis.cluster.RedisCluster`` client, or (in
+:meth:`RedisFifoStore.from_url`) a server that answers ``INFO cluster`` with
+``cluster_enabled:1``, raises ConfigurationError naming what to use instead (a standalone
+Memorystore for Redis, Basic or Standard tier, or the Firestore backend). Hash tags could put
+a consumer's keys in one slot, but then all of a consumer's groups would live on one shard.
+
+The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pubsub_toolkit.errors import ConfigurationError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores._redis_calls import (
+    SOCKET_TIMEOUT,
+    cluster_refusal,
+    fail_closed,
+    import_redis,
+    refuse_cluster,
+    server_in_cluster_mode,
+)
+from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message, encode_message
+
+if TYPE_CHECKING:
+    import redis as redis_lib
+
+T = TypeVar("T")
+
+DEFAULT_PREFIX = "pubsub_toolkit:fifo_state:"
+
+_CLUSTER_WHY = "its compare-and-set script writes two keys (state hash, groups set) at once"
+
+# KEYS[1] = state hash, KEYS[2] = the consumer's groups set.
+# ARGV[1] = expected version ('' = the record must not exist yet), ARGV[2] = state JSON,
+# ARGV[3] = write id (unique per save call), ARGV[4] = group name.
+# Returns 1 if the state is (now) ours, 0 if the expected version is stale.
+_SAVE_IF_VERSION = """
+local current = redis.call('HMGET', KEYS[1], 'v', 'w')
+if current[2] == ARGV[3] then return 1 end
+if ARGV[1] == '' then
+  if current[1] then return 0 end
+elseif current[1] ~= ARGV[1] then
+  return 0
+end
+local version = (tonumber(current[1]) or 0) + 1
+redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2], 'w', ARGV[3])
+if version == 1 then redis.call('SADD', KEYS[2], ARGV[4]) end
+return 1
+"""
+
+
+class RedisFifoStore:
+    """Gate state and parked messages per ``(consumer, group)`` in Redis hashes."""
+
+    def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+        self._redis_module = import_redis("the Redis FIFO gate store")
+        refuse_cluster(
+            self._redis_module, client, store="The Redis FIFO gate store", why=_CLUSTER_WHY
+        )
+        self._client = client
+        self._prefix = prefix
+        # register_script runs EVALSHA and loads the script itself after a NOSCRIPT answer
+        # (a restarted or flushed Redis), so callers never see a missing script.
+        self._save_script = client.register_script(_SAVE_IF_VERSION)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisFifoStore:
+        """Connect to ``url`` (``redis://host:port/db``) with short timeouts.
+
+        Asks the server once whether it is a cluster node and refuses it if so (see the module
+        docstring); an unreachable server is not refused here - its calls fail closed later.
+        """
+        redis = import_redis("the Redis FIFO gate store")
+        client = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+        )
+        if server_in_cluster_mode(redis, client):
+            client.close()
+            raise ConfigurationError(
+                cluster_refusal(
+                    "The Redis FIFO gate store (REDIS_URL is a cluster node)", _CLUSTER_WHY
+                )
+            )
+        return cls(client, **kwargs)
+
+    def load(self, consumer: str, group: str) -> GroupState:
+        """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
+        key = self._state_key(consumer, group)
+        # One HMGET: the version and the state it belongs to are read atomically.
+        version, raw = self._call(lambda: self._client.hmget(key, ["v", "s"]))
+        if version is None or raw is None:
+            return GroupState()
+        return GroupState.from_json(raw, version=int(version))
+
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        """Write ``state`` if the stored version is still ``expected.version``; the state
+        with its new version, or None if the expected version was stale."""
+        expected_version = "" if expected.version is None else str(expected.version)
+        keys = [self._state_key(consumer, group), self._groups_key(consumer)]
+        args = [expected_version, state.to_json(), uuid.uuid4().hex, group]
+        if not self._call(lambda: self._save_script(keys=keys, args=args)):
+            return None
+        # The script bumps the version by one from the expected one (also when it recognises
+        # its own write id after a retried call: that write went from the expected version).
+        previous = expected.version if isinstance(expected.version, int) else 0
+        return replace(state, version=previous + 1)
+
+    def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
+        """Store an early arrival; HSETNX keeps the first copy of a seq."""
+        key = self._parked_key(consumer, group)
+        self._call(lambda: self._client.hsetnx(key, str(seq), encode_message(message)))
+
+    def parked_message(self, consumer: str, group: str, seq: int) -> Message | None:
+        """The parked message for ``seq``, or None."""
+        key = self._parked_key(consumer, group)
+        raw = self._call(lambda: self._client.hget(key, str(seq)))
+        return None if raw is None else decode_message(raw)
+
+    def unpark(self, consumer: str, group: str, seq: int) -> None:
+        """Delete a parked message (Redis drops the hash with its last field)."""
+        key = self._parked_key(consumer, group)
+        self._call(lambda: self._client.hdel(key, str(seq)))
+
+    def groups(self, consumer: str) -> list[str]:
+        """Every group this consumer has saved state for, sorted."""
+        key = self._groups_key(consumer)
+        members = self._call(lambda: self._client.smembers(key))
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    def _state_key(self, consumer: str, group: str) -> str:
+        return f"{self._prefix}s:{len(consumer)}:{consumer}:{group}"
+
+    def _parked_key(self, consumer: str, group: str) -> str:
+        return f"{self._prefix}p:{len(consumer)}:{consumer}:{group}"
+
+    def _groups_key(self, consumer: str) -> str:
+        return f"{self._prefix}g:{len(consumer)}:{consumer}"
+
+    def _call(self, operation: Callable[[], T]) -> T:
+        # Fail closed: without the store the gate cannot know the group's position.
+        return fail_closed(self._redis_module, operation)
