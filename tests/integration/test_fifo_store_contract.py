@@ -367,3 +367,31 @@ def test_firestore_retried_save_that_lost_to_another_writer_is_refused(
     monkeypatch.setattr(DocumentReference, "update", rival_wins_then_update)
     assert not store.save(CONSUMER, "g", replace(v1, last_processed=2), v1)
     assert store.load(CONSUMER, "g").last_processed == 7
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_version_from_before_a_data_loss_never_matches_a_later_write(
+    request: pytest.FixtureRequest, kind: str
+) -> None:
+    # Redis restarted without persistence (or failed over to a replica behind) hands out
+    # versions again from scratch: a writer holding the version of its last save must not match
+    # another writer's state of the same "age" after the loss (ABA), or it would overwrite that
+    # state unseen. The simulation found it (seeds 16289, 34591, 65468): a number ran twice.
+    backend = fifo_store_factory(request, kind)
+    store, rival = backend.make(), backend.make()
+    fresh = store.load(CONSUMER, "g")
+    ours = store.save(CONSUMER, "g", replace(fresh, lease_token=1), fresh)
+    assert ours is not None
+    if isinstance(store, MemoryFifoStore):
+        store._states.clear()  # the in-process store's data, lost
+    else:
+        assert isinstance(store, RedisFifoStore)
+        client = store._client
+        for key in client.scan_iter(match=f"{store._prefix}*"):
+            client.delete(key)
+    lost = rival.load(CONSUMER, "g")
+    assert lost.version is None  # the loss is complete: the record is gone
+    theirs = rival.save(CONSUMER, "g", replace(lost, lease_token=7, parked=(2,)), lost)
+    assert theirs is not None
+    assert store.save(CONSUMER, "g", replace(ours, last_processed=1), ours) is None
+    assert store.load(CONSUMER, "g").lease_token == 7

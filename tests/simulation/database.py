@@ -8,7 +8,9 @@ database does to them:
   the last writes): after each write the stores' internal dicts are copied (shallowly: their
   values are immutable records), and :meth:`Database.rollback` restores the state as of N
   writes ago across all three stores at once - counters, gate states, parked messages, dedup
-  records alike. Version counters roll back too, as Redis's per-key versions would.
+  records alike. Counters roll back too, as Redis's per-key numbers would; the FIFO store's
+  versions are never issued twice (as the Redis store's write ids), so a compare-and-set
+  against a version from before the loss fails instead of matching a reissued one (ABA).
 * **the 64-bit integer range** that Firestore and Redis integers have: a FIFO store call with a
   number outside it fails (``ValueError``, as the Firestore client's "Value out of range").
 

@@ -113,10 +113,13 @@ class Drivers:
         if slot is not None:
             self.poke(slot)
         label = f"consume {message.message_id} (attempt {attempt})"
+        # When the call that ended in an ack BEGAN: the gate may write the message's parked
+        # copy before a store loss that lands while the call is still running (and acks).
+        started = self._w.loop.now
         answer = self._run(slot, label, lambda app: app.processor.process(message))
         lid = self._w.ledger.lid_of(message)
         if answer is Answer.ACK and lid is not None:
-            self._w.ledger.reached_gate.setdefault(lid, self._w.loop.now)
+            self._w.ledger.reached_gate.setdefault(lid, started)
         return answer
 
     def execute_task(self, body: bytes, name: str) -> bool:

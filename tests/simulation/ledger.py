@@ -119,7 +119,9 @@ class Ledger:
     at_risk: set[tuple[str, str]] = field(default_factory=set)
     keys: dict[str, str] = field(default_factory=dict)  # dedup key -> its first logical id
     failures: dict[str, list[float]] = field(default_factory=dict)  # lid -> handler failures
-    reached_gate: dict[str, float] = field(default_factory=dict)  # lid -> first consumer ack
+    reached_gate: dict[str, float] = field(
+        default_factory=dict
+    )  # lid -> start of the call first acked
     rollbacks: list[float] = field(default_factory=list)  # when the store lost writes
     _actions: list[_Action] = field(default_factory=list)
     _numbers: int = 0

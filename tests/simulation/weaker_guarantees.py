@@ -11,7 +11,8 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
      dead-lettered with a reason, and a message may be both; an effect may repeat, but only on
      another process than the one that ran it before (each process's witness remembers what
      it wrote, README "What a store can lose") - except that
-     a message the consumer had already acked (parked) before the loss may be gone: the gate
+     a message the consumer parked (and acked) before or while the store lost writes may
+     be gone - its copy was written before the loss, whatever the ack's timing: the gate
      names such messages in a ``store_rollback`` ALERT when the process that parked them
      still runs, and nobody can when it restarted (README, "What a store can lose": the
      residue);

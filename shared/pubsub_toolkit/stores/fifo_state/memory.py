@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 from dataclasses import replace
 
@@ -11,13 +10,15 @@ from pubsub_toolkit.stores.fifo_state.base import GroupState
 
 
 class MemoryFifoStore:
-    """Dicts behind one lock; versions are a counter."""
+    """Dicts behind one lock. A version is a fresh object per write, equal only to itself: a
+    store handed back an older state (the simulation rolls this one back) can never issue a
+    version again, so a compare-and-set against a version from before the loss fails (no ABA),
+    as with the Redis store's write ids."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict[tuple[str, str], GroupState] = {}
         self._parked: dict[tuple[str, str, int], Message] = {}
-        self._versions = itertools.count(1)
 
     def load(self, consumer: str, group: str) -> GroupState:
         with self._lock:
@@ -30,7 +31,7 @@ class MemoryFifoStore:
             current = self._states.get((consumer, group), GroupState())
             if current.version != expected.version:
                 return None
-            stored = replace(state, version=next(self._versions))
+            stored = replace(state, version=_Version())
             self._states[(consumer, group)] = stored
             return stored
 
@@ -49,3 +50,9 @@ class MemoryFifoStore:
     def groups(self, consumer: str) -> list[str]:
         with self._lock:
             return sorted(g for c, g in self._states if c == consumer)
+
+
+class _Version:
+    """An opaque compare-and-set token: equal only to itself."""
+
+    __slots__ = ()

@@ -2,18 +2,23 @@
 
 Per ``(consumer, group)`` there are two keys, and one more per consumer:
 
-* ``{prefix}s:{len(consumer)}:{consumer}:{group}`` - a hash ``{v: version, s: GroupState JSON,
-  w: write id}``. ``v`` counts successful saves; it is the CAS token returned by :meth:`load`.
+* ``{prefix}s:{len(consumer)}:{consumer}:{group}`` - a hash ``{v: saves, s: GroupState JSON,
+  w: write id}``. ``w`` - a fresh random id per save - is the CAS token :meth:`load` returns;
+  ``v`` counts saves, for operators.
 * ``{prefix}p:{len(consumer)}:{consumer}:{group}`` - a hash of parked messages, field = seq.
 * ``{prefix}g:{len(consumer)}:{consumer}`` - a set of the consumer's group names.
 
 The consumer is length-prefixed so ``("a:b", "c")`` and ``("a", "b:c")`` never share a key.
 
-``save`` is one ``EVALSHA`` of a small script that checks ``v`` and bumps it atomically, so a
-strict compare-and-set costs one round trip and no WATCH retries. Every save carries a fresh
-write id: if redis-py retries the script after a dropped connection whose first attempt had
-already applied, the script sees its own write id and answers "saved" instead of a false "lost
-the race" (the gate would otherwise believe a lease it actually holds belongs to someone else).
+``save`` is one ``EVALSHA`` of a small script that checks ``w`` and replaces it atomically, so a
+strict compare-and-set costs one round trip and no WATCH retries. The token is the write id, not
+the save count, because a Redis that lost writes (a restart without persistence, a failover)
+counts again from an older number: a writer holding version 5 from before the loss would match
+someone else's fifth save after it and overwrite that state unseen (ABA). A write id is never
+issued twice. It also makes retries safe: if redis-py retries the script after a dropped
+connection whose first attempt had already applied, the script sees its own write id and answers
+"saved" instead of a false "lost the race" (the gate would otherwise believe a lease it actually
+holds belongs to someone else).
 
 The default prefix differs from the sequence counter's ``pubsub_toolkit:fifo:``: counter keys
 are ``{prefix}{group}`` for any group name, so no layout under that prefix could be sure of
@@ -60,15 +65,15 @@ DEFAULT_PREFIX = "pubsub_toolkit:fifo_state:"
 _CLUSTER_WHY = "its compare-and-set script writes two keys (state hash, groups set) at once"
 
 # KEYS[1] = state hash, KEYS[2] = the consumer's groups set.
-# ARGV[1] = expected version ('' = the record must not exist yet), ARGV[2] = state JSON,
-# ARGV[3] = write id (unique per save call), ARGV[4] = group name.
+# ARGV[1] = expected write id ('' = the record must not exist yet), ARGV[2] = state JSON,
+# ARGV[3] = this save's write id (unique per save call), ARGV[4] = group name.
 # Returns 1 if the state is (now) ours, 0 if the expected version is stale.
 _SAVE_IF_VERSION = """
 local current = redis.call('HMGET', KEYS[1], 'v', 'w')
 if current[2] == ARGV[3] then return 1 end
 if ARGV[1] == '' then
   if current[1] then return 0 end
-elseif current[1] ~= ARGV[1] then
+elseif current[2] ~= ARGV[1] then
   return 0
 end
 local version = (tonumber(current[1]) or 0) + 1
@@ -116,10 +121,11 @@ class RedisFifoStore:
         """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
         key = self._state_key(consumer, group)
         # One HMGET: the version and the state it belongs to are read atomically.
-        version, raw = self._call(lambda: self._client.hmget(key, ["v", "s"]))
-        if version is None or raw is None:
+        raw, write_id = self._call(lambda: self._client.hmget(key, ["s", "w"]))
+        if raw is None or write_id is None:
             return GroupState()
-        return GroupState.from_json(raw, version=int(version))
+        version = write_id.decode() if isinstance(write_id, bytes) else str(write_id)
+        return GroupState.from_json(raw, version=version)
 
     def save(
         self, consumer: str, group: str, state: GroupState, expected: GroupState
@@ -127,14 +133,12 @@ class RedisFifoStore:
         """Write ``state`` if the stored version is still ``expected.version``; the state
         with its new version, or None if the expected version was stale."""
         expected_version = "" if expected.version is None else str(expected.version)
+        write_id = uuid.uuid4().hex
         keys = [self._state_key(consumer, group), self._groups_key(consumer)]
-        args = [expected_version, state.to_json(), uuid.uuid4().hex, group]
+        args = [expected_version, state.to_json(), write_id, group]
         if not self._call(lambda: self._save_script(keys=keys, args=args)):
             return None
-        # The script bumps the version by one from the expected one (also when it recognises
-        # its own write id after a retried call: that write went from the expected version).
-        previous = expected.version if isinstance(expected.version, int) else 0
-        return replace(state, version=previous + 1)
+        return replace(state, version=write_id)
 
     def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
         """Store an early arrival; HSETNX keeps the first copy of a seq."""
