@@ -73,7 +73,7 @@ def consume(servers: Servers, messages: int, groups: int, *, fifo: bool) -> floa
         "GOOGLE_CLOUD_PROJECT": project,
         "FINAL_TOPIC": "final",
         "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": "redis",
+        "STORE_BACKEND": "redis",
         "REDIS_URL": servers.redis_url,
         "CONSUMER_ID": f"bench-{uuid.uuid4().hex[:6]}",
     }

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-soak-"))
     load_before = _load()
     print(f"soak: {mix.total} messages on {args.backend}, {args.max_minutes} min max; logs: {work}")
-    options = StackOptions(project="soak", dedup_backend=args.backend)
+    options = StackOptions(project="soak", store_backend=args.backend)
     # The bound covers the run itself; starting the stack (~10 s) is not part of it.
     with LocalStack(options, work, REPO) as stack:
         from google.cloud import firestore

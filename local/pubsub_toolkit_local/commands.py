@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     up = actions.add_parser("up", help="start every part; ports and pids go to a state file")
     up.add_argument("--project", default="local-project", help="project id (default %(default)s)")
     up.add_argument(
-        "--dedup-backend",
+        "--store-backend",
+        "--dedup-backend",  # its older name
+        dest="store_backend",
         choices=("firestore", "redis"),
         default="firestore",
         help="store for dedup records, FIFO state and counters (default %(default)s)",
@@ -67,7 +69,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     from pubsub_toolkit_local.stack import StackOptions
 
     ports = {name: getattr(args, name) for name in control.DEFAULT_PORTS}
-    options = StackOptions(project=args.project, dedup_backend=args.dedup_backend, **ports)
+    options = StackOptions(project=args.project, store_backend=args.store_backend, **ports)
     print("starting the local stack (emulators, Cloud Tasks emulator, ingress, relay)...")
     state = control.up(repo_root(), options)
     print("\n".join(control.status_lines(state)))

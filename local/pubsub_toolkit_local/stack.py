@@ -39,7 +39,7 @@ class StackOptions:
     """What to run. Ports of 0 are picked free at start."""
 
     project: str = "local-project"
-    dedup_backend: str = "firestore"
+    store_backend: str = "firestore"
     pubsub_port: int = 0
     firestore_port: int = 0
     redis_port: int = 0
@@ -90,7 +90,7 @@ class LocalStack:
             "FIRESTORE_EMULATOR_HOST": firestore,
             "FINAL_TOPIC": "final",
             "DEAD_LETTER_TOPIC": "dead-letter",
-            "DEDUP_BACKEND": o.dedup_backend,
+            "STORE_BACKEND": o.store_backend,
             "TASKS_QUEUE": self.queue,
             "TASKS_TARGET": "http",
             "RELAY_URL": relay_url,
@@ -126,7 +126,7 @@ class LocalStack:
         self.group.start(emulators.pubsub_emulator(pubsub_port, self.work_dir))
         self.group.start(emulators.firestore_emulator(firestore_port, self.work_dir))
         redis_url = None
-        if o.dedup_backend == "redis":
+        if o.store_backend == "redis":
             redis_port = _port(o.redis_port)
             self.group.start(emulators.redis_server(redis_port))
             redis_url = f"redis://127.0.0.1:{redis_port}/0"

@@ -15,10 +15,10 @@ from typing import Literal
 
 from pubsub_toolkit.errors import ConfigurationError
 
-DedupBackend = Literal["firestore", "redis", "memory"]
+StoreBackend = Literal["firestore", "redis", "memory"]
 TasksTarget = Literal["http", "appengine"]
 RelayAuth = Literal["oidc", "appengine"]
-_BACKENDS: tuple[DedupBackend, ...] = ("firestore", "redis", "memory")
+_BACKENDS: tuple[StoreBackend, ...] = ("firestore", "redis", "memory")
 
 # Pub/Sub retains unacked messages for up to 7 days, so a key must outlive that window or a
 # late redelivery would look new. Default: 8 days.
@@ -78,7 +78,8 @@ class Settings:
     project: str
     final_topic: str
     dead_letter_topic: str
-    dedup_backend: DedupBackend = "firestore"
+    # One backend for every store: dedup records, FIFO state, sequence counters, stats.
+    store_backend: StoreBackend = "firestore"
     redis_url: str | None = None
     dedup_ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
     dedup_lease: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
@@ -94,14 +95,10 @@ class Settings:
         """Read settings from ``env`` (default ``os.environ``); name any missing variable."""
         env = os.environ if env is None else env
         project = _required(env, "GOOGLE_CLOUD_PROJECT")
-        backend = env.get("DEDUP_BACKEND", "firestore").strip().lower()
-        if backend not in _BACKENDS:
-            raise ConfigurationError(
-                f"DEDUP_BACKEND={backend!r} is not one of {', '.join(_BACKENDS)}"
-            )
+        name, backend = store_backend_from_env(env)
         redis_url = env.get("REDIS_URL") or None
         if backend == "redis" and redis_url is None:
-            raise ConfigurationError("REDIS_URL is required when DEDUP_BACKEND=redis")
+            raise ConfigurationError(f"REDIS_URL is required when {name}=redis")
         lease = _seconds(env, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
         publish_timeout = _seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30)
         if lease < 2 * publish_timeout:
@@ -115,7 +112,7 @@ class Settings:
             project=project,
             final_topic=topic_path(project, _required(env, "FINAL_TOPIC")),
             dead_letter_topic=topic_path(project, _required(env, "DEAD_LETTER_TOPIC")),
-            dedup_backend=backend,  # checked against _BACKENDS above
+            store_backend=backend,
             redis_url=redis_url,
             dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", DEFAULT_TTL_SECONDS),
             dedup_lease=lease,
@@ -127,6 +124,32 @@ class Settings:
             if env.get("STATS_FLUSH_SECONDS", "").strip() == "0"
             else _seconds(env, "STATS_FLUSH_SECONDS", 5),
         )
+
+
+def store_backend_from_env(env: Mapping[str, str]) -> tuple[str, StoreBackend]:
+    """``(variable, backend)`` from STORE_BACKEND, or its older name DEDUP_BACKEND.
+
+    The one backend holds every store (not only dedup records), hence the new name; the old one
+    is still read so existing deployments keep working. Both set to different values is an
+    error rather than a silent choice.
+    """
+    values = {
+        name: env[name].strip().lower()
+        for name in ("STORE_BACKEND", "DEDUP_BACKEND")
+        if env.get(name, "").strip()
+    }
+    if len(set(values.values())) > 1:
+        raise ConfigurationError(
+            f"STORE_BACKEND={values['STORE_BACKEND']!r} and DEDUP_BACKEND="
+            f"{values['DEDUP_BACKEND']!r} disagree; set STORE_BACKEND only (DEDUP_BACKEND is "
+            "its older name)"
+        )
+    name = next(iter(values), "STORE_BACKEND")
+    backend = values.get(name, "firestore")
+    for candidate in _BACKENDS:
+        if backend == candidate:
+            return name, candidate
+    raise ConfigurationError(f"{name}={backend!r} is not one of {', '.join(_BACKENDS)}")
 
 
 def topic_path(project: str, topic: str) -> str:

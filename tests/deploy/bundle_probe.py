@@ -41,9 +41,9 @@ OIDC_ENV = {
 }
 APPENGINE_ENV = {"TASKS_TARGET": "appengine", "RELAY_AUTH": "appengine"}
 VARIANTS = {
-    "firestore+oidc": {"DEDUP_BACKEND": "firestore", **OIDC_ENV},
+    "firestore+oidc": {"STORE_BACKEND": "firestore", **OIDC_ENV},
     "redis+appengine": {
-        "DEDUP_BACKEND": "redis",
+        "STORE_BACKEND": "redis",
         "REDIS_URL": f"redis://{CLOSED}/0",
         **APPENGINE_ENV,
     },

@@ -76,7 +76,7 @@ def local_stack(work: Path, *, redis_url: str | None = None) -> Iterator[LocalSt
     the counter in that one Redis); stopped by process group on exit."""
     options = StackOptions(
         project=f"guarantee-{uuid.uuid4().hex[:10]}",
-        dedup_backend="redis" if redis_url else "firestore",
+        store_backend="redis" if redis_url else "firestore",
         emulators=RunningEmulators(
             os.environ["PUBSUB_EMULATOR_HOST"], os.environ["FIRESTORE_EMULATOR_HOST"], redis_url
         ),

@@ -81,7 +81,7 @@ def test_killed_between_effect_and_ack_the_redelivery_repeats_nothing_and_keeps_
         "GOOGLE_CLOUD_PROJECT": project_id,
         "FINAL_TOPIC": "final",
         "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": backend,
+        "STORE_BACKEND": backend,
         "CONSUMER_ID": f"crash-{project_id}",
         "FIFO_GAP_TIMEOUT_SECONDS": "600",
     }

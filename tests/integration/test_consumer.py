@@ -70,7 +70,7 @@ def _env(
         "GOOGLE_CLOUD_PROJECT": project,
         "FINAL_TOPIC": "final",
         "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": backend,
+        "STORE_BACKEND": backend,
         "CONSUMER_ID": consumer,
         "FIFO_GAP_TIMEOUT_SECONDS": "600",
     }

@@ -111,7 +111,7 @@ def pipeline(
         "GOOGLE_CLOUD_PROJECT": project_id,
         "FINAL_TOPIC": topology.final,
         "DEAD_LETTER_TOPIC": topology.dead_letter,
-        "DEDUP_BACKEND": "firestore",
+        "STORE_BACKEND": "firestore",
         "DEDUP_COLLECTION": collection,
         "STATS_FLUSH_SECONDS": "0",  # no background flusher thread in a test process
     }

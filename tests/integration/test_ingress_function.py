@@ -38,7 +38,7 @@ def ingress_env(topology: Topology, backend: str, redis_url: str | None = None) 
         "GOOGLE_CLOUD_PROJECT": topology.project,
         "FINAL_TOPIC": topology.final,
         "DEAD_LETTER_TOPIC": "dead-letter",  # short names resolve against the project
-        "DEDUP_BACKEND": backend,
+        "STORE_BACKEND": backend,
     }
     if redis_url:
         env["REDIS_URL"] = redis_url

@@ -3,7 +3,7 @@
 ``python -m tests.support.crashing_consumer SUBSCRIPTION LOG [--crash-after N]``
 
 Runs :class:`Consumer` (concurrency 1, so no other handler is half-way when it dies) with settings
-from the environment (``CONSUMER_ID``, ``DEDUP_BACKEND``, ...). The handler appends
+from the environment (``CONSUMER_ID``, ``STORE_BACKEND``, ...). The handler appends
 ``handled <dedup_key> <pid>`` to LOG; after the processor returns (effect done, dedup record or
 FIFO advance committed) the outcome is appended as ``<outcome> <dedup_key> <pid>``. With
 ``--crash-after N`` the process kills itself with SIGKILL right after the N-th ``processed``

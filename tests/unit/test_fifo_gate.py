@@ -19,10 +19,13 @@ from pubsub_toolkit.consumer.gate import (
     HandlerFailedError,
     PoisonPolicy,
 )
+from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.dead_letters.send import DeadLetterer
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink
 
@@ -198,6 +201,46 @@ def test_poison_is_dead_lettered_after_max_attempts_and_skipped(
     assert dead.attributes["error_reason"] == "fifo_poison"
     assert dead.attributes["fifo_group"] == "g" and dead.attributes["fifo_seq"] == "2"
     assert handler.seen["g"] == [1, 3]
+
+
+@pytest.mark.parametrize("max_attempts", [1, 3])
+def test_a_poison_message_skipped_is_reported_dead_lettered_never_processed(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink, max_attempts: int
+) -> None:
+    """Honest outcomes: what the processor (and so the Consumer) reports for a poison message
+    is ``dead_lettered`` - at the skip and for every copy redelivered after it - and the
+    message is on the dead-letter topic once, as poison (not again as a late arrival)."""
+    gate = make_gate(handler, clock, sink, max_attempts=max_attempts, poison=PoisonPolicy.SKIP)
+    log = DecisionLog("consumer-a")
+    processor = MessageProcessor(
+        handler=handler,
+        dedup=IdempotentProcessor(
+            MemoryDedupStore(clock),
+            namespace="consumer-a",
+            lease=timedelta(seconds=60),
+            ttl=timedelta(days=1),
+            clock=clock,
+        ),
+        gate=gate,
+        dead_letters=DeadLetterer(sink, DLQ, log),
+    )
+    handler.failing.add(("g", 1))
+    poison = keyed("g", 1, "order-1")
+    outcomes = []
+    for _ in range(max_attempts - 1):
+        with pytest.raises(HandlerFailedError):
+            processor.process(poison)
+        clock.advance(timedelta(minutes=10))  # past the backoff: this copy runs again
+    outcomes.append(processor.process(poison))  # the last attempt: poison, skipped
+    assert gate.sweep("g").outcome is GateOutcome.IDLE
+    outcomes += [processor.process(poison) for _ in range(3)]  # copies redelivered later
+    assert outcomes == ["dead_lettered"] * 4
+    assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == ["fifo_poison"]
+    # The group went on; a different message claiming the skipped number is still refused.
+    assert processor.process(keyed("g", 2, "order-2")) == "processed"
+    assert processor.process(keyed("g", 1, "impostor")) == "dead_lettered"
+    assert [m.attributes["error_reason"] for m in sink.on(DLQ)][-1] == "fifo_sequence_reused"
+    assert handler.seen["g"] == [2]
 
 
 def test_poison_blocks_then_operator_skip_resumes(

@@ -16,7 +16,7 @@ def test_defaults() -> None:
     settings = Settings.from_env(BASE)
     assert settings.final_topic == "projects/p/topics/final"
     assert settings.dead_letter_topic == "projects/p/topics/dlq"
-    assert settings.dedup_backend == "firestore"
+    assert settings.store_backend == "firestore"
     assert settings.dedup_ttl == timedelta(days=8)
 
 
@@ -27,16 +27,37 @@ def test_missing_variable_is_named(missing: str) -> None:
         Settings.from_env(env)
 
 
-def test_redis_backend_needs_redis_url() -> None:
-    with pytest.raises(ConfigurationError, match="REDIS_URL"):
-        Settings.from_env({**BASE, "DEDUP_BACKEND": "redis"})
-    s = Settings.from_env({**BASE, "DEDUP_BACKEND": "redis", "REDIS_URL": "redis://h:1/0"})
-    assert (s.dedup_backend, s.redis_url) == ("redis", "redis://h:1/0")
+@pytest.mark.parametrize("variable", ["STORE_BACKEND", "DEDUP_BACKEND"])
+def test_redis_backend_needs_redis_url(variable: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"REDIS_URL is required when {variable}=redis"):
+        Settings.from_env({**BASE, variable: "redis"})
+    s = Settings.from_env({**BASE, variable: "redis", "REDIS_URL": "redis://h:1/0"})
+    assert (s.store_backend, s.redis_url) == ("redis", "redis://h:1/0")
+
+
+def test_dedup_backend_is_an_alias_of_store_backend() -> None:
+    """One backend holds dedup records, FIFO state and counters: STORE_BACKEND names it, and
+    the older DEDUP_BACKEND still works - alone, or agreeing with STORE_BACKEND."""
+    assert Settings.from_env({**BASE, "DEDUP_BACKEND": "memory"}).store_backend == "memory"
+    both = {**BASE, "STORE_BACKEND": "Memory", "DEDUP_BACKEND": "memory "}
+    assert Settings.from_env(both).store_backend == "memory"
+    assert Settings.from_env({**BASE, "DEDUP_BACKEND": ""}).store_backend == "firestore"
+
+
+def test_store_backend_and_dedup_backend_must_agree() -> None:
+    env = {**BASE, "STORE_BACKEND": "redis", "REDIS_URL": "redis://h:1/0"}
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({**env, "DEDUP_BACKEND": "firestore"})
+    assert str(caught.value) == (
+        "STORE_BACKEND='redis' and DEDUP_BACKEND='firestore' disagree; set STORE_BACKEND only "
+        "(DEDUP_BACKEND is its older name)"
+    )
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
     [
+        ("STORE_BACKEND", "mongo"),
         ("DEDUP_BACKEND", "mongo"),
         ("DEDUP_TTL_SECONDS", "abc"),
         ("DEDUP_TTL_SECONDS", "-5"),

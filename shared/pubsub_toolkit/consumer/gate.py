@@ -59,10 +59,12 @@ from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.stores.fifo_state.base import (
     FILLER_MARK,
+    POISON_MARK,
     FifoStore,
     GroupState,
     key_digest,
     merge_ranges,
+    plain_digest,
 )
 
 logger = logging.getLogger(__name__)
@@ -204,6 +206,11 @@ class FifoGate:
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
                     self._store.unpark(self.consumer, group, seq)
+                if state.dead_lettered_poison(seq) == digest:
+                    # This very message was skipped as poison and dead-lettered then: a copy
+                    # redelivered since is no late arrival - say where it is, send nothing again.
+                    self._decision("duplicate", group, seq, "already dead-lettered as poison")
+                    return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
                 if state.is_skipped(seq) and not is_filler(message):
                     # It was given up on (gap or operator skip) and arrived after all: it was
                     # never processed, so it is not a duplicate - keep it, with the reason.
@@ -503,7 +510,8 @@ class FifoGate:
         detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
         if self._dead_letters is not None and self.policy.poison is PoisonPolicy.SKIP:
             self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
-            state = self._advance(group, token, seq, skipped=(seq,))
+            poisoned = POISON_MARK + key_digest(message_key(message))
+            state = self._advance(group, token, seq, skipped=(seq,), digest=poisoned)
             self._store.unpark(self.consumer, group, seq)
             self._decision("poison_skipped", group, seq, detail, level=logging.ERROR)
             return state, None  # go on with the parked successors
@@ -667,7 +675,7 @@ class FifoGate:
     ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
             other = s.key_of(seq) if seq in s.parked else None
-            plain = None if digest is None else digest.removeprefix(FILLER_MARK)
+            plain = None if digest is None else plain_digest(digest)
             if displaced is not None and other is not None and other != plain:
                 displaced.append(other)  # another message's copy parked while ours ran
             if s.last_processed >= seq:

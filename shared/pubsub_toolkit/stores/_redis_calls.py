@@ -85,5 +85,5 @@ def cluster_refusal(store: str, why: str) -> str:
     return (
         f"{store} cannot run on Redis Cluster / Memorystore for Redis Cluster: {why}. Use a "
         "standalone Redis (Memorystore for Redis, Basic or Standard tier) for REDIS_URL, or "
-        "the Firestore backend (DEDUP_BACKEND=firestore)."
+        "the Firestore backend (STORE_BACKEND=firestore)."
     )

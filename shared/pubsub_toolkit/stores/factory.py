@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def _redis_url(settings: Settings) -> str:
     if settings.redis_url is None:  # Settings.from_env requires it for redis
-        raise ConfigurationError("REDIS_URL is required when DEDUP_BACKEND=redis")
+        raise ConfigurationError("REDIS_URL is required when STORE_BACKEND=redis")
     return settings.redis_url
 
 
@@ -36,12 +36,12 @@ def _firestore_client(settings: Settings) -> firestore.Client:
 
 
 def dedup_store_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> DedupStore:
-    """The dedup store ``settings.dedup_backend`` names, with a client created once."""
-    if settings.dedup_backend == "memory":
+    """The dedup store ``settings.store_backend`` names, with a client created once."""
+    if settings.store_backend == "memory":
         from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 
         return MemoryDedupStore(clock)
-    if settings.dedup_backend == "redis":
+    if settings.store_backend == "redis":
         from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 
         return RedisDedupStore.from_url(_redis_url(settings), clock=clock)
@@ -53,12 +53,12 @@ def dedup_store_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK
 
 
 def fifo_store_from_settings(settings: Settings) -> FifoStore:
-    """The FIFO gate's state store on ``settings.dedup_backend``."""
-    if settings.dedup_backend == "memory":
+    """The FIFO gate's state store on ``settings.store_backend``."""
+    if settings.store_backend == "memory":
         from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 
         return MemoryFifoStore()
-    if settings.dedup_backend == "redis":
+    if settings.store_backend == "redis":
         from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 
         return RedisFifoStore.from_url(_redis_url(settings))
@@ -68,12 +68,12 @@ def fifo_store_from_settings(settings: Settings) -> FifoStore:
 
 
 def counter_from_settings(settings: Settings) -> SequenceCounter:
-    """The sequence counter (the producer side of FIFO) on ``settings.dedup_backend``."""
-    if settings.dedup_backend == "memory":
+    """The sequence counter (the producer side of FIFO) on ``settings.store_backend``."""
+    if settings.store_backend == "memory":
         from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 
         return MemorySequenceCounter()
-    if settings.dedup_backend == "redis":
+    if settings.store_backend == "redis":
         from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 
         return RedisSequenceCounter.from_url(_redis_url(settings))
@@ -83,12 +83,12 @@ def counter_from_settings(settings: Settings) -> SequenceCounter:
 
 
 def stats_store_from_settings(settings: Settings, *, scope: str = INGRESS_SCOPE) -> StatsStore:
-    """The stats store (the dashboard's counters) on ``settings.dedup_backend``."""
-    if settings.dedup_backend == "memory":
+    """The stats store (the dashboard's counters) on ``settings.store_backend``."""
+    if settings.store_backend == "memory":
         from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
 
         return MemoryStatsStore()
-    if settings.dedup_backend == "redis":
+    if settings.store_backend == "redis":
         from pubsub_toolkit.stores.stats.redis import RedisStatsStore
 
         return RedisStatsStore.from_url(_redis_url(settings), scope=scope)

@@ -203,7 +203,7 @@ def replay_store() -> DedupStore:
     """The dedup store ingress reads, where `dlq replay` mints its replay ids.
 
     Ingress dead-letters a replay whose id it finds no mint for (``forged_replay_id``), so the
-    mint must land in ingress's own store: built from the same settings (DEDUP_BACKEND,
+    mint must land in ingress's own store: built from the same settings (STORE_BACKEND,
     DEDUP_COLLECTION, REDIS_URL, ...). The memory backend lives inside one process, so a CLI
     run could never mint for a running ingress: refused rather than replaying into forgeries.
     """
@@ -211,9 +211,9 @@ def replay_store() -> DedupStore:
     from pubsub_toolkit.stores.factory import dedup_store_from_settings
 
     settings = Settings.from_env()
-    if settings.dedup_backend == "memory":
+    if settings.store_backend == "memory":
         raise ToolkitError(
-            "dlq replay mints replay ids in ingress's dedup store; DEDUP_BACKEND=memory is "
+            "dlq replay mints replay ids in ingress's dedup store; STORE_BACKEND=memory is "
             "private to one process (use firestore or redis)"
         )
     return dedup_store_from_settings(settings)

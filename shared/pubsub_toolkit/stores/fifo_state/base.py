@@ -40,7 +40,15 @@ from pubsub_toolkit.message import Message
 KEY_WINDOW = 64
 # Prefixed to the digest a *filler* leaves: its number is taken, but no message ran there.
 FILLER_MARK = "~"
+# Prefixed to the digest of a message the gate skipped as poison (dead-lettered): a redelivered
+# copy of that very message is already on the dead-letter topic, not a late arrival to keep.
+POISON_MARK = "!"
 Range = tuple[int, int]
+
+
+def plain_digest(digest: str) -> str:
+    """A recorded digest without its filler or poison mark: the message's own digest."""
+    return digest.removeprefix(FILLER_MARK).removeprefix(POISON_MARK)
 
 
 def key_digest(dedup_key: str) -> str:
@@ -82,12 +90,17 @@ class GroupState:
     def key_of(self, seq: int) -> str | None:
         """The key digest recorded for ``seq`` (parked, running, or processed recently)."""
         digest = next((d for s, d in self.keys if s == seq), None)
-        return None if digest is None else digest.removeprefix(FILLER_MARK)
+        return None if digest is None else plain_digest(digest)
 
     def ran_at(self, seq: int) -> str | None:
         """The digest of the message that RAN at ``seq`` (not a filler), if recorded."""
         digest = next((d for s, d in self.keys if s == seq and s <= self.last_processed), None)
-        return None if digest is None or digest.startswith(FILLER_MARK) else digest
+        return None if digest is None or digest.startswith((FILLER_MARK, POISON_MARK)) else digest
+
+    def dead_lettered_poison(self, seq: int) -> str | None:
+        """The digest of the message skipped as poison at ``seq`` (dead-lettered), if recorded."""
+        digest = next((d for s, d in self.keys if s == seq), None)
+        return digest.removeprefix(POISON_MARK) if digest and digest[0] == POISON_MARK else None
 
     def with_key(self, seq: int, digest: str) -> GroupState:
         """``digest`` recorded for ``seq`` unless one already is (the first one stays)."""
