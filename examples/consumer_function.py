@@ -155,6 +155,7 @@ class SetupError(Exception):
 
 
 def default_store() -> str:
+    """``--store``'s default: STORE_BACKEND, else redis when REDIS_URL is set, else firestore."""
     configured = os.environ.get("STORE_BACKEND", "").strip().lower()
     if configured in ("redis", "firestore"):
         return configured
@@ -162,6 +163,7 @@ def default_store() -> str:
 
 
 def free_port() -> int:
+    """A loopback TCP port that is free right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -212,7 +214,8 @@ def serve(target: str, signature: str, env: dict[str, str], log: Path) -> Iterat
 
 
 def read_records(directory: Path) -> list[dict[str, Any]]:
-    records = []
+    """Every line the function instances recorded, in the order they were written."""
+    records: list[dict[str, Any]] = []
     for path in sorted(directory.glob("*.jsonl")):
         records.extend(json.loads(line) for line in path.read_text().splitlines() if line)
     return sorted(records, key=lambda r: float(r["at"]))  # one timeline across the instances
@@ -225,30 +228,28 @@ class Names:
 
     project: str
     run_id: str
+    topic_id: str
+    topic: str
+    dead_letter_topic: str
+    push_subscription: str
+    group: str  # the order's FIFO group
+    welcome: str  # the welcome message's dedup key
 
-    @property
-    def topic_id(self) -> str:
-        return f"consumer-fn-example-{self.run_id}"
-
-    @property
-    def topic(self) -> str:
-        return f"projects/{self.project}/topics/{self.topic_id}"
-
-    @property
-    def dead_letter_topic(self) -> str:
-        return f"{self.topic}-dead-letter"
-
-    @property
-    def push_subscription(self) -> str:
-        return f"projects/{self.project}/subscriptions/{self.topic_id}-push"
-
-    @property
-    def group(self) -> str:
-        return f"order-{self.run_id}"
-
-    @property
-    def welcome(self) -> str:
-        return f"welcome-{self.run_id}"
+    @classmethod
+    def for_run(cls, project: str, run_id: str) -> Names:
+        """The names for ``run_id`` in ``project``."""
+        topic_id = f"consumer-fn-example-{run_id}"
+        topic = f"projects/{project}/topics/{topic_id}"
+        return cls(
+            project=project,
+            run_id=run_id,
+            topic_id=topic_id,
+            topic=topic,
+            dead_letter_topic=f"{topic}-dead-letter",
+            push_subscription=f"projects/{project}/subscriptions/{topic_id}-push",
+            group=f"order-{run_id}",
+            welcome=f"welcome-{run_id}",
+        )
 
 
 def function_env(names: Names, store: str, effects_dir: Path) -> dict[str, str]:
@@ -313,9 +314,8 @@ def run(store: str, timeout: float) -> bool:
 
     from pubsub_toolkit import PubSubSink
 
-    names = Names(
-        os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip() or "local-project", uuid.uuid4().hex[:8]
-    )
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip() or "local-project"
+    names = Names.for_run(project, uuid.uuid4().hex[:8])
     work = Path(tempfile.mkdtemp(prefix="consumer-fn-example-"))
     effects_dir = work / "effects"
     effects_dir.mkdir()

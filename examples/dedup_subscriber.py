@@ -88,6 +88,7 @@ def make_store(kind: str) -> DedupStore:
 
 
 def default_store() -> str:
+    """``--store``'s default: STORE_BACKEND, else redis when REDIS_URL is set, else firestore."""
     configured = os.environ.get("STORE_BACKEND", "").strip().lower()
     if configured in ("redis", "firestore"):
         return configured
@@ -95,10 +96,12 @@ def default_store() -> str:
 
 
 def project_id() -> str:
+    """GOOGLE_CLOUD_PROJECT, or the local stack's ``local-project``."""
     return os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip() or "local-project"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line: ``--store`` and ``--timeout``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--store",
@@ -143,6 +146,7 @@ class Run:
         return not lose
 
     def publishing_done(self, message_ids: list[str]) -> None:
+        """Every message is published: from now on, "all acked" can be decided."""
         with self.lock:
             self.published.update(message_ids)
             self._check()
@@ -156,6 +160,7 @@ def make_callback(processor: IdempotentProcessor, state: Run) -> Callable[[Any],
     """The subscriber's existing callback, with the dedup lines added."""
 
     def callback(message: Any) -> None:
+        """Book the order once, however often Pub/Sub delivers it; ack or nack."""
         attrs = message.attributes
         key = attrs.get("dedup_key") or message.message_id  # + dedup
         fingerprint = attrs.get("content_sha256") or content_fingerprint(message.data, attrs)

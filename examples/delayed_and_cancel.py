@@ -66,6 +66,7 @@ class Arrival:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line: ``--delay`` and ``--timeout``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--delay", type=float, default=3.0, help="seconds until both messages are due (default 3)"

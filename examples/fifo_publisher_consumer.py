@@ -79,6 +79,7 @@ class SetupError(Exception):
 
 
 def default_store() -> str:
+    """``--store``'s default: STORE_BACKEND, else redis when REDIS_URL is set, else firestore."""
     configured = os.environ.get("STORE_BACKEND", "").strip().lower()
     if configured in ("redis", "firestore"):
         return configured
@@ -86,6 +87,7 @@ def default_store() -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line: ``--store`` and ``--timeout``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--store",
@@ -149,10 +151,12 @@ class Run:
             self._check()
 
     def published_one(self, message_id: str) -> None:
+        """Pub/Sub accepted ``message_id``: its delivery is now awaited."""
         with self.lock:
             self.published.add(message_id)
 
     def publishing_done(self) -> None:
+        """Every message is published: from now on, "done" can be decided."""
         with self.lock:
             self.all_published = True
             self._check()

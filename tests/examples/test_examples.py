@@ -45,6 +45,7 @@ def run_example(
 
 
 def explain(done: subprocess.CompletedProcess[str]) -> str:
+    """A failed assertion's message: the example's exit code and output."""
     return f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
 
 
