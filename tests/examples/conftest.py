@@ -41,7 +41,6 @@ EXAMPLE_VARIABLES = (
 def clean_env(**values: str) -> dict[str, str]:
     """The suite's environment without any example variable, plus ``values``."""
     env = {k: v for k, v in os.environ.items() if k not in EXAMPLE_VARIABLES}
-    env.pop("PYTHONPATH", None)  # the examples import the installed package, as a user's would
     env.update(values)
     return env
 
