@@ -44,6 +44,19 @@ value() {
   fi
 }
 
+# tfvar NAME FILE: the string value of a top-level `NAME = "value"` line of a tfvars file, or
+# nothing when the file does not set it that way (a value set any other way - an expression, a
+# heredoc - is not read: set these as plain strings).
+tfvar() {
+  sed -nE "s/^[[:space:]]*$1[[:space:]]*=[[:space:]]*\"([^\"]*)\"[[:space:]]*(#.*)?$/\1/p" "$2" | tail -n 1
+}
+
+# tree_hash DIR: a short content hash of every file under DIR (names and bytes, sorted), the
+# same on any machine for the same files: an image tag that changes exactly when the code does.
+tree_hash() {
+  (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)
+}
+
 # check_gcloud_auth: the deploy needs gcloud with an active account (skipped in dry-run).
 check_gcloud_auth() {
   [[ "$DRY_RUN" == 1 ]] && return 0

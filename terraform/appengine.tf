@@ -1,8 +1,10 @@
-# The relay: App Engine standard, Flask app behind gunicorn, called by Cloud Tasks at due time.
-# Why Terraform deploys the version (and when to use `gcloud app deploy` instead): README.md.
+# The relay on App Engine standard (relay_platform = "app_engine", the default): Flask app behind
+# gunicorn, called by Cloud Tasks at due time. Nothing here exists with relay_platform =
+# "cloud_run" (cloudrun.tf). Why Terraform deploys the version (and when to use
+# `gcloud app deploy` instead): README.md.
 
 resource "google_app_engine_application" "app" {
-  count = local.delay && var.create_app_engine_application ? 1 : 0
+  count = local.app_engine && var.create_app_engine_application ? 1 : 0
 
   project     = var.project_id
   location_id = var.app_engine_location_id
@@ -20,7 +22,7 @@ resource "google_app_engine_application" "app" {
 }
 
 locals {
-  relay_by_terraform = local.delay && var.relay_deploy == "terraform"
+  relay_by_terraform = local.app_engine && var.relay_deploy == "terraform"
 }
 
 data "archive_file" "relay" {

@@ -4,8 +4,9 @@
 #   ingress        publish final + dead-letter, Firestore records, create tasks (acting as invoker)
 #   relay          publish final + dead-letter, Firestore records, create tasks for long-delay hops
 #   consumer       publish dead-letter, Firestore records and FIFO state           (optional)
-#   tasks-invoker  the identity Cloud Tasks signs OIDC tokens as; holds no roles itself: the
-#                  relay is a public App Engine URL that checks token email and audience
+#   tasks-invoker  the identity Cloud Tasks signs OIDC tokens as. On App Engine it holds no
+#                  roles: the relay is a public URL that checks token email and audience. On
+#                  Cloud Run it holds run.invoker on the relay's service only (cloudrun.tf)
 #   trigger        Eventarc's identity pushing to the functions: run.invoker on them only
 #   build          Cloud Build identity for the functions' builds
 
@@ -16,7 +17,7 @@ locals {
       trigger = "pubsub-toolkit Eventarc triggers (invokes the functions)"
       build   = "pubsub-toolkit function builds"
     },
-    local.delay ? { relay = "pubsub-toolkit App Engine relay" } : {},
+    local.delay ? { relay = "pubsub-toolkit relay (${local.app_engine ? "App Engine" : "Cloud Run"})" } : {},
     local.oidc ? { "tasks-invoker" = "pubsub-toolkit Cloud Tasks OIDC invoker (TASKS_SERVICE_ACCOUNT)" } : {},
     var.consumer == null ? {} : { consumer = "pubsub-toolkit consumer function" },
   )

@@ -1,7 +1,8 @@
 # pubsub-toolkit: origin topic -> ingress function -> final topic (now, or later through Cloud Tasks
-# and the App Engine relay) -> consumers, with dedup records and FIFO state in Firestore.
-# Resources are split by concern: pubsub.tf firestore.tf tasks.tf functions.tf appengine.tf
-# iam.tf monitoring.tf. This file holds what they share: names, the rendered environment, APIs.
+# and the relay on App Engine or Cloud Run) -> consumers, with dedup records and FIFO state in
+# Firestore. Resources are split by concern: pubsub.tf firestore.tf tasks.tf functions.tf
+# appengine.tf cloudrun.tf iam.tf monitoring.tf. This file holds what they share: names, the
+# rendered environment, APIs.
 
 locals {
   build_dir = coalesce(var.build_dir, "${path.module}/../build")
@@ -15,6 +16,9 @@ locals {
   delay = var.enable_delayed_delivery
   # OIDC only when tasks call the relay over HTTP; App Engine routing uses the queue header.
   oidc = local.delay && var.tasks_target == "http"
+  # Exactly one platform hosts the relay; the other's resources are not created at all.
+  app_engine = local.delay && var.relay_platform == "app_engine"
+  cloud_run  = local.delay && var.relay_platform == "cloud_run"
 
   app_engine_hostname = one(google_app_engine_application.app[*].default_hostname)
   relay_host = local.app_engine_hostname == null ? null : (
@@ -22,8 +26,15 @@ locals {
     ? local.app_engine_hostname
     : "${var.relay.service}-dot-${local.app_engine_hostname}"
   )
+  # Cloud Run's deterministic URL is known before the service exists (it needs only the name,
+  # the project number and the region), so the queue's audience, ingress's RELAY_URL and the
+  # relay's own RELAY_AUDIENCE are one value at plan time, without a dependency cycle through
+  # the service's computed `uri`. cloudrun.tf checks after apply that the service really has it.
+  cloud_run_url = "https://${var.cloud_run_relay.name}-${data.google_project.this.number}.${var.region}.run.app"
   relay_url = var.relay_url != null ? trimsuffix(var.relay_url, "/") : (
-    local.relay_host != null ? "https://${local.relay_host}" : null
+    local.cloud_run ? local.cloud_run_url : (
+      local.relay_host != null ? "https://${local.relay_host}" : null
+    )
   )
 
   # Built from its parts rather than the queue's id so the value is known (and testable) at plan.
@@ -91,7 +102,8 @@ locals {
       "run.googleapis.com",
       "storage.googleapis.com",
     ],
-    local.delay ? ["appengine.googleapis.com", "cloudtasks.googleapis.com"] : [],
+    local.delay ? ["cloudtasks.googleapis.com"] : [],
+    local.app_engine ? ["appengine.googleapis.com"] : [],
   ))
 }
 

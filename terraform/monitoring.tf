@@ -40,7 +40,8 @@ locals {
   }
 
   # Log-based metrics carry the monitored resource of their entries: functions (2nd gen) log as
-  # cloud_run_revision, the relay as gae_app. Alert filters must restrict resource.type.
+  # cloud_run_revision, the relay as gae_app (or cloud_run_revision on Cloud Run). Alert filters
+  # must restrict resource.type.
   metric_resource_types = "resource.type = one_of(\"cloud_run_revision\", \"gae_app\", \"cloud_function\")"
 }
 

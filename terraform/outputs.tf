@@ -41,8 +41,21 @@ output "ingress_env" {
 }
 
 output "relay_env_variables" {
-  description = "The relay's env_variables: with relay_deploy = \"gcloud\", paste them into app.yaml (with service_account set to service_accounts.relay) before `gcloud app deploy`."
-  value       = local.delay ? local.relay_env : null
+  description = "The relay's environment: on App Engine with relay_deploy = \"gcloud\", paste it into app.yaml's env_variables (with service_account set to service_accounts.relay) before `gcloud app deploy`. On Cloud Run the service gets it plus RELAY_TRUST_CLOUD_RUN_IAM."
+  value       = local.delay ? (local.cloud_run ? local.cloud_run_env : local.relay_env) : null
+}
+
+output "relay_platform" {
+  description = "Where the relay runs: app_engine or cloud_run (null when delayed delivery is off)."
+  value       = local.delay ? var.relay_platform : null
+}
+
+output "relay_service" {
+  description = "The relay's Cloud Run service (name, URLs Cloud Run assigned) with relay_platform = \"cloud_run\", else null."
+  value = one([for s in google_cloud_run_v2_service.relay : {
+    name = s.name
+    urls = s.urls
+  }])
 }
 
 output "log_metrics" {

@@ -50,7 +50,7 @@ resource "google_cloud_tasks_queue" "delay" {
   lifecycle {
     precondition {
       condition     = !local.oidc || local.relay_url != null
-      error_message = "HTTP task targets need the relay's URL: set relay_url, or create_app_engine_application = true."
+      error_message = "HTTP task targets need the relay's URL: set relay_url, or create_app_engine_application = true (or relay_platform = \"cloud_run\", whose URL is derived)."
     }
   }
 }

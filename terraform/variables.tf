@@ -7,7 +7,7 @@
 
 variable "project_id" {
   type        = string
-  description = "Project that holds the topics, Firestore, the queue, the functions and App Engine."
+  description = "Project that holds the topics, Firestore, the queue, the functions and the relay (App Engine or Cloud Run)."
 }
 
 variable "region" {
@@ -161,7 +161,7 @@ variable "extra_ttl_collection_groups" {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Delayed delivery: Cloud Tasks + the App Engine relay
+# Delayed delivery: Cloud Tasks + the relay (App Engine or Cloud Run)
 # ---------------------------------------------------------------------------------------------
 
 variable "enable_delayed_delivery" {
@@ -214,9 +214,20 @@ variable "tasks_logging_sampling_ratio" {
   default     = 0.1
 }
 
+variable "relay_platform" {
+  type        = string
+  description = "Where the relay runs: app_engine (App Engine standard, the default) or cloud_run (a Cloud Run service from cloud_run_relay.image, behind Cloud Run's IAM invoker check; no App Engine application is created). See README.md."
+  default     = "app_engine"
+
+  validation {
+    condition     = contains(["app_engine", "cloud_run"], var.relay_platform)
+    error_message = "relay_platform must be app_engine or cloud_run."
+  }
+}
+
 variable "relay_deploy" {
   type        = string
-  description = "How the relay's code is deployed: terraform (google_app_engine_standard_app_version from the zipped bundle) or gcloud (`gcloud app deploy`, with env_variables from the relay_env_variables output). See README.md."
+  description = "App Engine only: how the relay's code is deployed: terraform (google_app_engine_standard_app_version from the zipped bundle) or gcloud (`gcloud app deploy`, with env_variables from the relay_env_variables output). Cloud Run always deploys cloud_run_relay.image from here. See README.md."
   default     = "terraform"
 
   validation {
@@ -239,7 +250,7 @@ variable "app_engine_location_id" {
 
 variable "relay_url" {
   type        = string
-  description = "RELAY_URL, the relay's base URL (no trailing slash). Null: derived from the App Engine application created here (https://[SERVICE-dot-]HOSTNAME)."
+  description = "RELAY_URL, the relay's base URL (no trailing slash), also the tasks' OIDC audience. Null: derived - on App Engine from the application created here (https://[SERVICE-dot-]HOSTNAME), on Cloud Run the service's deterministic URL (https://NAME-PROJECT_NUMBER.REGION.run.app). On Cloud Run a URL set here (a custom domain) is also made a custom audience of the service."
   default     = null
 }
 
@@ -255,6 +266,63 @@ variable "relay" {
   })
   description = "The relay's App Engine standard version; mirrors appengine/relay/app.yaml (keep both in step). The first service of an app must be `default`."
   default     = {}
+}
+
+variable "cloud_run_relay" {
+  type = object({
+    name                = optional(string, "pubsub-toolkit-relay")
+    image               = optional(string)
+    cpu                 = optional(string, "1")
+    memory              = optional(string, "512Mi")
+    min_instances       = optional(number, 0)
+    max_instances       = optional(number, 10)
+    concurrency         = optional(number, 8)
+    timeout_seconds     = optional(number, 120)
+    ingress             = optional(string, "INGRESS_TRAFFIC_INTERNAL_ONLY")
+    deletion_protection = optional(bool, false)
+  })
+  description = <<-EOT
+    The relay's Cloud Run service when relay_platform = "cloud_run". `image` (required then) is
+    built from build/appengine/relay with its Dockerfile (scripts/deploy-terraform does it, or:
+    gcloud builds submit build/appengine/relay --tag=IMAGE). Defaults mirror the App Engine
+    version (8 threads per instance, 0-10 instances). `ingress` INTERNAL_ONLY admits Cloud Tasks
+    of the same project and refuses the internet at the network level; the invoker IAM check and
+    the relay's own OIDC check apply on top.
+  EOT
+  default     = {}
+
+  validation {
+    # Cloud Run's deterministic URL needs NAME-PROJECT_NUMBER to fit one 63-character DNS label.
+    condition     = can(regex("^[a-z]([-a-z0-9]{0,47}[a-z0-9])?$", var.cloud_run_relay.name))
+    error_message = "cloud_run_relay.name must be lowercase letters, digits and dashes, start with a letter, end with a letter or digit, at most 49 characters."
+  }
+
+  validation {
+    condition = contains(
+      ["INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER", "INGRESS_TRAFFIC_ALL"],
+      var.cloud_run_relay.ingress,
+    )
+    error_message = "cloud_run_relay.ingress must be INGRESS_TRAFFIC_INTERNAL_ONLY, INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER or INGRESS_TRAFFIC_ALL."
+  }
+
+  validation {
+    condition = (
+      var.cloud_run_relay.min_instances >= 0 &&
+      var.cloud_run_relay.max_instances >= 1 &&
+      var.cloud_run_relay.min_instances <= var.cloud_run_relay.max_instances
+    )
+    error_message = "cloud_run_relay needs 0 <= min_instances <= max_instances and max_instances >= 1."
+  }
+
+  validation {
+    condition     = var.cloud_run_relay.concurrency >= 1 && var.cloud_run_relay.concurrency <= 1000
+    error_message = "cloud_run_relay.concurrency must be between 1 and 1000 (Cloud Run's limits)."
+  }
+
+  validation {
+    condition     = var.cloud_run_relay.timeout_seconds >= 1 && var.cloud_run_relay.timeout_seconds <= 3600
+    error_message = "cloud_run_relay.timeout_seconds must be between 1 and 3600 (Cloud Run's limits)."
+  }
 }
 
 # ---------------------------------------------------------------------------------------------

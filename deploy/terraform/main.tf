@@ -14,8 +14,11 @@ module "pubsub_toolkit" {
   create_firestore_database     = var.create_firestore_database
   firestore_location_id         = var.firestore_location_id
   enable_delayed_delivery       = var.enable_delayed_delivery
-  consumer                      = var.consumer
-  notification_channels         = var.notification_channels
-  labels                        = var.labels
-  build_dir                     = coalesce(var.build_dir, "${path.module}/../../build")
+  relay_platform                = var.relay_platform
+  # The image scripts/deploy-terraform built (relay_image) wins over one set in the tfvars.
+  cloud_run_relay       = merge(var.cloud_run_relay, var.relay_image == null ? {} : { image = var.relay_image })
+  consumer              = var.consumer
+  notification_channels = var.notification_channels
+  labels                = var.labels
+  build_dir             = coalesce(var.build_dir, "${path.module}/../../build")
 }

@@ -40,8 +40,36 @@ variable "firestore_location_id" {
 
 variable "enable_delayed_delivery" {
   type        = bool
-  description = "Deploy the Cloud Tasks queue and the App Engine relay."
+  description = "Deploy the Cloud Tasks queue and the relay."
   default     = true
+}
+
+variable "relay_platform" {
+  type        = string
+  description = "Where the relay runs: app_engine (default) or cloud_run (then scripts/deploy-terraform builds its image; no App Engine application is created)."
+  default     = "app_engine"
+}
+
+variable "cloud_run_relay" {
+  type = object({
+    name            = optional(string)
+    image           = optional(string)
+    cpu             = optional(string)
+    memory          = optional(string)
+    min_instances   = optional(number)
+    max_instances   = optional(number)
+    concurrency     = optional(number)
+    timeout_seconds = optional(number)
+    ingress         = optional(string)
+  })
+  description = "The Cloud Run relay's settings (the module's cloud_run_relay; unset ones take its defaults). image is built by scripts/deploy-terraform unless set."
+  default     = {}
+}
+
+variable "relay_image" {
+  type        = string
+  description = "Set by scripts/deploy-terraform: the relay image it built for relay_platform = \"cloud_run\" (overrides cloud_run_relay.image)."
+  default     = null
 }
 
 variable "consumer" {

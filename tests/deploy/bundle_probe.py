@@ -6,7 +6,8 @@ PYTHONPATH or user site can fill a gap in requirements.txt. Only the standard li
 the bundle's requirements.txt installed may be imported here.
 
     argv: KIND TARGET        KIND is function (TARGET = entry point) or relay (TARGET = the
-                             gunicorn app spec from app.yaml's entrypoint, e.g. main:create_app())
+                             gunicorn app spec from app.yaml's entrypoint, e.g. main:create_app();
+                             the Cloud Run one, cloud_run:create_app(), is loaded too)
 
 For each backend variant (firestore, redis; for the relay also both auth modes) the probe builds
 the real runtime objects: every client is created (none connects: the emulator hosts point at a
@@ -48,6 +49,7 @@ VARIANTS = {
         **APPENGINE_ENV,
     },
 }
+CLOUD_RUN_APP = "cloud_run:create_app()"  # appengine/relay/Dockerfile's CMD
 # Entry point -> the module-level factory it calls on the first event, and its cache global.
 FUNCTION_FACTORIES = {
     "ingress": ("_get_ingress", "_ingress"),
@@ -103,8 +105,13 @@ def probe_relay(app_spec: str) -> dict[str, object]:
         assert callable(app), variant
         assert app.test_client().get("/healthz").status_code == 200, variant
     assert in_bundle(sys.modules["main"])
+    # The Cloud Run entry point (the Dockerfile's CMD) from the same bundle and requirements.
+    os.environ.update(BASE_ENV | OIDC_ENV | {"RELAY_TRUST_CLOUD_RUN_IAM": "true"})
+    app = import_app(CLOUD_RUN_APP)
+    assert app.test_client().get("/healthz").status_code == 200, CLOUD_RUN_APP
+    assert in_bundle(sys.modules["cloud_run"])
     verify_oidc_token()
-    return {"app": app_spec}
+    return {"app": app_spec, "cloud_run_app": CLOUD_RUN_APP}
 
 
 def verify_oidc_token() -> None:

@@ -209,6 +209,8 @@ def test_bundle_loads_in_its_own_venv(
     report = json.loads(run.stdout.strip().splitlines()[-1])
     # The probe really walked the library copied into the bundle.
     assert "pubsub_toolkit.ingress.pipeline" in report["modules"]
+    if bundle == "appengine/relay":
+        assert report["cloud_run_app"] == "cloud_run:create_app()"
     assert "pubsub_toolkit.stores.dedup.redis" in report["modules"]
 
 

@@ -238,6 +238,40 @@ def relay_mirrors_app_yaml(tf_dir: Path, app_yaml: Path) -> Problems:
     ]
 
 
+def _optional_defaults(tf_dir: Path, variable: str) -> dict[str, str] | None:
+    """``name = optional(type, default)`` defaults of an object variable (None if it is absent)."""
+    body = next((b for _, name, b in _blocks(tf_dir, "variable") if name == variable), None)
+    if body is None:
+        return None
+    optional = r'(\w+) = optional\(\w+, "?(.*?)"?\)(?=, \w+ = |\}\)$)'
+    return dict(re.findall(optional, _text(body["type"])))
+
+
+def cloud_run_relay_mirrors_app_yaml(tf_dir: Path, app_yaml: Path) -> Problems:
+    """var.cloud_run_relay's scaling equals app.yaml's, and its concurrency and request timeout
+    are gunicorn's threads and --timeout there (the Dockerfile runs the same gunicorn command,
+    tests/deploy/test_cloud_run_relay.py): more concurrent requests than threads would queue
+    inside gunicorn, where Cloud Run cannot see them to scale."""
+    defaults = _optional_defaults(tf_dir, "cloud_run_relay")
+    if defaults is None:
+        return ["variables.tf: variable cloud_run_relay is missing"]
+    text = app_yaml.read_text()
+    yaml = dict(re.findall(r"^\s*(\w+): (\S.*)$", text, re.MULTILINE))
+    entrypoint = yaml.get("entrypoint", "")
+    gunicorn = dict(re.findall(r"--(threads|timeout) (\d+)", entrypoint))
+    pairs = {
+        "min_instances": ("min_instances", yaml.get("min_instances")),
+        "max_instances": ("max_instances", yaml.get("max_instances")),
+        "concurrency": ("gunicorn --threads", gunicorn.get("threads")),
+        "timeout_seconds": ("gunicorn --timeout", gunicorn.get("timeout")),
+    }
+    return [
+        f"variables.tf: cloud_run_relay.{hcl} = {defaults.get(hcl)!r}, app.yaml {what} = {value!r}"
+        for hcl, (what, value) in pairs.items()
+        if defaults.get(hcl) is None or defaults.get(hcl) != value
+    ]
+
+
 CHECKS: dict[str, Callable[[Path], Problems]] = {
     "variables_are_typed_and_described": variables_are_typed_and_described,
     "outputs_are_described": outputs_are_described,
@@ -254,4 +288,5 @@ def all_problems(tf_dir: Path, repo_root: Path | None = None) -> Problems:
     problems = [problem for check in CHECKS.values() for problem in check(tf_dir)]
     if repo_root is not None:
         problems += relay_mirrors_app_yaml(tf_dir, repo_root / APP_YAML)
+        problems += cloud_run_relay_mirrors_app_yaml(tf_dir, repo_root / APP_YAML)
     return problems

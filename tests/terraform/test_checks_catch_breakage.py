@@ -22,6 +22,9 @@ from tests.terraform import iac
 pytestmark = pytest.mark.timeout(900)
 
 INGRESS_RUN = "ingress_is_triggered_by_origin_and_retries"
+WIRING = "tests/wiring.tftest.hcl"
+CLOUD_RUN = "tests/cloud_run.tftest.hcl"
+CLOUD_RUN_INVOKER_RUN = "tasks_reach_the_service_url_signed_for_it"
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class Breakage:
     old: str  # must occur exactly once, so a drifted file fails here rather than test nothing
     new: str
     evidence: str  # must appear in a finding (or, without findings, in the output)
+    # `terraform test` breakages: the one test file and run kept (the evidence names the run).
+    run: tuple[str, str] = (WIRING, INGRESS_RUN)
 
 
 BREAKAGES = {
@@ -54,6 +59,14 @@ BREAKAGES = {
         'entry_point   = "ingress"\n        trigger_topic = "origin"',
         'entry_point   = "ingress"\n        trigger_topic = "final"',
         INGRESS_RUN,
+    ),
+    "test_cloud_run_relay_invoked_by_its_own_account": Breakage(
+        "test",
+        "cloudrun.tf",
+        '  member   = google_service_account.component["tasks-invoker"].member',
+        '  member   = google_service_account.component["relay"].member',
+        CLOUD_RUN_INVOKER_RUN,
+        run=(CLOUD_RUN, CLOUD_RUN_INVOKER_RUN),
     ),
     "checkov_no_dead_letter_policy": Breakage(
         "checkov",
@@ -92,6 +105,20 @@ BREAKAGES = {
         "",
         "CKV_PTK_3 module.pubsub_toolkit.google_cloud_tasks_queue.delay",
     ),
+    "checkov_cloud_run_relay_without_iam_check": Breakage(
+        "checkov",
+        "cloudrun.tf",
+        "  invoker_iam_disabled = false\n",
+        "  invoker_iam_disabled = true\n",
+        "CKV_PTK_4 module.pubsub_toolkit.google_cloud_run_v2_service.relay",
+    ),
+    "checkov_cloud_run_relay_public_invoker": Breakage(
+        "checkov",
+        "cloudrun.tf",
+        '  member   = google_service_account.component["tasks-invoker"].member',
+        '  member   = "allUsers"',
+        "CKV_PTK_4 module.pubsub_toolkit.google_cloud_run_v2_service_iam_member.tasks_invoker",
+    ),
     "trivy_public_bucket": Breakage(
         "trivy",
         "iam.tf",
@@ -104,9 +131,16 @@ BREAKAGES = {
         "structure",
         "variables.tf",
         '  description = "Project that holds the topics, Firestore, the queue, the functions and'
-        ' App Engine."\n',
+        ' the relay (App Engine or Cloud Run)."\n',
         "",
         "variables.tf: variable project_id has no description",
+    ),
+    "structure_cloud_run_concurrency_beyond_gunicorn_threads": Breakage(
+        "structure",
+        "variables.tf",
+        "    concurrency         = optional(number, 8)\n",
+        "    concurrency         = optional(number, 80)\n",
+        "cloud_run_relay.concurrency = '80', app.yaml gunicorn --threads = '8'",
     ),
 }
 
@@ -127,19 +161,24 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def _keep_only_run(test_file: Path, name: str) -> None:
-    """Drop every run block but ``name`` (the ~10 others only add ~45 s of CPU to the proof)."""
-    head, *runs = re.split(r'(?m)^(?=run ")', test_file.read_text())
+def _keep_only_run(tf_dir: Path, test_file: str, name: str) -> None:
+    """Drop every other test file and every run block but ``name`` in ``test_file`` (the ~25
+    others only add CPU to the proof)."""
+    path = tf_dir / test_file
+    for other in (tf_dir / "tests").glob("*.tftest.hcl"):
+        if other != path:
+            other.unlink()
+    head, *runs = re.split(r'(?m)^(?=run ")', path.read_text())
     kept = [run for run in runs if run.startswith(f'run "{name}"')]
-    assert len(kept) == 1, f"{test_file.name} has no run {name!r}: update INGRESS_RUN"
-    test_file.write_text(head + kept[0])
+    assert len(kept) == 1, f"{path.name} has no run {name!r}: update the breakage's run"
+    path.write_text(head + kept[0])
 
 
 def _broken_copy(dest: Path, breakage: Breakage) -> Path:
     tf_dir = _copy_module(dest)
     _edit(tf_dir / breakage.file, breakage.old, breakage.new)
     if breakage.check == "test":
-        _keep_only_run(tf_dir / "tests/wiring.tftest.hcl", INGRESS_RUN)
+        _keep_only_run(tf_dir, *breakage.run)
     return tf_dir
 
 

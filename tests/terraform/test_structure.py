@@ -21,9 +21,16 @@ def test_relay_variable_mirrors_app_yaml() -> None:
     assert problems == [], "\n".join(problems)
 
 
+def test_cloud_run_relay_variable_mirrors_app_yaml() -> None:
+    problems = structure.cloud_run_relay_mirrors_app_yaml(
+        iac.TERRAFORM_DIR, iac.ROOT / structure.APP_YAML
+    )
+    assert problems == [], "\n".join(problems)
+
+
 def test_every_module_file_is_parsed() -> None:
     # A file hcl2 cannot read, or a new file outside the glob, would make every check vacuous.
     parsed = structure.load(iac.TERRAFORM_DIR)
     assert {"variables.tf", "outputs.tf", "versions.tf", "main.tf"} <= set(parsed)
-    for file in ("pubsub.tf", "iam.tf", "functions.tf", "tasks.tf", "monitoring.tf"):
+    for file in ("pubsub.tf", "iam.tf", "functions.tf", "tasks.tf", "monitoring.tf", "cloudrun.tf"):
         assert parsed[file].get("resource"), f"{file}: no resource parsed"

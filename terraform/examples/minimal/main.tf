@@ -1,5 +1,6 @@
-# The smallest useful deployment: topics, ingress, the delay queue and relay, Firestore TTL,
-# alerts. Run `make build` in the repository first: the module zips build/.
+# The smallest useful deployment: topics, ingress, the delay queue and relay (App Engine, or Cloud
+# Run with relay_platform = "cloud_run" and relay_image), Firestore TTL, alerts. Run `make build`
+# in the repository first: the module zips build/.
 
 module "pubsub_toolkit" {
   source = "../.."
@@ -7,6 +8,8 @@ module "pubsub_toolkit" {
   project_id             = var.project_id
   region                 = var.region
   app_engine_location_id = var.app_engine_location_id
+  relay_platform         = var.relay_platform
+  cloud_run_relay        = { image = var.relay_image }
   build_dir              = "${path.module}/../../../build"
   notification_channels  = var.notification_channels
 }

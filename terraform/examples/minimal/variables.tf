@@ -20,3 +20,15 @@ variable "notification_channels" {
   description = "Monitoring notification channels for the alerts."
   default     = []
 }
+
+variable "relay_platform" {
+  type        = string
+  description = "Where the relay runs: app_engine or cloud_run."
+  default     = "app_engine"
+}
+
+variable "relay_image" {
+  type        = string
+  description = "With relay_platform = \"cloud_run\": the relay's image (gcloud builds submit build/appengine/relay --tag=IMAGE, after copying appengine/relay/Dockerfile there)."
+  default     = null
+}

@@ -1,0 +1,126 @@
+# The relay on Cloud Run (relay_platform = "cloud_run"): the same Flask app as on App Engine, in a
+# container built from build/appengine/relay with its Dockerfile, called by Cloud Tasks at due
+# time. Nothing here exists with relay_platform = "app_engine" (appengine.tf).
+#
+# Who may call it, three layers deep:
+#   1. network: ingress INTERNAL_ONLY by default - Cloud Tasks of this project counts as internal,
+#      the internet does not reach the service at all;
+#   2. Cloud Run's IAM invoker check: only tasks-invoker holds run.invoker on the service (below),
+#      so Cloud Run verifies the task's OIDC token (signature, expiry, audience = the service's
+#      URL or its custom audience) and the invoker's permission before the container sees it;
+#   3. the relay's own check, as on App Engine: issuer, audience = RELAY_AUDIENCE, email =
+#      TASKS_SERVICE_ACCOUNT (verified), expiry. Cloud Run replaces the signature of a token it
+#      has verified with SIGNATURE_REMOVED_BY_GOOGLE before forwarding it, so the Cloud Run entry
+#      point (appengine/relay/cloud_run.py, RELAY_TRUST_CLOUD_RUN_IAM) checks those claims of a
+#      stripped token and still verifies the signature of any token that arrives signed.
+
+locals {
+  cloud_run_relay = local.cloud_run ? 1 : 0
+
+  # What the relay reads, as on App Engine, plus the one Cloud Run setting: a token whose
+  # signature Cloud Run stripped may be trusted for its signature, because the invoker IAM
+  # check above is always on for this service (invoker_iam_disabled = false).
+  cloud_run_env = merge(local.relay_env, { RELAY_TRUST_CLOUD_RUN_IAM = "true" })
+}
+
+resource "google_cloud_run_v2_service" "relay" {
+  count = local.cloud_run_relay
+
+  project     = var.project_id
+  location    = var.region
+  name        = var.cloud_run_relay.name
+  description = "pubsub-toolkit relay: Cloud Tasks calls POST /release at each delayed message's due time."
+  labels      = var.labels
+  ingress     = var.cloud_run_relay.ingress
+  # Never let an edit open the relay to unauthenticated callers: Cloud Run checks run.invoker.
+  invoker_iam_disabled = false
+  # A custom domain in var.relay_url is what Cloud Tasks puts in the token's audience; Cloud Run
+  # accepts its own run.app URLs anyway.
+  custom_audiences = var.relay_url == null ? null : [local.relay_url]
+  # The relay is stateless (its records live in Firestore or Redis): destroy it like the
+  # functions. Tasks due while it is missing are retried by the queue (tasks_retry).
+  deletion_protection = var.cloud_run_relay.deletion_protection
+
+  template {
+    service_account                  = google_service_account.component["relay"].email
+    max_instance_request_concurrency = var.cloud_run_relay.concurrency
+    timeout                          = "${var.cloud_run_relay.timeout_seconds}s"
+    labels                           = var.labels
+
+    scaling {
+      min_instance_count = var.cloud_run_relay.min_instances
+      max_instance_count = var.cloud_run_relay.max_instances
+    }
+
+    containers {
+      image = var.cloud_run_relay.image
+
+      resources {
+        limits = {
+          cpu    = var.cloud_run_relay.cpu
+          memory = var.cloud_run_relay.memory
+        }
+      }
+
+      dynamic "env" {
+        for_each = local.cloud_run_env
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      # A revision whose app cannot start (a wrong setting makes create_app raise) never gets
+      # traffic: the previous revision keeps serving and the apply fails with the reason.
+      startup_probe {
+        http_get {
+          path = "/healthz"
+        }
+        period_seconds    = 3
+        failure_threshold = 20
+      }
+    }
+  }
+
+  traffic {
+    type    = "TRAFFIC_TARGET_ALLOCATION_TYPE_LATEST"
+    percent = 100
+  }
+
+  depends_on = [google_project_service.this]
+
+  lifecycle {
+    precondition {
+      condition     = var.cloud_run_relay.image != null
+      error_message = "relay_platform = \"cloud_run\" needs cloud_run_relay.image: build it from build/appengine/relay (scripts/deploy-terraform does, or gcloud builds submit build/appengine/relay --tag=IMAGE)."
+    }
+    precondition {
+      # App Engine's X-AppEngine-QueueName header proves nothing off App Engine: anyone who
+      # reaches the service could send it. Cloud Run needs HTTP targets with OIDC tokens.
+      condition     = var.tasks_target == "http"
+      error_message = "relay_platform = \"cloud_run\" needs tasks_target = \"http\" (App Engine routing and its queue header exist only on App Engine)."
+    }
+    precondition {
+      condition     = var.relay_deploy == "terraform"
+      error_message = "relay_deploy = \"gcloud\" is App Engine's `gcloud app deploy`; on Cloud Run this module deploys cloud_run_relay.image (or use scripts/deploy-gcloud with RELAY_PLATFORM=cloud_run)."
+    }
+    postcondition {
+      # The audience every task carries was fixed at plan from the deterministic URL: if Cloud
+      # Run did not assign that URL (a name too long for one DNS label), tasks would be refused.
+      condition     = var.relay_url != null || contains(self.urls, local.relay_url)
+      error_message = "The Cloud Run service has no URL ${local.relay_url} (its URLs: ${join(", ", self.urls)}): set relay_url to one of them."
+    }
+  }
+}
+
+# Cloud Tasks signs its OIDC tokens as tasks-invoker: that account, and no other, may invoke the
+# relay. (Deployers with project-wide Cloud Run roles can too, as they can redeploy it anyway.)
+resource "google_cloud_run_v2_service_iam_member" "tasks_invoker_invokes_relay" {
+  count = local.cloud_run_relay * (local.oidc ? 1 : 0)
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.relay[0].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.component["tasks-invoker"].member
+}
