@@ -10,6 +10,9 @@ stripped token without RELAY_TRUST_CLOUD_RUN_IAM, or one beside X-Serverless-Aut
 refused; a token that arrives signed is verified against a certificate endpoint, signature
 included. Settings that would open the relay (RELAY_AUTH=appengine off App Engine) stop it
 from starting. Cloud Run's own IAM check cannot run here: what it does is in the README.
+
+Over ~300 lines because it brings its own token signer and certificate server instead of the
+local stack's OIDC issuer: it needs nothing but the relay bundle, gunicorn and the emulator.
 """
 
 from __future__ import annotations
