@@ -21,6 +21,7 @@ from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
 
 from bench.common import Servers, local_servers, median, rate, write_result
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import PubSubSink
@@ -72,7 +73,7 @@ def bench_ingress(servers: Servers, items: int, rounds: int) -> dict[str, object
 
     def passthrough_variant() -> Callable[[Message], object]:
         def handle(message: Message) -> object:
-            envelope = attr.parse_envelope(message, now=attr.parse_time("2030-01-01T00:00:00Z"))
+            envelope = parse_envelope(message, now=attr.parse_time("2030-01-01T00:00:00Z"))
             outbound = OutboundMessage(message.data, envelope.stamped_attributes())
             return sink.publish(final, outbound)
 

@@ -25,7 +25,7 @@ _EXPORTS = {
     "Consumer": "pubsub_toolkit.consumer.subscriber",
     "MessageProcessor": "pubsub_toolkit.consumer.processor",
     "FifoGate": "pubsub_toolkit.consumer.gate",
-    "GatePolicy": "pubsub_toolkit.consumer.gate",
+    "GatePolicy": "pubsub_toolkit.consumer.gate_rules",
     "IdempotentProcessor": "pubsub_toolkit.dedup.idempotent",
     "Message": "pubsub_toolkit.message",
     "OutboundMessage": "pubsub_toolkit.message",
@@ -64,7 +64,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads them
     from pubsub_toolkit.config import ConsumerSettings, Settings
-    from pubsub_toolkit.consumer.gate import FifoGate, GatePolicy
+    from pubsub_toolkit.consumer.gate import FifoGate
+    from pubsub_toolkit.consumer.gate_rules import GatePolicy
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor

@@ -23,10 +23,10 @@ The forms:
 * ``delay_seconds``: ``(0|[1-9][0-9]*)(\\.[0-9]+)?``, at most :data:`MAX_DELAY_SECONDS`;
 * ``deliver_at``: RFC 3339 with a UTC offset, ASCII digits, no surrounding whitespace.
 
-A message that breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation`
-with a short ``reason`` code; callers dead-letter it and ack. :func:`parse_envelope` checks what
-a producer sent; :func:`check_publishable` checks a message the toolkit is about to publish
-again from stored state (the relay's task bodies), with Pub/Sub's own limits.
+A value that breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation` with
+a short ``reason`` code; callers dead-letter it and ack. Whole messages are checked in
+:mod:`pubsub_toolkit.envelope`. A *filler* (:func:`filler_message`) stands for a FIFO number
+that carries no new message.
 """
 
 from __future__ import annotations
@@ -35,11 +35,10 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from pubsub_toolkit.errors import ContractViolation
-from pubsub_toolkit.message import Message
+from pubsub_toolkit.message import Message, OutboundMessage
 
 DEDUP_KEY = "dedup_key"
 DELIVER_AT = "deliver_at"
@@ -73,11 +72,6 @@ TOOLKIT_STAMPED = frozenset(
     }
 )
 
-# What ingress never forwards from the delivery it received: ``delay_seconds`` becomes an
-# absolute ``deliver_at``; the others only the toolkit may set, and a producer's copy would be
-# taken downstream for the toolkit's word (a fake "why dead-lettered", a number that "carries no
-# message" so the consumer skips a real one).
-_DROPPED_AT_INGRESS = frozenset({DELAY_SECONDS, ERROR_REASON, ERROR_DETAIL, FIFO_FILLER})
 
 # Pub/Sub's own limits (https://cloud.google.com/pubsub/quotas#resource_limits).
 MAX_ATTRIBUTES = 100
@@ -112,8 +106,6 @@ _RFC3339_FORM = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
 
-# Ingress adds at most these attributes, so the producer's must leave room for them.
-_STAMPED_BY_INGRESS = 5
 
 # Reason codes written to ``error_reason`` (stable: operators filter on them).
 REASON_EMPTY_DATA = "empty_data"
@@ -130,113 +122,6 @@ REASON_INVALID_FIFO_SEQ = "invalid_fifo_seq"
 REASON_SEQ_WITHOUT_GROUP = "fifo_seq_without_group"
 REASON_FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 REASON_MALFORMED_EVENT = "malformed_event"
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """A message that satisfies the contract, with its toolkit attributes parsed."""
-
-    message: Message
-    dedup_key: str
-    fingerprint: str
-    deliver_at: datetime | None
-    fifo_group: str | None
-    fifo_seq: int | None
-
-    def stamped_attributes(self, *, replay: bool = False) -> dict[str, str]:
-        """The attributes to forward: the producer's, plus dedup key, fingerprint, provenance.
-
-        Ingress owns its attributes: ``origin_message_id`` and ``origin_publish_time`` are
-        always ingress's own (the delivery's message id and publish time), whatever the
-        producer set, and a producer's ``error_reason``, ``error_detail`` and ``fifo_filler``
-        are dropped. ``replay=True`` is for a genuine (minted) replay from the dead-letter
-        topic only: its provenance attributes describe the *original* message and are kept
-        (set from this delivery only when the copy has none).
-
-        ``delay_seconds`` is replaced by the absolute ``deliver_at`` so every later hop sees
-        one due time, however late it receives the message.
-        """
-        attrs = {k: v for k, v in self.message.attributes.items() if k not in _DROPPED_AT_INGRESS}
-        if not replay:
-            attrs.pop(ORIGIN_MESSAGE_ID, None)
-            attrs.pop(ORIGIN_PUBLISH_TIME, None)
-        attrs[DEDUP_KEY] = self.dedup_key
-        attrs[CONTENT_SHA256] = self.fingerprint
-        if self.message.message_id:
-            attrs.setdefault(ORIGIN_MESSAGE_ID, self.message.message_id)
-        if self.message.publish_time is not None:
-            attrs.setdefault(ORIGIN_PUBLISH_TIME, format_time(self.message.publish_time))
-        if self.deliver_at is not None:
-            attrs[DELIVER_AT] = format_time(self.deliver_at)
-        return attrs
-
-
-@dataclass(frozen=True)
-class _Fields:
-    """The contract's attributes of one message, parsed (``delay`` in seconds)."""
-
-    fifo_group: str | None
-    fifo_seq: int | None
-    deliver_at: datetime | None
-    delay: float | None
-
-
-def parse_envelope(message: Message, *, now: datetime) -> Envelope:
-    """Validate ``message`` against the contract; raise ContractViolation with a reason."""
-    attrs = message.attributes
-    if not message.data:
-        raise ContractViolation(REASON_EMPTY_DATA, "the message has no data")
-    _check_limits(
-        message.data,
-        attrs,
-        max_attributes=MAX_ATTRIBUTES - _STAMPED_BY_INGRESS,
-        max_bytes=MAX_MESSAGE_BYTES,
-    )
-    dedup_key = attrs.get(DEDUP_KEY, message.message_id)
-    if not dedup_key or not dedup_key.strip():
-        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
-    fields = _parse_fields(attrs)
-    deliver_at = fields.deliver_at
-    if fields.delay is not None:
-        try:
-            deliver_at = now + timedelta(seconds=fields.delay)
-        except OverflowError as exc:  # only within MAX_DELAY_SECONDS of the year 9999
-            raise ContractViolation(
-                REASON_INVALID_DELAY, f"delay_seconds {attrs[DELAY_SECONDS]!r} is too large"
-            ) from exc
-    return Envelope(
-        message=message,
-        dedup_key=dedup_key,
-        fingerprint=content_fingerprint(message.data, attrs),
-        deliver_at=deliver_at,
-        fifo_group=fields.fifo_group,
-        fifo_seq=fields.fifo_seq,
-    )
-
-
-def check_publishable(
-    data: bytes,
-    attributes: Mapping[str, str],
-    *,
-    max_attributes: int = MAX_ATTRIBUTES,
-    max_bytes: int = MAX_REQUEST_BYTES,
-) -> None:
-    """Raise ContractViolation if the toolkit must not publish this message as it is.
-
-    For a message rebuilt from stored state rather than received from a producer (the relay's
-    task bodies): what Pub/Sub would refuse (more than ``max_attributes``, reserved names, key
-    and value sizes, ``max_bytes`` in all, neither data nor attributes) and what the contract
-    forbids (a blank ``dedup_key`` or ``fifo_group``, a ``fifo_seq`` without a group, and any
-    ``fifo_seq``, ``deliver_at`` or ``delay_seconds`` not in its canonical form). Ingress's
-    checks of a producer's message are the same rules, with room left for its own attributes.
-    """
-    if not data and not attributes:
-        raise ContractViolation(REASON_EMPTY_DATA, "the message has neither data nor attributes")
-    _check_limits(data, attributes, max_attributes=max_attributes, max_bytes=max_bytes)
-    key = attributes.get(DEDUP_KEY)
-    if key is not None and not key.strip():
-        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is blank")
-    _parse_fields(attributes)
 
 
 def parse_fifo_seq(raw: str) -> int:
@@ -342,63 +227,6 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
-def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
-    """Parse the contract's group, number and due time; raise ContractViolation if invalid."""
-    group = attrs.get(FIFO_GROUP)
-    if group is not None and not group.strip():
-        raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
-    raw_seq = attrs.get(FIFO_SEQ)
-    seq = None if raw_seq is None else parse_fifo_seq(raw_seq)
-    if seq is not None and group is None:
-        raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
-    raw_at, raw_delay = attrs.get(DELIVER_AT), attrs.get(DELAY_SECONDS)
-    if raw_at is not None and raw_delay is not None:
-        raise ContractViolation(
-            REASON_CONFLICTING_DELAY, "set deliver_at or delay_seconds, not both"
-        )
-    return _Fields(
-        fifo_group=group,
-        fifo_seq=seq,
-        deliver_at=None if raw_at is None else parse_deliver_at(raw_at),
-        delay=None if raw_delay is None else parse_delay_seconds(raw_delay),
-    )
-
-
-def _check_limits(
-    data: bytes, attributes: Mapping[str, str], *, max_attributes: int, max_bytes: int
-) -> None:
-    """Pub/Sub's limits (and reserved names), with ``max_*`` leaving room for later stamps."""
-    size = message_size(data, attributes)
-    if size > max_bytes:
-        raise ContractViolation(
-            REASON_TOO_LARGE,
-            f"data and attributes are {size} bytes; at most {max_bytes}"
-            + (" leave room for the toolkit's attributes" if max_bytes < MAX_REQUEST_BYTES else ""),
-        )
-    if len(attributes) > max_attributes:
-        raise ContractViolation(
-            REASON_TOO_MANY_ATTRIBUTES,
-            f"{len(attributes)} attributes; at most {max_attributes}"
-            + (" leave room for the toolkit's" if max_attributes < MAX_ATTRIBUTES else ""),
-        )
-    for key, value in attributes.items():
-        if is_reserved_attribute(key):
-            raise ContractViolation(
-                REASON_RESERVED_ATTRIBUTE,
-                f"attribute name {key[:40]!r} is reserved (goog* or a client publish argument)",
-            )
-        if len(key.encode()) > MAX_ATTRIBUTE_KEY_BYTES:
-            raise ContractViolation(
-                REASON_ATTRIBUTE_TOO_LARGE,
-                f"attribute key {key[:40]!r}... exceeds {MAX_ATTRIBUTE_KEY_BYTES} bytes",
-            )
-        if len(value.encode()) > MAX_ATTRIBUTE_VALUE_BYTES:
-            raise ContractViolation(
-                REASON_ATTRIBUTE_TOO_LARGE,
-                f"attribute {key!r} value exceeds {MAX_ATTRIBUTE_VALUE_BYTES} bytes",
-            )
-
-
 def is_reserved_attribute(name: str) -> bool:
     """True for names that cannot be published as attributes."""
     return name in RESERVED_NAMES or name.lower().startswith(RESERVED_PREFIX)
@@ -412,3 +240,35 @@ def message_size(data: bytes, attributes: Mapping[str, str]) -> int:
 def _shown(raw: str) -> str:
     """``raw`` for an error detail: repr (so " 5" and "\\u0661" are visible), cut to 40 chars."""
     return repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw)} characters)"
+
+
+# Values of ``fifo_filler``: why a number carries no new message. One that starts with
+# FILLER_DEAD_LETTERED stands for a dead-lettered message: the gate leaves a tombstone, so a
+# replay of it arriving later is kept (fifo_late_after_skip), never dropped.
+FILLER_DEAD_LETTERED = "dead_lettered:"
+FILLER_CANCELLED = "cancelled"
+
+
+def filler_message(group: str, seq: int | str, dedup_key: str, why: str) -> OutboundMessage:
+    """The marker for a number that carries no message (ingress and the relay send it)."""
+    attributes = {FIFO_GROUP: group, FIFO_SEQ: str(seq), DEDUP_KEY: dedup_key, FIFO_FILLER: why}
+    return OutboundMessage(b"", attributes, ordering_key=group)
+
+
+def is_filler(message: Message) -> bool:
+    """True for ingress's marker of a number that carries no new message."""
+    return FIFO_FILLER in message.attributes
+
+
+def fifo_number(message: Message) -> tuple[str, int] | None:
+    """The valid (group, seq) a message carries, if any - even when the rest is invalid."""
+    group = message.attributes.get(FIFO_GROUP)
+    raw_seq = message.attributes.get(FIFO_SEQ)
+    if group is None or raw_seq is None or not group.strip():
+        return None
+    if len(group.encode()) > MAX_FIFO_GROUP_BYTES or FIFO_FILLER in message.attributes:
+        return None
+    try:
+        return group, parse_fifo_seq(raw_seq)
+    except ContractViolation:
+        return None

@@ -47,7 +47,7 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer.gate import REASON_SEQUENCE_REUSED
+from pubsub_toolkit.consumer.gate_rules import REASON_SEQUENCE_REUSED
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.errors import StoreUnavailableError

@@ -19,7 +19,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
 
-from pubsub_toolkit.consumer.gate import FifoGate, GateOutcome, GatePolicy, HandlerFailedError
+from pubsub_toolkit.consumer.gate import FifoGate, HandlerFailedError
+from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import GroupState

@@ -25,6 +25,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.producer.publisher import Publisher, _format_delay
@@ -111,7 +112,7 @@ def test_every_canonical_fifo_seq_round_trips(n: int) -> None:
     raw = str(n)
     assert attr.parse_fifo_seq(raw) == n
     assert str(attr.parse_fifo_seq(raw)) == raw  # one spelling per number, both ways
-    envelope = attr.parse_envelope(
+    envelope = parse_envelope(
         Message(b"x", {attr.FIFO_GROUP: "g", attr.FIFO_SEQ: raw}, message_id="m"), now=NOW
     )
     assert envelope.fifo_seq == n
@@ -136,7 +137,7 @@ def test_every_non_canonical_fifo_seq_variant_is_refused(data: st.DataObject, n:
     assert seq_reason(variant) == attr.REASON_INVALID_FIFO_SEQ
     message = Message(b"x", {attr.FIFO_GROUP: "g", attr.FIFO_SEQ: variant}, message_id="m")
     try:
-        attr.parse_envelope(message, now=NOW)
+        parse_envelope(message, now=NOW)
     except ContractViolation as exc:
         assert exc.reason == attr.REASON_INVALID_FIFO_SEQ
     else:
@@ -188,9 +189,7 @@ def test_every_canonical_delay_round_trips(raw: str) -> None:
     seconds = attr.parse_delay_seconds(raw)
     assert seconds == float(raw)
     assert 0 <= seconds <= attr.MAX_DELAY_SECONDS
-    envelope = attr.parse_envelope(
-        Message(b"x", {attr.DELAY_SECONDS: raw}, message_id="m"), now=NOW
-    )
+    envelope = parse_envelope(Message(b"x", {attr.DELAY_SECONDS: raw}, message_id="m"), now=NOW)
     assert envelope.deliver_at == NOW + timedelta(seconds=seconds)
     stamped = envelope.stamped_attributes()
     assert attr.DELAY_SECONDS not in stamped
@@ -214,7 +213,7 @@ def test_every_non_canonical_delay_variant_is_refused(data: st.DataObject, raw: 
     assume(variant != raw and not DELAY_FORM.fullmatch(variant))  # "0"+"0.5"... stays refused
     assert delay_reason(variant) == attr.REASON_INVALID_DELAY
     try:
-        attr.parse_envelope(Message(b"x", {attr.DELAY_SECONDS: variant}, message_id="m"), now=NOW)
+        parse_envelope(Message(b"x", {attr.DELAY_SECONDS: variant}, message_id="m"), now=NOW)
     except ContractViolation as exc:
         assert exc.reason == attr.REASON_INVALID_DELAY
     else:
@@ -271,7 +270,7 @@ aware_times = st.datetimes(
 def test_formatted_times_are_canonical_deliver_at_values(when: datetime) -> None:
     raw = attr.format_time(when)
     assert attr.parse_deliver_at(raw) == when
-    envelope = attr.parse_envelope(Message(b"x", {attr.DELIVER_AT: raw}, message_id="m"), now=NOW)
+    envelope = parse_envelope(Message(b"x", {attr.DELIVER_AT: raw}, message_id="m"), now=NOW)
     assert envelope.deliver_at == when
 
 
@@ -320,7 +319,7 @@ def test_a_delay_the_publisher_publishes_parses_to_its_due_time(delay: timedelta
     [out] = sink.on(TOPIC)
     raw = out.attributes[attr.DELAY_SECONDS]
     assert DELAY_FORM.fullmatch(raw)
-    envelope = attr.parse_envelope(Message(out.data, out.attributes, message_id="m"), now=NOW)
+    envelope = parse_envelope(Message(out.data, out.attributes, message_id="m"), now=NOW)
     assert envelope.deliver_at is not None
     assert abs((envelope.deliver_at - (NOW + delay)).total_seconds()) <= 1e-6
 
@@ -335,4 +334,4 @@ def test_numbers_the_publisher_stamps_are_canonical(first: int, count: int) -> N
     assert all(SEQ_FORM.fullmatch(raw) for raw in numbers), numbers
     assert [attr.parse_fifo_seq(raw) for raw in numbers] == list(range(first, first + count))
     for out in sink.on(TOPIC):
-        attr.parse_envelope(Message(out.data, out.attributes, message_id="m"), now=NOW)
+        parse_envelope(Message(out.data, out.attributes, message_id="m"), now=NOW)

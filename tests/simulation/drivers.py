@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pubsub_toolkit.consumer.gate import GateOutcome
+from pubsub_toolkit.consumer.gate_rules import GateOutcome
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot

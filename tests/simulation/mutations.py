@@ -168,6 +168,7 @@ def mutations() -> tuple[Mutation, ...]:
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 
     gate, idem = "pubsub_toolkit.consumer.gate", "pubsub_toolkit.dedup.idempotent"
+    rules = "pubsub_toolkit.consumer.gate_rules"
     return (
         Mutation(
             "1",
@@ -187,7 +188,7 @@ def mutations() -> tuple[Mutation, ...]:
             "3",
             "no backoff, and a TransientError from the handler counts as a failure",
             (
-                Replacement(gate, "GatePolicy.backoff", lambda self, failures: timedelta(0)),
+                Replacement(rules, "GatePolicy.backoff", lambda self, failures: timedelta(0)),
                 SourceEdit(
                     gate,
                     "FifoGate._on_failure",

@@ -7,14 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.envelope import Envelope, parse_envelope
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import Message
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-def parse(data: bytes = b"x", message_id: str = "m1", **attrs: str) -> attr.Envelope:
-    return attr.parse_envelope(Message(data, attrs, message_id=message_id), now=NOW)
+def parse(data: bytes = b"x", message_id: str = "m1", **attrs: str) -> Envelope:
+    return parse_envelope(Message(data, attrs, message_id=message_id), now=NOW)
 
 
 def test_dedup_key_defaults_to_the_origin_message_id() -> None:
@@ -39,7 +40,7 @@ def test_stamped_attributes_keep_everything_and_add_provenance() -> None:
     message = Message(
         b"x", {"a": "1", "fifo_group": "g", "fifo_seq": "3"}, message_id="9", publish_time=NOW
     )
-    stamped = attr.parse_envelope(message, now=NOW).stamped_attributes()
+    stamped = parse_envelope(message, now=NOW).stamped_attributes()
     assert stamped["a"] == "1" and stamped["fifo_group"] == "g" and stamped["fifo_seq"] == "3"
     assert stamped["dedup_key"] == "9"
     assert stamped["origin_message_id"] == "9"
@@ -78,7 +79,7 @@ def test_stamped_attributes_keep_everything_and_add_provenance() -> None:
 )
 def test_contract_violations_have_reasons(data: bytes, attrs: dict[str, str], reason: str) -> None:
     with pytest.raises(ContractViolation) as info:
-        attr.parse_envelope(Message(data, attrs, message_id="m"), now=NOW)
+        parse_envelope(Message(data, attrs, message_id="m"), now=NOW)
     assert info.value.reason == reason
     assert info.value.detail
 
@@ -240,7 +241,7 @@ FORGED = {
 
 def test_stamped_attributes_replace_or_drop_what_a_producer_may_not_set() -> None:
     message = Message(b"x", {"a": "1", **FORGED}, message_id="real-id", publish_time=NOW)
-    stamped = attr.parse_envelope(message, now=NOW).stamped_attributes()
+    stamped = parse_envelope(message, now=NOW).stamped_attributes()
     assert stamped[attr.ORIGIN_MESSAGE_ID] == "real-id"
     assert stamped[attr.ORIGIN_PUBLISH_TIME] == attr.format_time(NOW)
     for dropped in (attr.ERROR_REASON, attr.ERROR_DETAIL, attr.FIFO_FILLER):
@@ -250,7 +251,7 @@ def test_stamped_attributes_replace_or_drop_what_a_producer_may_not_set() -> Non
 
 def test_without_a_publish_time_a_producers_origin_publish_time_is_dropped_not_kept() -> None:
     message = Message(b"x", dict(FORGED), message_id="real-id")
-    stamped = attr.parse_envelope(message, now=NOW).stamped_attributes()
+    stamped = parse_envelope(message, now=NOW).stamped_attributes()
     assert attr.ORIGIN_PUBLISH_TIME not in stamped
     assert stamped[attr.ORIGIN_MESSAGE_ID] == "real-id"
 
@@ -266,7 +267,7 @@ def test_a_genuine_replay_keeps_the_originals_provenance_but_not_error_or_filler
         message_id="replay-id",
         publish_time=NOW,
     )
-    stamped = attr.parse_envelope(replayed, now=NOW).stamped_attributes(replay=True)
+    stamped = parse_envelope(replayed, now=NOW).stamped_attributes(replay=True)
     assert {k: stamped[k] for k in original} == original
     assert stamped[attr.REPLAY_ID] == "dl-1"
     for dropped in (attr.ERROR_REASON, attr.ERROR_DETAIL, attr.FIFO_FILLER):
@@ -274,13 +275,13 @@ def test_a_genuine_replay_keeps_the_originals_provenance_but_not_error_or_filler
     # A replayed copy without provenance (rejected at ingress before any was stamped) gets
     # this delivery's.
     bare = Message(b"x", {attr.REPLAY_ID: "dl-2"}, message_id="replay-id", publish_time=NOW)
-    stamped = attr.parse_envelope(bare, now=NOW).stamped_attributes(replay=True)
+    stamped = parse_envelope(bare, now=NOW).stamped_attributes(replay=True)
     assert stamped[attr.ORIGIN_MESSAGE_ID] == "replay-id"
     assert stamped[attr.ORIGIN_PUBLISH_TIME] == attr.format_time(NOW)
 
 
 def test_forged_toolkit_attributes_do_not_change_the_fingerprint() -> None:
-    plain = attr.parse_envelope(Message(b"x", {"a": "1"}, message_id="1"), now=NOW)
-    forged = attr.parse_envelope(Message(b"x", {"a": "1", **FORGED}, message_id="2"), now=NOW)
+    plain = parse_envelope(Message(b"x", {"a": "1"}, message_id="1"), now=NOW)
+    forged = parse_envelope(Message(b"x", {"a": "1", **FORGED}, message_id="2"), now=NOW)
     assert plain.fingerprint == forged.fingerprint
     assert attr.FIFO_FILLER in attr.TOOLKIT_STAMPED

@@ -14,6 +14,7 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.delay.payload import REASON_MALFORMED_TASK, DelayedMessage
+from pubsub_toolkit.envelope import check_publishable
 from pubsub_toolkit.errors import ContractViolation, PermanentError
 from pubsub_toolkit.message import OutboundMessage
 
@@ -60,9 +61,9 @@ def _with(changes: dict[str, str | None]) -> dict[str, str]:
 
 
 def test_what_ingress_stamps_is_publishable() -> None:
-    attr.check_publishable(b"x", STAMPED)
-    attr.check_publishable(b"", {attr.FIFO_FILLER: "why", **STAMPED})  # fillers carry no data
-    attr.check_publishable(b"x", {f"a{i}": "v" for i in range(attr.MAX_ATTRIBUTES)})
+    check_publishable(b"x", STAMPED)
+    check_publishable(b"", {attr.FIFO_FILLER: "why", **STAMPED})  # fillers carry no data
+    check_publishable(b"x", {f"a{i}": "v" for i in range(attr.MAX_ATTRIBUTES)})
 
 
 @pytest.mark.parametrize(("reason", "changes"), BAD_ATTRIBUTES)
@@ -70,14 +71,14 @@ def test_check_publishable_refuses_with_the_contracts_reason(
     reason: str, changes: dict[str, str | None]
 ) -> None:
     with pytest.raises(ContractViolation) as info:
-        attr.check_publishable(b"x", _with(changes))
+        check_publishable(b"x", _with(changes))
     assert info.value.reason == reason
     assert info.value.detail
 
 
 def test_a_message_with_neither_data_nor_attributes_is_not_publishable() -> None:
     with pytest.raises(ContractViolation) as info:
-        attr.check_publishable(b"", {})
+        check_publishable(b"", {})
     assert info.value.reason == attr.REASON_EMPTY_DATA
 
 

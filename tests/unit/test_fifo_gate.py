@@ -10,15 +10,8 @@ from typing import Any
 import pytest
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.consumer.gate import (
-    EarlyArrivalError,
-    FifoGate,
-    GapPolicy,
-    GateOutcome,
-    GatePolicy,
-    HandlerFailedError,
-    PoisonPolicy,
-)
+from pubsub_toolkit.consumer.gate import EarlyArrivalError, FifoGate, HandlerFailedError
+from pubsub_toolkit.consumer.gate_rules import GapPolicy, GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor

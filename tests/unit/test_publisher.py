@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.producer.publisher import Publisher
@@ -117,7 +118,7 @@ def test_published_attributes_parse_back_under_the_contract(
     due = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
     publisher.publish(b"payload", {"a": "b"}, fifo_group="g", dedup_key="k1", deliver_at=due)
     [out] = sink.on(TOPIC)
-    envelope = attr.parse_envelope(
+    envelope = parse_envelope(
         Message(out.data, out.attributes, message_id="9"), now=datetime(2030, 1, 1, tzinfo=UTC)
     )
     assert (envelope.fifo_group, envelope.fifo_seq) == ("g", 1)

@@ -9,6 +9,9 @@ Task names stay reserved after a task is deleted, purged, succeeded or given up,
 ``name_reservation`` (Cloud Tasks: about an hour), so a named task is never run twice by being
 re-created. Reservations are timed with the injected clock, so tests can move time instead of
 waiting an hour.
+
+(About 330 lines: every method runs under the one lock described above, so they stay in one
+class rather than being split across modules that would each have to know the locking rule.)
 """
 
 from __future__ import annotations

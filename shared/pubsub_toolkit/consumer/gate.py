@@ -32,21 +32,39 @@ Two markers keep a group from stalling or losing messages:
 
 Every state change is a compare-and-set on the group's record, under a fencing lease, so two
 consumer processes on one subscription keep each group in order and run nothing twice.
+
+This module is the orchestration and I/O only: the policies, outcomes and every state
+transition are pure functions in :mod:`.gate_rules`, and the store is read and written through
+:class:`~._gate_store.SeenStore` (which repairs a group a store handed back older). It is still
+about 650 lines because what remains is one state machine - deliver, sweep, the operator's
+skip and replay, the run loop, failure handling and the advance - whose steps share the lease
+token and the compare-and-set loop of ``_update``; split further, a step would be read away
+from the loop it runs in.
 """
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.consumer import gate_rules as rules
+from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
+from pubsub_toolkit.consumer.gate_rules import (
+    REASON_LATE_AFTER_SKIP,
+    REASON_POISON,
+    REASON_SEQUENCE_REUSED,
+    GapPolicy,
+    GateOutcome,
+    GatePolicy,
+    GateResult,
+    PoisonPolicy,
+    message_key,
+    ran_earlier,
+)
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import (
@@ -55,7 +73,7 @@ from pubsub_toolkit.errors import (
     StoreUnavailableError,
     TransientError,
 )
-from pubsub_toolkit.message import Message, OutboundMessage
+from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.stores.fifo_state.base import (
     FILLER_MARK,
@@ -63,22 +81,12 @@ from pubsub_toolkit.stores.fifo_state.base import (
     FifoStore,
     GroupState,
     key_digest,
-    merge_ranges,
     plain_digest,
 )
 
 logger = logging.getLogger(__name__)
 
-REASON_POISON = "fifo_poison"
-REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
-REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
-# A filler whose value starts so stands for a dead-lettered message: the gate leaves a
-# tombstone, so a replay of it arriving later is kept (fifo_late_after_skip), never dropped.
-FILLER_DEAD_LETTERED = "dead_lettered:"
-FILLER_CANCELLED = "cancelled"
 _ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
-PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
-_MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
 Handler = Callable[[Message], object]
 # Transactional mode: the handler writes through the Firestore transaction it is given, and
 # those writes commit together with the group's advance (see FirestoreFifoStore.commit_with).
@@ -97,56 +105,6 @@ class TransactionalStore(Protocol):
         change: Callable[[GroupState], GroupState],
         writes: Callable[[Any], object],
     ) -> GroupState: ...
-
-
-class PoisonPolicy(enum.StrEnum):
-    SKIP = "skip"  # dead-letter it, leave a tombstone, go on with the group
-    BLOCK = "block"  # dead-letter it and stop the group until an operator skips or replays
-
-
-class GapPolicy(enum.StrEnum):
-    WAIT = "wait"  # alert, keep waiting for the missing number
-    SKIP = "skip"  # alert, then pass over the missing numbers with tombstones
-
-
-@dataclass(frozen=True)
-class GatePolicy:
-    max_attempts: int = 5
-    poison: PoisonPolicy = PoisonPolicy.SKIP
-    gap_timeout: timedelta = timedelta(minutes=5)
-    gap: GapPolicy = GapPolicy.WAIT
-    lease: timedelta = timedelta(seconds=60)  # must exceed the handler's longest run
-    park: bool = True
-    retry_backoff: timedelta = timedelta(seconds=5)  # first wait after a failure; doubles
-    max_backoff: timedelta = timedelta(minutes=5)
-
-    def backoff(self, failures: int) -> timedelta:
-        """How long to wait after the ``failures``-th failure in a row (5 s, 10 s, 20 s, ...)."""
-        doublings = min(max(failures - 1, 0), 30)
-        wait: timedelta = self.retry_backoff * (2**doublings)
-        return min(wait, self.max_backoff)
-
-
-class GateOutcome(enum.StrEnum):
-    PROCESSED = "processed"
-    FILLED = "filled"  # a filler: the number carried no message, the group moved past it
-    DUPLICATE = "duplicate"
-    PARKED = "parked"
-    RETRYING = "retrying"  # the handler failed; a parked copy is retried after the backoff
-    IN_PROGRESS = "in_progress"
-    DEAD_LETTERED = "dead_lettered"
-    BLOCKED = "blocked"
-    IDLE = "idle"
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """What the gate did with one delivery (or sweep); every outcome means "ack"."""
-
-    outcome: GateOutcome
-    group: str
-    seq: int
-    released: int = 0  # parked successors run after it
 
 
 class EarlyArrivalError(TransientError):
@@ -185,11 +143,12 @@ class FifoGate:
         self.policy = policy or GatePolicy()
         self._clock = clock
         self.log = log or DecisionLog(consumer)
-        self._witness: Witness[str, GroupState] = Witness()
         # Makes a dead-lettering happen once per copy (the consumer's processor sets it).
         self.rejections: IdempotentProcessor | None = None
-        # The messages this process parked: a store that loses them can be given them back.
-        self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
+        # The store as this process has seen it: a read that went back is repaired there.
+        self._seen = SeenStore(
+            store, consumer, clock, decide=self._decision, keep_reissued=self._reused
+        )
 
     # --- deliveries ---------------------------------------------------------------------
 
@@ -197,8 +156,8 @@ class FifoGate:
         """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
         digest = key_digest(message_key(message))
         stored_copy = False
-        for _ in range(_MAX_CAS_ROUNDS):
-            state = self._load(group)
+        for _ in range(MAX_CAS_ROUNDS):
+            state = self._seen.load(group)
             now = self._clock.now()
             known = state.key_of(seq)
             if known is not None and known != digest:
@@ -211,7 +170,7 @@ class FifoGate:
                     # redelivered since is no late arrival - say where it is, send nothing again.
                     self._decision("duplicate", group, seq, "already dead-lettered as poison")
                     return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
-                if state.is_skipped(seq) and not is_filler(message):
+                if state.is_skipped(seq) and not attr.is_filler(message):
                     # It was given up on (gap or operator skip) and arrived after all: it was
                     # never processed, so it is not a duplicate - keep it, with the reason.
                     self._dead_letter(
@@ -243,7 +202,7 @@ class FifoGate:
 
     def sweep(self, group: str) -> GateResult:
         """Periodic work for one group: run a parked head, act on an expired gap."""
-        state = self._load(group)
+        state = self._seen.load(group)
         now = self._clock.now()
         busy = state.lease_live(now) or state.backing_off(now)
         if state.blocked_at is not None or busy or not state.parked:
@@ -253,7 +212,7 @@ class FifoGate:
             if state.head not in state.parked:
                 return GateResult(GateOutcome.IDLE, group, state.head)
         message = self._store.parked_message(self.consumer, group, state.head)
-        copy = self._parked_copies.get((group, state.head))
+        copy = self._seen.parked_copy(group, state.head)
         if (
             message is None
             and copy is not None
@@ -270,11 +229,7 @@ class FifoGate:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
             head = state.head
-            self._save(
-                group,
-                replace(state, parked=tuple(p for p in state.parked if p != head)),
-                state,
-            )
+            self._seen.save(group, rules.without_lost_parked(state, head), state)
             self._decision(
                 "parked_lost",
                 group,
@@ -296,28 +251,28 @@ class FifoGate:
         """Pass over ``seq`` (a poison or lost message) with a tombstone; then, with ``run``,
         resume the group here (an operator's CLI leaves that to the consumer's sweeper)."""
         while True:
-            state = self._load(group)
+            state = self._seen.load(group)
             if seq != state.head:
                 raise ValueError(f"group {group!r} waits for {state.head}; cannot skip {seq}")
             if state.blocked_at is None and state.lease_live(self._clock.now()):
                 raise ValueError(f"{group!r} #{seq} is being processed right now; not skipped")
             # A new lease token fences any worker that still thinks it runs this number.
-            new = replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
-            if self._save(group, new, state):
+            new = rules.operator_skipped(state, seq)
+            if self._seen.save(group, new, state):
                 break
         self._store.unpark(self.consumer, group, seq)
         self._decision("skipped", group, seq, "skipped by operator", level=logging.WARNING)
         if run:
             self.sweep(group)
-        return self._load(group)
+        return self._seen.load(group)
 
     def replay(self, group: str, *, run: bool = True) -> GateResult:
         """Unblock a group and give its parked head (the poison message) fresh attempts; with
         ``run``, run it now, else the consumer's sweeper runs it next."""
         while True:
-            state = self._load(group)
-            new = replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
-            if self._save(group, new, state):
+            state = self._seen.load(group)
+            new = rules.replayed(state)
+            if self._seen.save(group, new, state):
                 break
         self._decision("replayed", group, state.head, "replay requested by operator")
         if not run:
@@ -327,7 +282,7 @@ class FifoGate:
     def groups(self) -> list[str]:
         """Every group the store lists - and every group this process remembers, so a group
         the store lost altogether is still swept (and so repaired, see ``_load``)."""
-        return sorted({*self._store.groups(self.consumer), *self._witness.keys()})
+        return self._seen.groups()
 
     # --- internals ------------------------------------------------------------------------
 
@@ -346,13 +301,11 @@ class FifoGate:
         if not self._park_copy(group, seq, message, digest):
             # Another message got its copy stored at this number first: that one holds it.
             return self._reused(message, group, seq, state)
-        new = state.with_parked(seq, digest)
-        if seq > state.head and new.gap_since is None and state.head not in state.parked:
-            new = replace(new, gap_since=now)
+        new = rules.with_arrival_parked(state, seq, digest, now=now)
         if seq in state.parked:  # a redelivered copy: the parked one stands for it
             retrying = seq == state.head and state.backing_off(now)
             return GateResult(GateOutcome.RETRYING if retrying else GateOutcome.PARKED, group, seq)
-        if not self._save(group, new, state):
+        if not self._seen.save(group, new, state):
             return None
         if seq == state.head and state.blocked_at is None:
             if state.backing_off(now):
@@ -383,7 +336,7 @@ class FifoGate:
             stored = self._store.parked_message(self.consumer, group, seq)
             if stored is not None and key_digest(message_key(stored)) != digest:
                 return False
-        self._parked_copies.put((group, seq), message)
+        self._seen.remember_parked(group, seq, message)
         return True
 
     def _dead_letter(
@@ -409,14 +362,8 @@ class FifoGate:
     ) -> GroupState | None:
         if state.blocked_at is not None or state.lease_live(now):
             return None  # someone runs the group, or an operator must act first
-        # The running message's key is recorded now, so a DIFFERENT message arriving at this
-        # number while it runs is refused at once (while still in hand), never parked.
-        leased = replace(
-            state.with_key(state.head, digest),
-            lease_token=state.lease_token + 1,
-            lease_until=now + self.policy.lease,
-        )
-        return self._save(group, leased, state)
+        leased = rules.leased(state, digest, now=now, lease=self.policy.lease)
+        return self._seen.save(group, leased, state)
 
     def _run(
         self, group: str, seq: int, message: Message, state: GroupState, *, from_park: bool
@@ -428,7 +375,7 @@ class FifoGate:
         """
         first, released = seq, 0
         ran_before = ran_earlier(state, seq, message)
-        filled = is_filler(message) or ran_before is not None
+        filled = attr.is_filler(message) or ran_before is not None
         first_outcome = GateOutcome.FILLED if filled else GateOutcome.PROCESSED
         token = state.lease_token
         while True:
@@ -450,7 +397,7 @@ class FifoGate:
                     return GateResult(first_outcome, group, first, released)
             else:
                 self._store.unpark(self.consumer, group, seq)
-                if is_filler(message) or ran_before is not None:
+                if attr.is_filler(message) or ran_before is not None:
                     why = message.attributes.get(attr.FIFO_FILLER) or (
                         f"the same dedup key already ran at #{ran_before}"
                     )
@@ -479,9 +426,7 @@ class FifoGate:
     ) -> tuple[GroupState, GateOutcome | None]:
         """Count the failure; poison past the limit. Returns (state, outcome if we stop)."""
         counts = not isinstance(exc, TransientError)  # "try later" is never the message's fault
-        state = self._update(
-            group, token, lambda s: replace(s, attempts=s.attempts + 1 if counts else s.attempts)
-        )
+        state = self._update(group, token, lambda s: rules.failure_counted(s, counts=counts))
         if state.attempts < self.policy.max_attempts:
             wait = self.policy.backoff(max(state.attempts, 1))
             self._decision(
@@ -497,13 +442,7 @@ class FifoGate:
             if not from_park:
                 self._park_copy(group, seq, message)  # kept for the sweeper
             digest = key_digest(message_key(message))
-            self._update(
-                group,
-                token,
-                lambda s: replace(
-                    s.with_parked(seq, digest), lease_until=None, next_attempt_at=retry_at
-                ),
-            )
+            self._update(group, token, lambda s: rules.retry_later(s, seq, digest, at=retry_at))
             if not from_park:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
             return state, GateOutcome.RETRYING  # the sweeper retries after the backoff
@@ -527,16 +466,13 @@ class FifoGate:
         )
         self._park_copy(group, seq, message)  # kept for an operator's replay
         digest = key_digest(message_key(message))
-        self._update(
-            group,
-            token,
-            lambda s: replace(s.with_parked(seq, digest), blocked_at=seq, lease_until=None),
-        )
+        self._update(group, token, lambda s: rules.blocked(s, seq, digest))
         return state, GateOutcome.DEAD_LETTERED if self._dead_letters else GateOutcome.BLOCKED
 
     def _on_gap(self, group: str, state: GroupState, now: datetime) -> GroupState:
-        if state.gap_since is None or now - state.gap_since < self.policy.gap_timeout:
+        if not rules.gap_expired(state, now=now, timeout=self.policy.gap_timeout):
             return state
+        assert state.gap_since is not None  # gap_expired says so
         age = (now - state.gap_since).total_seconds()
         self._decision(
             "gap_timeout",
@@ -547,13 +483,11 @@ class FifoGate:
         )
         if self.policy.gap is GapPolicy.WAIT:
             return state
-        missing = tuple(range(state.head, min(state.parked)))
-        new = state.advanced_to(missing[-1], skipped=missing)
-        new = replace(new, parked=state.parked)  # the parked ones are still to run
-        if not self._save(group, new, state):
-            return self._load(group)
+        missing, new = rules.gap_skipped(state)
+        if not self._seen.save(group, new, state):
+            return self._seen.load(group)
         self._decision("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
-        return self._load(group)
+        return self._seen.load(group)
 
     def _handle_and_advance(
         self,
@@ -568,12 +502,12 @@ class FifoGate:
         """Run the handler for ``seq`` and advance past it - in one transaction if configured.
 
         ``known`` is the state this worker last wrote (see ``_update``)."""
-        if not run_handler or is_filler(message):
+        if not run_handler or attr.is_filler(message):
             return self._advance_after_effect(group, token, seq, message, known)
         if self._transactional_handler is not None:
             handler = self._transactional_handler
             store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
-            return self._witnessed(
+            return self._seen.witnessed(
                 store.commit_with(
                     self.consumer,
                     group,
@@ -598,7 +532,7 @@ class FifoGate:
         """
         digest = key_digest(message_key(message))
         filler = message.attributes.get(attr.FIFO_FILLER, "")
-        skipped = (seq,) if filler.startswith(FILLER_DEAD_LETTERED) else ()
+        skipped = (seq,) if filler.startswith(attr.FILLER_DEAD_LETTERED) else ()
         displaced: list[str] = []
         recorded = FILLER_MARK + digest if filler else digest
         state = self._advance_recorded(group, token, seq, recorded, skipped, displaced, known)
@@ -619,7 +553,7 @@ class FifoGate:
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
                 if attempt > 0:
-                    state = self._load(group)
+                    state = self._seen.load(group)
                     mine = state.lease_token == token and state.key_of(seq) == digest.removeprefix(
                         FILLER_MARK
                     )
@@ -681,14 +615,14 @@ class FifoGate:
             if s.last_processed >= seq:
                 # An operator skipped past it meanwhile: never move the counter backwards.
                 raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")
-            new = s.advanced_to(seq, skipped=skipped, digest=digest)
-            # Keep the lease while a parked successor is ready to run next.
-            if new.head in new.parked:
-                # Renewed, not kept: a long backlog must not outlive the lease it started with.
-                return replace(new, lease_until=self._clock.now() + self.policy.lease)
-            if new.parked:
-                return replace(new, gap_since=self._clock.now())
-            return new
+            return rules.advanced(
+                s,
+                seq,
+                skipped=skipped,
+                digest=digest,
+                now=self._clock.now(),
+                lease=self.policy.lease,
+            )
 
         return advance
 
@@ -704,7 +638,7 @@ class FifoGate:
         return self._update(group, token, self._advance_change(seq, skipped=skipped, digest=digest))
 
     def _release_lease(self, group: str, token: int, *, known: GroupState | None = None) -> None:
-        self._update(group, token, lambda s: replace(s, lease_until=None), known=known)
+        self._update(group, token, rules.lease_released, known=known)
 
     def _update(
         self,
@@ -721,104 +655,20 @@ class FifoGate:
         attempt compares against it without reading the record - if anyone wrote since (or
         the store lost our write), the compare-and-set fails and the record is read.
         """
-        for _ in range(_MAX_CAS_ROUNDS):
+        for _ in range(MAX_CAS_ROUNDS):
             if known is not None and known.version is not None:
                 state, known = known, None
             else:
-                state = self._load(group)
+                state = self._seen.load(group)
             if state.lease_token != token:
                 raise StaleClaimError(
                     f"{self.consumer}/{group}: lease {token} was taken over "
                     f"(now {state.lease_token}); the handler outlived its lease"
                 )
-            stored = self._save(group, change(state), state)
+            stored = self._seen.save(group, change(state), state)
             if stored is not None:
                 return stored
         raise TransientError(f"{self.consumer}/{group}: the state kept changing; try again")
-
-    # --- the store, as this process has seen it (see pubsub_toolkit._witness) ----------------
-
-    def _load(self, group: str) -> GroupState:
-        for _ in range(_MAX_CAS_ROUNDS):
-            state = self._store.load(self.consumer, group)
-            seen = self._witness.get(group)
-            if seen is None or not went_back(seen, state):
-                return self._witnessed(state, group)
-            if self._repair(group, seen, state):
-                return self._store.load(self.consumer, group)
-        raise TransientError(f"{self.consumer}/{group}: could not repair the group's state")
-
-    def _save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
-        """``state`` as stored (with its new version), or None if ``expected`` was stale."""
-        stored = self._store.save(self.consumer, group, state, expected)
-        if stored is None:
-            return None
-        return self._witnessed(stored, group)
-
-    def _witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
-        if group is not None:
-            seen = self._witness.get(group)
-            if seen is None or state.last_processed >= seen.last_processed:
-                self._witness.put(group, state)
-        return state
-
-    def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
-        """The store handed back an older state than this process wrote: put the group back
-        where it was, fence every lease, and say what could not be restored."""
-        last = max(seen.last_processed, state.last_processed)
-        lost = [s for s in seen.parked if s > last and s not in state.parked]
-        restored = []
-        for seq in lost:
-            copy = self._parked_copies.get((group, seq))
-            if copy is not None:
-                self._store.park(self.consumer, group, seq, copy)
-                restored.append(seq)
-        lost = [s for s in lost if s not in restored]
-        parked = tuple(sorted({*(s for s in state.parked if s > last), *restored}))
-        repaired = replace(
-            state,
-            last_processed=last,
-            parked=parked,
-            gap_since=self._clock.now() if parked and last + 1 not in parked else None,
-            lease_token=max(seen.lease_token, state.lease_token) + 1,
-            lease_until=None,
-            # The head may have moved: its attempts and backoff belong to the old one.
-            attempts=state.attempts if last == state.last_processed else 0,
-            next_attempt_at=state.next_attempt_at if last == state.last_processed else None,
-            blocked_at=state.blocked_at if last == state.last_processed else None,
-            skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
-            # One key per number, this process's word first: it saw what really ran there.
-            keys=tuple(sorted({**dict(state.keys), **dict(seen.keys)}.items())),
-        )
-        self._decision(
-            "store_rollback",
-            group,
-            state.head,
-            f"ALERT: the store lost writes: last processed went back from "
-            f"{seen.last_processed} to {state.last_processed}; restored to {last}"
-            + (f"; parked again from this process's copies: {restored}" if restored else "")
-            + (
-                f"; parked messages lost: {lost} (seek the subscription back to before they "
-                "were published, or skip them)"
-                if lost
-                else ""
-            ),
-            level=logging.ERROR,
-            alert="store_rollback",
-        )
-        if not self._store.save(self.consumer, group, repaired, state):
-            return False  # someone wrote meanwhile: look again
-        self._witness.put(group, repaired)
-        # Copies parked at numbers the group had already passed (a reissued number parked
-        # after the loss) can never run: keep them, with the reason.
-        for seq in sorted(state.parked):
-            if seq <= last and seq > state.last_processed:
-                copy = self._store.parked_message(self.consumer, group, seq)
-                if copy is not None and seen.ran_at(seq) != key_digest(message_key(copy)):
-                    with contextlib.suppress(PermanentError):  # no topic: the ALERT above says
-                        self._reused(copy, group, seq, repaired)
-                self._store.unpark(self.consumer, group, seq)
-        return True
 
     def _decision(
         self,
@@ -833,51 +683,3 @@ class FifoGate:
         self.log.decision(
             outcome, text, dedup_key=None, level=level, fifo_group=group, fifo_seq=seq, **fields
         )
-
-
-def message_key(message: Message) -> str:
-    """The message's stable identity: its dedup key, else its message id."""
-    return message.attributes.get(attr.DEDUP_KEY) or message.message_id
-
-
-def filler_message(group: str, seq: int | str, dedup_key: str, why: str) -> OutboundMessage:
-    """The marker for a number that carries no message (ingress and the relay send it)."""
-    attributes = {
-        attr.FIFO_GROUP: group,
-        attr.FIFO_SEQ: str(seq),
-        attr.DEDUP_KEY: dedup_key,
-        attr.FIFO_FILLER: why,
-    }
-    return OutboundMessage(b"", attributes, ordering_key=group)
-
-
-def is_filler(message: Message) -> bool:
-    """True for ingress's marker of a number that carries no new message."""
-    return attr.FIFO_FILLER in message.attributes
-
-
-def went_back(seen: GroupState, state: GroupState) -> bool:
-    """True when ``state`` is older than what this process saw: positions never go back, and a
-    parked number only leaves the list when the group moves past it."""
-    lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
-    return (
-        state.last_processed < seen.last_processed
-        or state.lease_token < seen.lease_token
-        or lost_parked
-    )
-
-
-def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
-    """The lower number at which the same dedup key already ran in this group, if any.
-
-    A copy renumbered by the producer's retry (or re-routed by ingress after a crash) must not
-    run twice: the lowest number holding the key is its place in the order, later ones are
-    fillers. Fillers themselves never count.
-    """
-    key = message_key(message)
-    if is_filler(message) or not key:  # no identity to compare (a hand-made test message)
-        return None
-    digest = key_digest(key)
-    last = state.last_processed
-    # A filler's digest carries FILLER_MARK, so it never equals a plain one: no message ran there.
-    return next((s for s, d in state.keys if d == digest and s < seq and s <= last), None)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer.gate import FifoGate, GapPolicy, GatePolicy, PoisonPolicy
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.gate_rules import GapPolicy, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.errors import PermanentError

@@ -2,7 +2,7 @@
 
 ``IdempotentProcessor.process(key, fingerprint, effect)`` is the whole pattern:
 
-1. claim the key in this consumer's namespace (atomic, see :mod:`.store`);
+1. claim the key in this consumer's namespace (atomic, see :mod:`pubsub_toolkit.stores.dedup.base`);
 2. a duplicate returns the stored result without running ``effect``; a different fingerprint
    under the same key is a MISMATCH (the caller dead-letters it and an alert is logged); a live
    claim elsewhere raises :class:`ClaimInProgressError` (transient: redeliver later);
@@ -14,7 +14,7 @@ loses a ``done`` record (Redis restarted without persistence, a failover), the p
 wrote it still remembers it (:mod:`pubsub_toolkit._witness`): it records the key again, alerts,
 and treats the delivery as the duplicate it is. An effect that
 writes to Firestore can commit with the marker in one transaction instead: see
-:mod:`.firestore_inbox`.
+:mod:`.inbox`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ When the effect of a message is a set of Firestore writes, there is no window be
 done" and "marker written": both are in one transaction. A crash anywhere before the commit
 leaves neither (transactions buffer writes client-side until commit), and a redelivery runs
 the handler again from scratch. The marker is an ordinary ``done`` record in the same
-collection as :class:`~.firestore.FirestoreDedupStore`, so both modes read alike.
+collection as :class:`~pubsub_toolkit.stores.dedup.firestore.FirestoreDedupStore`, so both
+modes read alike.
 
 Transactions on one document serialise (about 1/s on the emulator), but each message's marker
 is its own document, so different keys commit in parallel. The marker is created without being

@@ -9,7 +9,7 @@ JSON, so an operator can read a task in the console::
 longer delay is parked in steps.
 
 The relay publishes a body's attributes to the final topic as they are, so :meth:`from_json`
-re-checks them against the attribute contract (:func:`pubsub_toolkit.attributes.check_publishable`)
+re-checks them against the attribute contract (:func:`pubsub_toolkit.envelope.check_publishable`)
 rather than trusting whoever created the task: a body with 200 attributes, a ``goog`` name or a
 non-canonical ``fifo_seq`` is ``malformed_task``, never a message on the final topic.
 """
@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.envelope import check_publishable
 from pubsub_toolkit.errors import ContractViolation, PermanentError
 from pubsub_toolkit.message import OutboundMessage
 
@@ -111,7 +112,7 @@ def _base64(value: object) -> bytes:
 def _check_attributes(data: bytes, attributes: dict[str, str]) -> None:
     """Refuse attributes Pub/Sub would refuse or the contract forbids (see the module doc)."""
     try:
-        attr.check_publishable(data, attributes)
+        check_publishable(data, attributes)
     except ContractViolation as exc:
         raise _malformed(f"attributes cannot be published ({exc.reason}): {exc.detail}") from exc
 

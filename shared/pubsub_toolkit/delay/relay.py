@@ -27,7 +27,6 @@ from typing import Protocol
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.consumer.gate import FILLER_CANCELLED, filler_message
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.delay.cancel import (
@@ -180,7 +179,7 @@ class Relay:
         group, raw_seq = attributes.get(attr.FIFO_GROUP), attributes.get(attr.FIFO_SEQ)
         if group and raw_seq:
             self._sink.publish(
-                self._final_topic, filler_message(group, raw_seq, key, FILLER_CANCELLED)
+                self._final_topic, attr.filler_message(group, raw_seq, key, attr.FILLER_CANCELLED)
             )
         return RelayResult(RelayOutcome.CANCELLED, key)
 

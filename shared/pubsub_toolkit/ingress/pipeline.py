@@ -31,6 +31,10 @@ minted it (:mod:`pubsub_toolkit.dead_letters.replay`); otherwise the message is 
 
 ``Ingress.handle`` returns normally when the message may be acked and raises
 :class:`~pubsub_toolkit.errors.TransientError` when it must be delivered again.
+
+(About 330 lines, a tenth of them this overview: one class whose methods are the routing
+cases above; what it reports is in :mod:`.outcomes`, the contract checks in
+:mod:`pubsub_toolkit.envelope`.)
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.consumer.gate import FILLER_CANCELLED, FILLER_DEAD_LETTERED, filler_message
 from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, is_minted
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
@@ -55,7 +58,8 @@ from pubsub_toolkit.delay.cancel import (
     release_once,
     released_message_id,
 )
-from pubsub_toolkit.errors import ContractViolation, PermanentError
+from pubsub_toolkit.envelope import Envelope, parse_envelope
+from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.ingress.outcomes import IngressOutcome, IngressResult, Routed, Scheduler
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
@@ -138,7 +142,7 @@ class Ingress:
         """Validate, deduplicate and route one delivery. Raises TransientError to redeliver."""
         self.metrics.increment(DELIVERIES)  # the dedup hit rate's denominator (stats/)
         try:
-            envelope = attr.parse_envelope(message, now=self._clock.now())
+            envelope = parse_envelope(message, now=self._clock.now())
             replay_id = self._genuine_replay_id(message, envelope)
         except PermanentError as exc:
             return self._reject(message, exc)
@@ -175,7 +179,7 @@ class Ingress:
             return IngressResult(IngressOutcome.DUPLICATE, key, routed.detail)
         return IngressResult(routed.outcome, key, routed.detail)
 
-    def _genuine_replay_id(self, message: Message, envelope: attr.Envelope) -> str | None:
+    def _genuine_replay_id(self, message: Message, envelope: Envelope) -> str | None:
         """The message's ``replay_id`` if the replay path minted it; PermanentError if forged."""
         replay_id = message.attributes.get(attr.REPLAY_ID)
         if replay_id is None:
@@ -187,9 +191,7 @@ class Ingress:
             )
         return replay_id
 
-    def _fill_renumbered_retry(
-        self, envelope: attr.Envelope, claim_key: str, first: Routed
-    ) -> None:
+    def _fill_renumbered_retry(self, envelope: Envelope, claim_key: str, first: Routed) -> None:
         """A duplicate at another number than its first copy (a producer's retry renumbered by
         the counter): its number must reach the consumer too, once.
 
@@ -215,10 +217,10 @@ class Ingress:
 
         def forward() -> str:
             if first.outcome is IngressOutcome.DEAD_LETTERED:
-                why = f"{FILLER_DEAD_LETTERED}{first.detail}"
+                why = f"{attr.FILLER_DEAD_LETTERED}{first.detail}"
                 return self._publish_filler(group, seq, key, why)
             if first.outcome is IngressOutcome.CANCELLED:
-                return self._publish_filler(group, seq, key, FILLER_CANCELLED)
+                return self._publish_filler(group, seq, key, attr.FILLER_CANCELLED)
             return self._route(envelope, replay=False).to_result()
 
         self._processor.process(
@@ -230,7 +232,7 @@ class Ingress:
 
     def _publish_filler(self, group: str, seq: int, dedup_key: str, why: str) -> str:
         message_id = self._sink.publish(
-            self._final_topic, filler_message(group, seq, dedup_key, why)
+            self._final_topic, attr.filler_message(group, seq, dedup_key, why)
         )
         self.log.decision(
             "filler_forwarded",
@@ -246,11 +248,11 @@ class Ingress:
     ) -> str:
         """Dead-letter ``message``; for a FIFO number, tell the consumer it carries nothing."""
         dead_id = self._dead_letters.send(message, reason, detail, dedup_key=key)
-        number = _fifo_number(message) if fill else None
+        number = attr.fifo_number(message) if fill else None
         if number is not None:
             group, seq = number
             self._publish_filler(
-                group, seq, key or message.message_id, f"{FILLER_DEAD_LETTERED}{reason}"
+                group, seq, key or message.message_id, f"{attr.FILLER_DEAD_LETTERED}{reason}"
             )
         return dead_id
 
@@ -271,7 +273,7 @@ class Ingress:
         )
         return IngressResult(IngressOutcome.DEAD_LETTERED, key, exc.reason)
 
-    def _route(self, envelope: attr.Envelope, *, replay: bool) -> Routed:
+    def _route(self, envelope: Envelope, *, replay: bool) -> Routed:
         """The effect: publish now, schedule when due later, or dead-letter when it cannot be
         delivered. Stored as the dedup result, so a redelivery of a dead-lettered message is
         a duplicate rather than a second copy."""
@@ -300,7 +302,7 @@ class Ingress:
             self._dead_letter(envelope.message, exc.reason, exc.detail, envelope.dedup_key)
             return Routed(IngressOutcome.DEAD_LETTERED, exc.reason, seq)
 
-    def _release_due(self, envelope: attr.Envelope, outbound: OutboundMessage) -> Routed:
+    def _release_due(self, envelope: Envelope, outbound: OutboundMessage) -> Routed:
         """A delayed message that is already due: release it through the relay's record, so
         a ``cancel`` that got there first wins and one that comes later is told "delivered"."""
         key, seq = fate_key(envelope.dedup_key, outbound.attributes), envelope.fifo_seq
@@ -319,7 +321,7 @@ class Ingress:
             )
         return Routed(IngressOutcome.PUBLISHED, released_message_id(released.result), seq)
 
-    def _fill_cancelled(self, envelope: attr.Envelope) -> None:
+    def _fill_cancelled(self, envelope: Envelope) -> None:
         if envelope.fifo_group is not None and envelope.fifo_seq is not None:
             self._publish_filler(
                 envelope.fifo_group, envelope.fifo_seq, envelope.dedup_key, "cancelled"
@@ -327,17 +329,3 @@ class Ingress:
 
     def _publish(self, outbound: OutboundMessage) -> str:
         return self._sink.publish(self._final_topic, outbound)
-
-
-def _fifo_number(message: Message) -> tuple[str, int] | None:
-    """The valid (group, seq) a message carries, if any - even when the rest is invalid."""
-    group = message.attributes.get(attr.FIFO_GROUP)
-    raw_seq = message.attributes.get(attr.FIFO_SEQ)
-    if group is None or raw_seq is None or not group.strip():
-        return None
-    if len(group.encode()) > attr.MAX_FIFO_GROUP_BYTES or attr.FIFO_FILLER in message.attributes:
-        return None
-    try:
-        return group, attr.parse_fifo_seq(raw_seq)
-    except ContractViolation:
-        return None

@@ -1,4 +1,6 @@
-"""Flush in-process counters to a shared :class:`~.store.StatsStore`, off the message path.
+"""Flush in-process counters to a shared stats store, off the message path.
+
+The store is a :class:`~pubsub_toolkit.stores.stats.base.StatsStore` on the configured backend.
 
 Messages only bump :class:`~pubsub_toolkit.observability.Metrics` (a lock and a dict update). A
 daemon thread wakes every ``interval`` seconds, takes a snapshot, and adds the difference from

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import MessageSink
@@ -187,6 +188,6 @@ def _validate(data: bytes, stamped: Mapping[str, str]) -> None:
         probe[attr.FIFO_SEQ] = "1"
     try:
         # The placeholder id stands in for the message_id Pub/Sub will assign.
-        attr.parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
+        parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
     except ContractViolation as exc:
         raise ValueError(f"the message breaks the attribute contract ({exc})") from exc

@@ -3,7 +3,7 @@
 A batch is atomic, so one failed precondition (a duplicate's ``create``, a fenced ``complete``)
 fails it whole. On any failure that is not a transport error, the batch's writes are committed
 one by one, so every caller gets exactly the outcome its own write would have had alone. A batch
-never holds two writes to one document (see :mod:`.coalesce`).
+never holds two writes to one document (see :mod:`pubsub_toolkit.stores._coalesce`).
 """
 
 from __future__ import annotations

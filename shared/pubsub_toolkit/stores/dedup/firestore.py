@@ -5,7 +5,7 @@ Documents live in one collection (default ``pubsub_toolkit_dedup``) with id
 policy deletes on (declared in terraform/). No operation uses a transaction: the emulator (and a
 hot production document) serialises transactions at about one a second, whereas a precondition
 on ``update_time`` is a single atomic write with exactly one winner. Concurrent writes from one
-instance share commits (:mod:`.firestore_batch`).
+instance share commits (:mod:`._firestore_batch`).
 
 ``complete`` is idempotent per claim. Its write carries an ``update_time`` precondition, so a
 retry of a complete whose first attempt applied but whose reply was lost (the client's own

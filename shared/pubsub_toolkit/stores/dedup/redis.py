@@ -1,8 +1,8 @@
 """Redis (Memorystore) dedup store: ``SET NX PX`` claims, WATCH takeovers, Lua completions.
 
 The common case - a new key - is one round trip (``SET key value NX PX ttl``), and concurrent
-callers share round trips through one pipeline (:mod:`.coalesce`). Only when the key
-exists does the store read it and, for an expired lease or record, take it over with an
+callers share round trips through one pipeline (:mod:`pubsub_toolkit.stores._coalesce`). Only
+when the key exists does the store read it and, for an expired lease or record, take it over with an
 optimistic WATCH/MULTI transaction so that exactly one contender wins. ``complete`` and
 ``release`` check the fencing token inside a Lua script, atomically.
 

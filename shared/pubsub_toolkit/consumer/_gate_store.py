@@ -1,0 +1,143 @@
+"""The FIFO store as one gate process has seen it: every read checked against what this process
+wrote, and a group the store handed back older repaired (see :mod:`pubsub_toolkit._witness`).
+
+A store can lose acknowledged writes (a Redis failover, a restored backup): ``last_processed``
+going back would run messages twice. :class:`SeenStore` remembers the newest state this process
+read or wrote per group, and the messages it parked; when a read goes back
+(:func:`~.gate_rules.went_back`) it writes the group back where it was
+(:func:`~.gate_rules.repaired`), parks again the copies it still has, says with an ALERT what
+it could not restore, and keeps - as reused numbers - copies parked at numbers the group had
+already passed. The gate (:mod:`.gate`) reads and writes only through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from pubsub_toolkit._witness import Witness
+from pubsub_toolkit.clock import Clock
+from pubsub_toolkit.consumer import gate_rules as rules
+from pubsub_toolkit.errors import PermanentError, TransientError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState, key_digest
+
+PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
+MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
+
+
+class Decide(Protocol):
+    """The gate's decision log: one structured line per outcome."""
+
+    def __call__(
+        self, outcome: str, group: str, seq: int, text: str, *, level: int = ..., **fields: object
+    ) -> None: ...
+
+
+# A copy parked at a number the group already passed: the gate dead-letters it as reused.
+KeepReissued = Callable[[Message, str, int, GroupState], object]
+
+
+class SeenStore:
+    """``store`` for one consumer, with this process's memory of each group."""
+
+    def __init__(
+        self,
+        store: FifoStore,
+        consumer: str,
+        clock: Clock,
+        *,
+        decide: Decide,
+        keep_reissued: KeepReissued,
+    ) -> None:
+        self._store = store
+        self._consumer = consumer
+        self._clock = clock
+        self._decide = decide
+        self._keep_reissued = keep_reissued
+        self._witness: Witness[str, GroupState] = Witness()
+        # The messages this process parked: a store that loses them can be given them back.
+        self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
+
+    def groups(self) -> list[str]:
+        """Every group the store lists - and every group this process remembers, so a group
+        the store lost altogether is still swept (and so repaired, see :meth:`load`)."""
+        return sorted({*self._store.groups(self._consumer), *self._witness.keys()})
+
+    def remember_parked(self, group: str, seq: int, message: Message) -> None:
+        self._parked_copies.put((group, seq), message)
+
+    def parked_copy(self, group: str, seq: int) -> Message | None:
+        """This process's own copy of what it parked at ``seq``, if it still has it."""
+        return self._parked_copies.get((group, seq))
+
+    def load(self, group: str) -> GroupState:
+        """The group's state; one older than this process saw is repaired first."""
+        for _ in range(MAX_CAS_ROUNDS):
+            state = self._store.load(self._consumer, group)
+            seen = self._witness.get(group)
+            if seen is None or not rules.went_back(seen, state):
+                return self.witnessed(state, group)
+            if self._repair(group, seen, state):
+                return self._store.load(self._consumer, group)
+        raise TransientError(f"{self._consumer}/{group}: could not repair the group's state")
+
+    def save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
+        """``state`` as stored (with its new version), or None if ``expected`` was stale."""
+        stored = self._store.save(self._consumer, group, state, expected)
+        if stored is None:
+            return None
+        return self.witnessed(stored, group)
+
+    def witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
+        """``state``, remembered for ``group`` unless this process saw it further along."""
+        if group is not None:
+            seen = self._witness.get(group)
+            if seen is None or state.last_processed >= seen.last_processed:
+                self._witness.put(group, state)
+        return state
+
+    def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
+        """The store handed back an older state than this process wrote: put the group back
+        where it was, fence every lease, and say what could not be restored."""
+        last = max(seen.last_processed, state.last_processed)
+        lost = rules.lost_parked(seen, state)
+        restored = []
+        for seq in lost:
+            copy = self._parked_copies.get((group, seq))
+            if copy is not None:
+                self._store.park(self._consumer, group, seq, copy)
+                restored.append(seq)
+        lost = [s for s in lost if s not in restored]
+        repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
+        self._decide(
+            "store_rollback",
+            group,
+            state.head,
+            f"ALERT: the store lost writes: last processed went back from "
+            f"{seen.last_processed} to {state.last_processed}; restored to {last}"
+            + (f"; parked again from this process's copies: {restored}" if restored else "")
+            + (
+                f"; parked messages lost: {lost} (seek the subscription back to before they "
+                "were published, or skip them)"
+                if lost
+                else ""
+            ),
+            level=logging.ERROR,
+            alert="store_rollback",
+        )
+        if not self._store.save(self._consumer, group, repaired, state):
+            return False  # someone wrote meanwhile: look again
+        self._witness.put(group, repaired)
+        # Copies parked at numbers the group had already passed (a reissued number parked
+        # after the loss) can never run: keep them, with the reason.
+        for seq in sorted(state.parked):
+            if seq <= last and seq > state.last_processed:
+                copy = self._store.parked_message(self._consumer, group, seq)
+                if copy is not None and seen.ran_at(seq) != key_digest(rules.message_key(copy)):
+                    with contextlib.suppress(PermanentError):  # no topic: the ALERT above says
+                        self._keep_reissued(copy, group, seq, repaired)
+                self._store.unpark(self._consumer, group, seq)
+        return True

@@ -1,0 +1,230 @@
+"""The FIFO gate's rules: its policies, its outcomes and every state transition, as pure
+functions of a group's :class:`~pubsub_toolkit.stores.fifo_state.base.GroupState` (no store, no
+clock, no I/O) - the counterpart of :mod:`pubsub_toolkit.dedup.rules` for dedup.
+
+:mod:`.gate` orchestrates: it reads the state, asks these functions for the next one, and
+writes it with a compare-and-set under the group's lease, running the handler, parking copies
+and dead-lettering in between. The transitions (``seq`` is the number in hand, ``head`` the one
+the group waits for):
+
+* :func:`leased` - take the group to run its head, recording which message runs there;
+* :func:`with_arrival_parked` - keep an early (or blocked, or in-progress) copy;
+* :func:`advanced` - past ``seq`` once its effect happened (or it was skipped or filled);
+* :func:`failure_counted`, :func:`retry_later`, :func:`blocked` - a failed handler run;
+* :func:`operator_skipped`, :func:`replayed` - an operator's ``fifo skip`` / ``fifo replay``;
+* :func:`gap_expired`, :func:`gap_skipped` - the gap policy;
+* :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import GroupState, key_digest, merge_ranges
+
+REASON_POISON = "fifo_poison"
+REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
+REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
+
+
+class PoisonPolicy(enum.StrEnum):
+    SKIP = "skip"  # dead-letter it, leave a tombstone, go on with the group
+    BLOCK = "block"  # dead-letter it and stop the group until an operator skips or replays
+
+
+class GapPolicy(enum.StrEnum):
+    WAIT = "wait"  # alert, keep waiting for the missing number
+    SKIP = "skip"  # alert, then pass over the missing numbers with tombstones
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    max_attempts: int = 5
+    poison: PoisonPolicy = PoisonPolicy.SKIP
+    gap_timeout: timedelta = timedelta(minutes=5)
+    gap: GapPolicy = GapPolicy.WAIT
+    lease: timedelta = timedelta(seconds=60)  # must exceed the handler's longest run
+    park: bool = True
+    retry_backoff: timedelta = timedelta(seconds=5)  # first wait after a failure; doubles
+    max_backoff: timedelta = timedelta(minutes=5)
+
+    def backoff(self, failures: int) -> timedelta:
+        """How long to wait after the ``failures``-th failure in a row (5 s, 10 s, 20 s, ...)."""
+        doublings = min(max(failures - 1, 0), 30)
+        wait: timedelta = self.retry_backoff * (2**doublings)
+        return min(wait, self.max_backoff)
+
+
+class GateOutcome(enum.StrEnum):
+    PROCESSED = "processed"
+    FILLED = "filled"  # a filler: the number carried no message, the group moved past it
+    DUPLICATE = "duplicate"
+    PARKED = "parked"
+    RETRYING = "retrying"  # the handler failed; a parked copy is retried after the backoff
+    IN_PROGRESS = "in_progress"
+    DEAD_LETTERED = "dead_lettered"
+    BLOCKED = "blocked"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What the gate did with one delivery (or sweep); every outcome means "ack"."""
+
+    outcome: GateOutcome
+    group: str
+    seq: int
+    released: int = 0  # parked successors run after it
+
+
+def message_key(message: Message) -> str:
+    """The message's stable identity: its dedup key, else its message id."""
+    return message.attributes.get(attr.DEDUP_KEY) or message.message_id
+
+
+def went_back(seen: GroupState, state: GroupState) -> bool:
+    """True when ``state`` is older than what this process saw: positions never go back, and a
+    parked number only leaves the list when the group moves past it."""
+    lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
+    return (
+        state.last_processed < seen.last_processed
+        or state.lease_token < seen.lease_token
+        or lost_parked
+    )
+
+
+def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
+    """The lower number at which the same dedup key already ran in this group, if any.
+
+    A copy renumbered by the producer's retry (or re-routed by ingress after a crash) must not
+    run twice: the lowest number holding the key is its place in the order, later ones are
+    fillers. Fillers themselves never count.
+    """
+    key = message_key(message)
+    if attr.is_filler(message) or not key:  # no identity to compare (a hand-made test message)
+        return None
+    digest = key_digest(key)
+    last = state.last_processed
+    # A filler's digest carries FILLER_MARK, so it never equals a plain one: no message ran there.
+    return next((s for s, d in state.keys if d == digest and s < seq and s <= last), None)
+
+
+# --- transitions ----------------------------------------------------------------------------
+
+
+def leased(state: GroupState, digest: str, *, now: datetime, lease: timedelta) -> GroupState:
+    """The head leased to run: a new fencing token, and the running message's key recorded
+    now, so a DIFFERENT message arriving at this number while it runs is refused at once."""
+    return replace(
+        state.with_key(state.head, digest),
+        lease_token=state.lease_token + 1,
+        lease_until=now + lease,
+    )
+
+
+def with_arrival_parked(state: GroupState, seq: int, digest: str, *, now: datetime) -> GroupState:
+    """``seq``'s copy parked; an early one starts the gap clock unless the head waits parked."""
+    new = state.with_parked(seq, digest)
+    if seq > state.head and new.gap_since is None and state.head not in state.parked:
+        new = replace(new, gap_since=now)
+    return new
+
+
+def advanced(
+    state: GroupState,
+    seq: int,
+    *,
+    skipped: tuple[int, ...],
+    digest: str | None,
+    now: datetime,
+    lease: timedelta,
+) -> GroupState:
+    """Past ``seq``; the lease renewed while a parked successor is ready to run next."""
+    new = state.advanced_to(seq, skipped=skipped, digest=digest)
+    if new.head in new.parked:
+        # Renewed, not kept: a long backlog must not outlive the lease it started with.
+        return replace(new, lease_until=now + lease)
+    if new.parked:
+        return replace(new, gap_since=now)
+    return new
+
+
+def lease_released(state: GroupState) -> GroupState:
+    return replace(state, lease_until=None)
+
+
+def failure_counted(state: GroupState, *, counts: bool) -> GroupState:
+    """One more failed attempt at the head, unless the failure does not count (transient)."""
+    return replace(state, attempts=state.attempts + 1 if counts else state.attempts)
+
+
+def retry_later(state: GroupState, seq: int, digest: str, *, at: datetime) -> GroupState:
+    """A failed head kept parked, the lease freed, the next attempt not before ``at``."""
+    return replace(state.with_parked(seq, digest), lease_until=None, next_attempt_at=at)
+
+
+def blocked(state: GroupState, seq: int, digest: str) -> GroupState:
+    """A poison head kept parked and the group stopped until an operator acts."""
+    return replace(state.with_parked(seq, digest), blocked_at=seq, lease_until=None)
+
+
+def operator_skipped(state: GroupState, seq: int) -> GroupState:
+    """``seq`` passed over with a tombstone; a new lease token fences any worker that still
+    thinks it runs this number."""
+    return replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
+
+
+def replayed(state: GroupState) -> GroupState:
+    """Unblocked, with fresh attempts for the parked head."""
+    return replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
+
+
+def gap_expired(state: GroupState, *, now: datetime, timeout: timedelta) -> bool:
+    return state.gap_since is not None and now - state.gap_since >= timeout
+
+
+def gap_skipped(state: GroupState) -> tuple[tuple[int, ...], GroupState]:
+    """The missing numbers before the first parked one, and the state that passes over them
+    with tombstones (the parked ones are still to run)."""
+    missing = tuple(range(state.head, min(state.parked)))
+    new = state.advanced_to(missing[-1], skipped=missing)
+    return missing, replace(new, parked=state.parked)
+
+
+def without_lost_parked(state: GroupState, seq: int) -> GroupState:
+    """``seq`` no longer listed as parked (listed, but its copy is not stored)."""
+    return replace(state, parked=tuple(p for p in state.parked if p != seq))
+
+
+def lost_parked(seen: GroupState, state: GroupState) -> list[int]:
+    """Numbers this process saw parked ahead of the group that the store no longer lists."""
+    last = max(seen.last_processed, state.last_processed)
+    return [s for s in seen.parked if s > last and s not in state.parked]
+
+
+def repaired(
+    seen: GroupState, state: GroupState, *, restored: list[int], now: datetime
+) -> GroupState:
+    """The group put back where this process saw it (``seen``) after the store handed back an
+    older ``state``: every lease fenced, ``restored`` parked again."""
+    last = max(seen.last_processed, state.last_processed)
+    parked = tuple(sorted({*(s for s in state.parked if s > last), *restored}))
+    return replace(
+        state,
+        last_processed=last,
+        parked=parked,
+        gap_since=now if parked and last + 1 not in parked else None,
+        lease_token=max(seen.lease_token, state.lease_token) + 1,
+        lease_until=None,
+        # The head may have moved: its attempts and backoff belong to the old one.
+        attempts=state.attempts if last == state.last_processed else 0,
+        next_attempt_at=state.next_attempt_at if last == state.last_processed else None,
+        blocked_at=state.blocked_at if last == state.last_processed else None,
+        skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
+        # One key per number, this process's word first: it saw what really ran there.
+        keys=tuple(sorted({**dict(state.keys), **dict(seen.keys)}.items())),
+    )

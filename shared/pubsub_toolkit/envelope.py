@@ -1,0 +1,228 @@
+"""The attribute contract, checked: a producer's message as ingress receives it, and a message
+the toolkit is about to publish again.
+
+:func:`parse_envelope` validates what a producer sent (Pub/Sub's limits with room for what
+ingress stamps, the canonical forms of :mod:`pubsub_toolkit.attributes`) and returns the
+:class:`Envelope` ingress routes; :func:`check_publishable` applies the same rules to a message
+rebuilt from stored state (the relay's task bodies), with Pub/Sub's own limits. A message that
+breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation` with a short
+``reason`` code; callers dead-letter it and ack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pubsub_toolkit.attributes import (
+    CONTENT_SHA256,
+    DEDUP_KEY,
+    DELAY_SECONDS,
+    DELIVER_AT,
+    ERROR_DETAIL,
+    ERROR_REASON,
+    FIFO_FILLER,
+    FIFO_GROUP,
+    FIFO_SEQ,
+    MAX_ATTRIBUTE_KEY_BYTES,
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_MESSAGE_BYTES,
+    MAX_REQUEST_BYTES,
+    ORIGIN_MESSAGE_ID,
+    ORIGIN_PUBLISH_TIME,
+    REASON_ATTRIBUTE_TOO_LARGE,
+    REASON_CONFLICTING_DELAY,
+    REASON_EMPTY_DATA,
+    REASON_INVALID_DEDUP_KEY,
+    REASON_INVALID_DELAY,
+    REASON_INVALID_FIFO_GROUP,
+    REASON_RESERVED_ATTRIBUTE,
+    REASON_SEQ_WITHOUT_GROUP,
+    REASON_TOO_LARGE,
+    REASON_TOO_MANY_ATTRIBUTES,
+    content_fingerprint,
+    format_time,
+    is_reserved_attribute,
+    message_size,
+    parse_delay_seconds,
+    parse_deliver_at,
+    parse_fifo_seq,
+)
+from pubsub_toolkit.errors import ContractViolation
+from pubsub_toolkit.message import Message
+
+# What ingress never forwards from the delivery it received: ``delay_seconds`` becomes an
+# absolute ``deliver_at``; the others only the toolkit may set, and a producer's copy would be
+# taken downstream for the toolkit's word (a fake "why dead-lettered", a number that "carries no
+# message" so the consumer skips a real one).
+_DROPPED_AT_INGRESS = frozenset({DELAY_SECONDS, ERROR_REASON, ERROR_DETAIL, FIFO_FILLER})
+
+
+# Ingress adds at most these attributes, so the producer's must leave room for them.
+_STAMPED_BY_INGRESS = 5
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A message that satisfies the contract, with its toolkit attributes parsed."""
+
+    message: Message
+    dedup_key: str
+    fingerprint: str
+    deliver_at: datetime | None
+    fifo_group: str | None
+    fifo_seq: int | None
+
+    def stamped_attributes(self, *, replay: bool = False) -> dict[str, str]:
+        """The attributes to forward: the producer's, plus dedup key, fingerprint, provenance.
+
+        Ingress owns its attributes: ``origin_message_id`` and ``origin_publish_time`` are
+        always ingress's own (the delivery's message id and publish time), whatever the
+        producer set, and a producer's ``error_reason``, ``error_detail`` and ``fifo_filler``
+        are dropped. ``replay=True`` is for a genuine (minted) replay from the dead-letter
+        topic only: its provenance attributes describe the *original* message and are kept
+        (set from this delivery only when the copy has none).
+
+        ``delay_seconds`` is replaced by the absolute ``deliver_at`` so every later hop sees
+        one due time, however late it receives the message.
+        """
+        attrs = {k: v for k, v in self.message.attributes.items() if k not in _DROPPED_AT_INGRESS}
+        if not replay:
+            attrs.pop(ORIGIN_MESSAGE_ID, None)
+            attrs.pop(ORIGIN_PUBLISH_TIME, None)
+        attrs[DEDUP_KEY] = self.dedup_key
+        attrs[CONTENT_SHA256] = self.fingerprint
+        if self.message.message_id:
+            attrs.setdefault(ORIGIN_MESSAGE_ID, self.message.message_id)
+        if self.message.publish_time is not None:
+            attrs.setdefault(ORIGIN_PUBLISH_TIME, format_time(self.message.publish_time))
+        if self.deliver_at is not None:
+            attrs[DELIVER_AT] = format_time(self.deliver_at)
+        return attrs
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """The contract's attributes of one message, parsed (``delay`` in seconds)."""
+
+    fifo_group: str | None
+    fifo_seq: int | None
+    deliver_at: datetime | None
+    delay: float | None
+
+
+def parse_envelope(message: Message, *, now: datetime) -> Envelope:
+    """Validate ``message`` against the contract; raise ContractViolation with a reason."""
+    attrs = message.attributes
+    if not message.data:
+        raise ContractViolation(REASON_EMPTY_DATA, "the message has no data")
+    _check_limits(
+        message.data,
+        attrs,
+        max_attributes=MAX_ATTRIBUTES - _STAMPED_BY_INGRESS,
+        max_bytes=MAX_MESSAGE_BYTES,
+    )
+    dedup_key = attrs.get(DEDUP_KEY, message.message_id)
+    if not dedup_key or not dedup_key.strip():
+        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
+    fields = _parse_fields(attrs)
+    deliver_at = fields.deliver_at
+    if fields.delay is not None:
+        try:
+            deliver_at = now + timedelta(seconds=fields.delay)
+        except OverflowError as exc:  # only within MAX_DELAY_SECONDS of the year 9999
+            raise ContractViolation(
+                REASON_INVALID_DELAY, f"delay_seconds {attrs[DELAY_SECONDS]!r} is too large"
+            ) from exc
+    return Envelope(
+        message=message,
+        dedup_key=dedup_key,
+        fingerprint=content_fingerprint(message.data, attrs),
+        deliver_at=deliver_at,
+        fifo_group=fields.fifo_group,
+        fifo_seq=fields.fifo_seq,
+    )
+
+
+def check_publishable(
+    data: bytes,
+    attributes: Mapping[str, str],
+    *,
+    max_attributes: int = MAX_ATTRIBUTES,
+    max_bytes: int = MAX_REQUEST_BYTES,
+) -> None:
+    """Raise ContractViolation if the toolkit must not publish this message as it is.
+
+    For a message rebuilt from stored state rather than received from a producer (the relay's
+    task bodies): what Pub/Sub would refuse (more than ``max_attributes``, reserved names, key
+    and value sizes, ``max_bytes`` in all, neither data nor attributes) and what the contract
+    forbids (a blank ``dedup_key`` or ``fifo_group``, a ``fifo_seq`` without a group, and any
+    ``fifo_seq``, ``deliver_at`` or ``delay_seconds`` not in its canonical form). Ingress's
+    checks of a producer's message are the same rules, with room left for its own attributes.
+    """
+    if not data and not attributes:
+        raise ContractViolation(REASON_EMPTY_DATA, "the message has neither data nor attributes")
+    _check_limits(data, attributes, max_attributes=max_attributes, max_bytes=max_bytes)
+    key = attributes.get(DEDUP_KEY)
+    if key is not None and not key.strip():
+        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is blank")
+    _parse_fields(attributes)
+
+
+def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
+    """Parse the contract's group, number and due time; raise ContractViolation if invalid."""
+    group = attrs.get(FIFO_GROUP)
+    if group is not None and not group.strip():
+        raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
+    raw_seq = attrs.get(FIFO_SEQ)
+    seq = None if raw_seq is None else parse_fifo_seq(raw_seq)
+    if seq is not None and group is None:
+        raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
+    raw_at, raw_delay = attrs.get(DELIVER_AT), attrs.get(DELAY_SECONDS)
+    if raw_at is not None and raw_delay is not None:
+        raise ContractViolation(
+            REASON_CONFLICTING_DELAY, "set deliver_at or delay_seconds, not both"
+        )
+    return _Fields(
+        fifo_group=group,
+        fifo_seq=seq,
+        deliver_at=None if raw_at is None else parse_deliver_at(raw_at),
+        delay=None if raw_delay is None else parse_delay_seconds(raw_delay),
+    )
+
+
+def _check_limits(
+    data: bytes, attributes: Mapping[str, str], *, max_attributes: int, max_bytes: int
+) -> None:
+    """Pub/Sub's limits (and reserved names), with ``max_*`` leaving room for later stamps."""
+    size = message_size(data, attributes)
+    if size > max_bytes:
+        raise ContractViolation(
+            REASON_TOO_LARGE,
+            f"data and attributes are {size} bytes; at most {max_bytes}"
+            + (" leave room for the toolkit's attributes" if max_bytes < MAX_REQUEST_BYTES else ""),
+        )
+    if len(attributes) > max_attributes:
+        raise ContractViolation(
+            REASON_TOO_MANY_ATTRIBUTES,
+            f"{len(attributes)} attributes; at most {max_attributes}"
+            + (" leave room for the toolkit's" if max_attributes < MAX_ATTRIBUTES else ""),
+        )
+    for key, value in attributes.items():
+        if is_reserved_attribute(key):
+            raise ContractViolation(
+                REASON_RESERVED_ATTRIBUTE,
+                f"attribute name {key[:40]!r} is reserved (goog* or a client publish argument)",
+            )
+        if len(key.encode()) > MAX_ATTRIBUTE_KEY_BYTES:
+            raise ContractViolation(
+                REASON_ATTRIBUTE_TOO_LARGE,
+                f"attribute key {key[:40]!r}... exceeds {MAX_ATTRIBUTE_KEY_BYTES} bytes",
+            )
+        if len(value.encode()) > MAX_ATTRIBUTE_VALUE_BYTES:
+            raise ContractViolation(
+                REASON_ATTRIBUTE_TOO_LARGE,
+                f"attribute {key!r} value exceeds {MAX_ATTRIBUTE_VALUE_BYTES} bytes",
+            )
