@@ -41,6 +41,7 @@ def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
 
+
 # Defaults chosen away from the emulators' own defaults (8085, 8080) and common services.
 DEFAULT_PORTS = {
     "pubsub_port": 8751,

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit_local.stack import LocalStack, StackOptions
-from pubsub_toolkit_local.topology import drain
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import LOGGER_NAME, CloudLoggingFormatter
+from pubsub_toolkit_local.stack import LocalStack, StackOptions
+from pubsub_toolkit_local.topology import drain
 
 ORDERS = 10
 DELAYS = (3, 5)
