@@ -158,8 +158,8 @@ def run_demo(repo: Path) -> int:
     from pubsub_toolkit.config import ConsumerSettings, Settings
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
+    from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
     from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
-    from pubsub_toolkit.unary_pull import UnaryPullSubscriber
 
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-demo-"))
     # The consumer's decision log (retries, the poison) goes to a file; the table tells the story.

@@ -5,8 +5,9 @@ The installed emulator (0.8.20) never unregisters a streaming-pull stream whose 
 as a gRPC warning in ``pubsub-emulator.log``). The dead stream keeps taking every later message
 of that subscription - new ones, and expired ones soon after they return - so the next
 subscriber receives nothing until the emulator restarts. The toolkit's own local consumers
-(``pubsub-toolkit subscribe``, the demo) use unary pull (:mod:`pubsub_toolkit.unary_pull`) and
-never open a stream; a user's own streaming subscriber still leaves its subscription stuck.
+(``pubsub-toolkit subscribe``, the demo) use unary pull
+(:mod:`pubsub_toolkit.consumer.unary_pull`) and never open a stream; a user's own streaming
+subscriber still leaves its subscription stuck.
 
 * :func:`self_test` does on a scratch topic what a user does: a streaming subscriber receives a
   probe and stops; a second probe is then pulled. It returns one line saying which way the

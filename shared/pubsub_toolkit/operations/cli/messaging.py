@@ -80,7 +80,7 @@ def _subscriber(choice: str) -> Any:
     )
     if not unary:
         return subscriber_client()
-    from pubsub_toolkit.unary_pull import UnaryPullSubscriber
+    from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
 
     return UnaryPullSubscriber(subscriber_client())
 

@@ -11,7 +11,7 @@ stopped (cleanly or by ``kill -9``), the next one on the same subscription recei
 the emulator restarts. Unary pulls open no stream, so a consumer on them can be stopped and
 started freely. Real Pub/Sub does not have the defect; streaming pull stays the default there.
 
-It keeps the contract :class:`~pubsub_toolkit.consumer.Consumer` relies on:
+It keeps the contract :class:`~pubsub_toolkit.consumer.subscriber.Consumer` relies on:
 
 * ``subscribe(subscription, callback, flow_control=...)`` returns a future; ``cancel()`` stops
   pulling and ``result()`` waits until the pull loop ended (or raises what ended it, e.g. a
