@@ -199,7 +199,7 @@ def test_persist_keeps_the_store_across_down_and_up(tmp_path: Path, backend: str
     for name in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST"):
         base.pop(name, None)
     keep = tmp_path / "keep"
-    flags = [*port_flags(), "--persist", str(keep), "--dedup-backend", backend]
+    flags = [*port_flags(), "--persist", str(keep), "--store-backend", backend]
     up = ok(cli(base, "local", "up", *flags))
     assert "persist: Firestore" in up.stdout and "message ids restart at 1" in up.stdout
     state = StackState.load(tmp_path / "state" / "state.json")

@@ -42,7 +42,7 @@ def env(pubsub_emulator: str, redis_url: str, project_id: str) -> dict[str, str]
         "GOOGLE_CLOUD_PROJECT": project_id,
         "FINAL_TOPIC": "final",
         "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": "redis",
+        "STORE_BACKEND": "redis",
         "REDIS_URL": redis_url,
         "CONSUMER_ID": f"cli-{project_id}",
     }

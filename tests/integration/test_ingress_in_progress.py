@@ -35,7 +35,7 @@ def test_a_claim_in_progress_elsewhere_is_one_info_line_and_a_503(
         "GOOGLE_CLOUD_PROJECT": project_id,
         "FINAL_TOPIC": topology.final,
         "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": "redis",
+        "STORE_BACKEND": "redis",
         "REDIS_URL": redis_url,
         "STATS_FLUSH_SECONDS": "0",  # no flusher thread outliving the test's Redis
     }

@@ -49,7 +49,7 @@ def test_a_consumer_restarted_five_times_on_one_subscription_gets_every_message(
         "GOOGLE_CLOUD_PROJECT": project_id,
         "FINAL_TOPIC": "final",
         "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": "memory",
+        "STORE_BACKEND": "memory",
         "CONSUMER_ID": "restarts",
     }
     seen: list[bytes] = []
