@@ -7,6 +7,9 @@ file; the processes outlive the command. ``env`` prints the ``export`` lines a u
 on the same port (re-creating what an empty emulator lacks), ``heal`` un-sticks subscriptions
 (:mod:`.pubsub_health`), and ``down`` stops every process group the state file names - nothing
 else - after saying what that discards (or, with ``--persist``, exporting what can be kept).
+
+About 320 lines: every command here reads and rewrites the same state file, so they stay together
+(the counting lives in :mod:`.inventory`, the Pub/Sub self-test and heal in :mod:`.pubsub_health`).
 """
 
 from __future__ import annotations
