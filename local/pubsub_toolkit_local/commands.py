@@ -1,4 +1,4 @@
-"""`pubsub-toolkit local up | env | status | down`: the local stack in the background.
+"""`pubsub-toolkit local up | env | status | restart | heal | down`: the stack in the background.
 
 The runtime package's CLI hands every ``local`` argument to :func:`run` (imported only when a
 user types ``local``), so this distribution owns its own flags and ``--help``.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from pubsub_toolkit.errors import ToolkitError
 
@@ -25,15 +26,39 @@ def repo_root() -> Path:
     )
 
 
+_PORT_HELP = {
+    "pubsub_port": "the Pub/Sub emulator's port",
+    "firestore_port": "the Firestore emulator's port",
+    "redis_port": "redis-server's port (with --store-backend redis)",
+    "tasks_port": "the Cloud Tasks emulator's port",
+    "oidc_port": "port of the Cloud Tasks emulator's OIDC certificates",
+    "ingress_port": "the ingress function's port",
+    "relay_port": "the relay's port",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, as the runtime CLI (its default prints the usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``local`` command's own parser (``prog`` reads as the user typed it)."""
     from pubsub_toolkit_local.control import DEFAULT_PORTS
+    from pubsub_toolkit_local.stack import PARTS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pubsub-toolkit local", description="Run the pipeline locally in the background."
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    up = actions.add_parser("up", help="start every part; ports and pids go to a state file")
+    up = actions.add_parser(
+        "up",
+        help="start every part; ports and pids go to a state file",
+        description="Start the emulators, the Cloud Tasks emulator, ingress and the relay in "
+        "the background, then self-test the Pub/Sub emulator.",
+    )
     up.add_argument("--project", default="local-project", help="project id (default %(default)s)")
     up.add_argument(
         "--store-backend",
@@ -43,17 +68,50 @@ def build_parser() -> argparse.ArgumentParser:
         default="firestore",
         help="store for dedup records, FIFO state and counters (default %(default)s)",
     )
+    up.add_argument(
+        "--persist",
+        type=Path,
+        metavar="DIR",
+        help="keep Firestore's (and Redis's) data in DIR across `local down`/`up` and "
+        "restarts; the Pub/Sub and Cloud Tasks emulators cannot keep theirs",
+    )
     for name, port in DEFAULT_PORTS.items():
         flag = "--" + name.replace("_", "-")
-        up.add_argument(flag, type=int, default=port, help=f"(default {port})")
+        up.add_argument(
+            flag,
+            type=int,
+            default=port,
+            metavar="PORT",
+            help=f"{_PORT_HELP[name]} (default {port})",
+        )
     up.set_defaults(func=cmd_local_up)
     actions.add_parser("env", help="print export lines for your shell").set_defaults(
         func=cmd_local_env
     )
-    actions.add_parser("status", help="show what runs").set_defaults(func=cmd_local_status)
-    actions.add_parser("down", help="stop everything `up` started").set_defaults(
-        func=cmd_local_down
+    status = actions.add_parser("status", help="show what runs, and self-test the Pub/Sub emulator")
+    status.add_argument(
+        "--no-self-test", action="store_true", help="skip the Pub/Sub self-test (about 2 s)"
     )
+    status.set_defaults(func=cmd_local_status)
+    restart = actions.add_parser(
+        "restart",
+        help="restart one part on its port (says what that loses)",
+        description="Stop one part and start it again on the same port. An emptied emulator "
+        "gets its topology (Pub/Sub) or queue (Cloud Tasks) again.",
+    )
+    restart.add_argument("part", choices=tuple(PARTS), help="which part")
+    restart.set_defaults(func=cmd_local_restart)
+    heal = actions.add_parser(
+        "heal",
+        help="un-stick subscriptions a stopped streaming subscriber left stuck",
+        description="Drain, recreate (same settings) and refill subscriptions that the Pub/Sub "
+        "emulator's dead-stream defect left stuck, without restarting the emulator.",
+    )
+    heal.add_argument("subscriptions", nargs="+", metavar="SUBSCRIPTION", help="name or path")
+    heal.set_defaults(func=cmd_local_heal)
+    actions.add_parser(
+        "down", help="stop everything `up` started, saying what that discards (or keeps)"
+    ).set_defaults(func=cmd_local_down)
     return parser
 
 
@@ -64,21 +122,27 @@ def run(argv: Sequence[str]) -> int:
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
-    """``local up``: start the stack and print where everything runs."""
+    """`local up`."""
     from pubsub_toolkit_local import control
     from pubsub_toolkit_local.stack import StackOptions
 
     ports = {name: getattr(args, name) for name in control.DEFAULT_PORTS}
-    options = StackOptions(project=args.project, store_backend=args.store_backend, **ports)
+    persist = None if args.persist is None else str(args.persist.resolve())
+    options = StackOptions(
+        project=args.project, store_backend=args.store_backend, persist_dir=persist, **ports
+    )
     print("starting the local stack (emulators, Cloud Tasks emulator, ingress, relay)...")
     state = control.up(repo_root(), options)
     print("\n".join(control.status_lines(state)))
+    for line in control.persistence_lines(state):
+        print(line)
+    print(control.self_test_line(state))
     print('\nready. Point your code at it with:  eval "$(pubsub-toolkit local env)"')
     return 0
 
 
 def cmd_local_env(args: argparse.Namespace) -> int:
-    """``local env``: the export lines for a shell."""
+    """`local env`."""
     from pubsub_toolkit_local import control
 
     print("\n".join(control.export_lines(control.require_running(repo_root()))))
@@ -86,18 +150,41 @@ def cmd_local_env(args: argparse.Namespace) -> int:
 
 
 def cmd_local_status(args: argparse.Namespace) -> int:
-    """``local status``: one line per service."""
+    """`local status`."""
     from pubsub_toolkit_local import control
 
-    print("\n".join(control.status_lines(control.require_running(repo_root()))))
+    state = control.require_running(repo_root())
+    print("\n".join(control.status_lines(state)))
+    if not args.no_self_test:
+        print(control.self_test_line(state))
+    return 0
+
+
+def cmd_local_restart(args: argparse.Namespace) -> int:
+    """`local restart PART`."""
+    from pubsub_toolkit_local import control
+
+    for line in control.restart(repo_root(), args.part):
+        print(line)
+    return 0
+
+
+def cmd_local_heal(args: argparse.Namespace) -> int:
+    """`local heal SUBSCRIPTION...`."""
+    from pubsub_toolkit_local import control
+
+    for line in control.heal(repo_root(), args.subscriptions):
+        print(line)
     return 0
 
 
 def cmd_local_down(args: argparse.Namespace) -> int:
-    """``local down``: stop every process group ``up`` recorded."""
+    """`local down`."""
     from pubsub_toolkit_local import control
 
-    stopped = control.down(repo_root())
+    stopped, report = control.down(repo_root())
+    for line in report:
+        print(line)
     print(f"stopped: {', '.join(stopped)}" if stopped else "the local stack was not running")
     return 0
 

@@ -4,7 +4,8 @@ It starts everything (:class:`~pubsub_toolkit_local.stack.LocalStack`) and publi
 real producers do: each order twice (a retry after a timeout), one key reused for different
 content, two messages that break the contract, two delayed reminders, a FIFO group whose steps
 are sent out of order, and one message the consumer's handler can never process. A Consumer
-(dedup + FIFO gate) reads the final topic. It prints what happened and stops everything.
+(dedup + FIFO gate, on unary pull) reads the final topic. It prints what happened and stops
+everything.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ def run_demo(repo: Path) -> int:
     from pubsub_toolkit.config import ConsumerSettings, Settings
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
+    from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
     from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
 
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-demo-"))
@@ -187,7 +189,9 @@ def run_demo(repo: Path) -> int:
         poison_seq = counter.reserve("order-99").first
         publisher = pubsub_v1.PublisherClient()
         started = datetime.now(UTC)
-        with Consumer(topo.final_sub, processor, concurrency=8):
+        # Unary pull: the emulator leaves a stopped streaming subscriber's subscription stuck.
+        subscriber = UnaryPullSubscriber()
+        with Consumer(topo.final_sub, processor, concurrency=8, subscriber=subscriber):
             _publish(publisher, topo.origin, numbers, poison_seq)
             _say(
                 f"published {2 * ORDERS} order copies, {len(DELAYS)} delayed reminders, a FIFO "

@@ -5,7 +5,9 @@
 
 The official Pub/Sub and Firestore emulators and Redis are started too, unless the caller
 passes hosts of running ones (the test session shares its emulators). Every process runs in its
-own process group and :meth:`LocalStack.stop` stops them all.
+own process group and :meth:`LocalStack.stop` stops them all. Each part can be rebuilt alone
+from the same options (:meth:`LocalStack.spec`, :meth:`LocalStack.set_up`), which is how
+``pubsub-toolkit local restart PART`` restarts one of them on its recorded port.
 """
 
 from __future__ import annotations
@@ -15,14 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit_local import emulators
-from pubsub_toolkit_local.processes import ServiceGroup, free_port
+from pubsub_toolkit_local.processes import ServiceGroup, ServiceSpec, free_port
 from pubsub_toolkit_local.servers import cloud_function, relay, tasks_emulator
 from pubsub_toolkit_local.topology import Topology, create_topology
 
 INVOKER = "tasks-invoker@local-project.iam.gserviceaccount.com"
 LOCATION = "local"
 QUEUE_ID = "pubsub-toolkit-delay"
+# The parts a user can name (``local restart PART``) and the service each one runs.
+PARTS = {
+    "pubsub": "pubsub-emulator",
+    "firestore": "firestore-emulator",
+    "redis": "redis",
+    "tasks": "cloud-tasks-emulator",
+    "relay": "relay",
+    "ingress": "ingress",
+}
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,9 @@ class StackOptions:
     # Where Cloud Tasks should send releases, when something (a fault proxy) fronts the relay.
     relay_public_url: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Keep Firestore's and Redis's data here across restarts (see emulators.py for what the
+    # emulators allow); None: every part starts empty.
+    persist_dir: str | None = None
 
 
 def _port(value: int) -> int:
@@ -66,24 +81,53 @@ class LocalStack:
         self.repo = repo
         self.group = ServiceGroup(work_dir)
         self.env: dict[str, str] = {}
+        self.ports: dict[str, int] = {}
         self.topology: Topology | None = None
         self.queue = f"projects/{options.project}/locations/{LOCATION}/queues/{QUEUE_ID}"
+        self._plan()
+
+    @property
+    def persist(self) -> Path | None:
+        return None if self.options.persist_dir is None else Path(self.options.persist_dir)
+
+    def parts(self) -> list[str]:
+        """The parts this stack runs, in start order."""
+        own = [] if self.options.emulators is not None else ["pubsub", "firestore"]
+        if self.options.emulators is None and self.options.store_backend == "redis":
+            own.append("redis")
+        return [*own, "tasks", "relay", "ingress"]
 
     def start(self) -> LocalStack:
         """Start every part, create the topology and the queue; stop all if any part fails."""
         try:
-            self._start()
+            for part in self.parts():
+                self.group.start(self.spec(part))
+                if part == "tasks":
+                    self._create_queue()
+            self.topology = self._create_topology()
         except BaseException:
             self.group.stop_all()
             raise
         return self
 
-    def _start(self) -> None:
+    def _plan(self) -> None:
+        """Ports and the environment every part and the user's code read."""
         o = self.options
-        pubsub, firestore, redis_url = self._emulators()
-        tasks_port, oidc_port = _port(o.tasks_port), _port(o.oidc_port)
-        relay_port, ingress_port = _port(o.relay_port), _port(o.ingress_port)
-        relay_url = o.relay_public_url or f"http://127.0.0.1:{relay_port}"
+        for name in ("pubsub", "firestore", "redis", "tasks", "oidc", "ingress", "relay"):
+            self.ports[name] = _port(getattr(o, f"{name}_port"))
+        if o.emulators is not None:
+            pubsub, firestore, redis_url = (
+                o.emulators.pubsub,
+                o.emulators.firestore,
+                o.emulators.redis_url,
+            )
+        else:
+            pubsub = f"127.0.0.1:{self.ports['pubsub']}"
+            firestore = f"127.0.0.1:{self.ports['firestore']}"
+            redis_url = (
+                f"redis://127.0.0.1:{self.ports['redis']}/0" if o.store_backend == "redis" else None
+            )
+        relay_url = o.relay_public_url or f"http://127.0.0.1:{self.ports['relay']}"
         self.env = {
             "GOOGLE_CLOUD_PROJECT": o.project,
             "PUBSUB_EMULATOR_HOST": pubsub,
@@ -95,42 +139,55 @@ class LocalStack:
             "TASKS_TARGET": "http",
             "RELAY_URL": relay_url,
             "TASKS_SERVICE_ACCOUNT": INVOKER,
-            "CLOUD_TASKS_EMULATOR_HOST": f"127.0.0.1:{tasks_port}",
-            "OIDC_CERTS_URL": f"http://127.0.0.1:{oidc_port}/oauth2/v1/certs",
+            "CLOUD_TASKS_EMULATOR_HOST": f"127.0.0.1:{self.ports['tasks']}",
+            "OIDC_CERTS_URL": f"http://127.0.0.1:{self.ports['oidc']}/oauth2/v1/certs",
             **({"REDIS_URL": redis_url} if redis_url else {}),
             **o.extra_env,
         }
-        # Our own clients (topology, queue) talk to the same emulators.
+        # Our own clients (topology, queue, self-test) talk to the same emulators.
         os.environ.update(
             {k: self.env[k] for k in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST")}
         )
-        self.group.start(tasks_emulator(tasks_port, oidc_port=oidc_port))
-        self._create_queue()
-        self.group.start(relay(relay_port, app_dir=self.repo / "appengine/relay", env=self.env))
-        self.group.start(
-            cloud_function(
+
+    def spec(self, part: str) -> ServiceSpec:
+        """How to run ``part`` (one of :data:`PARTS`) on its port."""
+        ports, persist = self.ports, self.persist
+        if part == "pubsub":
+            return emulators.pubsub_emulator(ports["pubsub"], self.work_dir)
+        if part == "firestore":
+            return emulators.firestore_emulator(
+                ports["firestore"],
+                self.work_dir,
+                import_from=None if persist is None else emulators.latest_firestore_export(persist),
+            )
+        if part == "redis":
+            data_dir = None if persist is None else persist / "redis"
+            return emulators.redis_server(ports["redis"], data_dir=data_dir)
+        if part == "tasks":
+            return tasks_emulator(ports["tasks"], oidc_port=ports["oidc"])
+        if part == "relay":
+            return relay(ports["relay"], app_dir=self.repo / "appengine/relay", env=self.env)
+        if part == "ingress":
+            return cloud_function(
                 "ingress",
                 source=self.repo / "functions/ingress/main.py",
                 target="ingress",
-                port=ingress_port,
+                port=ports["ingress"],
                 env=self.env,
             )
-        )
-        self.topology = create_topology(o.project, ingress_url=f"http://127.0.0.1:{ingress_port}")
+        raise ToolkitError(f"unknown part {part!r}; choose one of {', '.join(PARTS)}")
 
-    def _emulators(self) -> tuple[str, str, str | None]:
-        o = self.options
-        if o.emulators is not None:
-            return o.emulators.pubsub, o.emulators.firestore, o.emulators.redis_url
-        pubsub_port, firestore_port = _port(o.pubsub_port), _port(o.firestore_port)
-        self.group.start(emulators.pubsub_emulator(pubsub_port, self.work_dir))
-        self.group.start(emulators.firestore_emulator(firestore_port, self.work_dir))
-        redis_url = None
-        if o.store_backend == "redis":
-            redis_port = _port(o.redis_port)
-            self.group.start(emulators.redis_server(redis_port))
-            redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        return f"127.0.0.1:{pubsub_port}", f"127.0.0.1:{firestore_port}", redis_url
+    def set_up(self, part: str) -> None:
+        """What a freshly (re)started ``part`` needs: the topology on an empty Pub/Sub
+        emulator, the delay queue on an empty Cloud Tasks emulator."""
+        if part == "pubsub":
+            self.topology = self._create_topology()
+        elif part == "tasks":
+            self._create_queue()
+
+    def _create_topology(self) -> Topology:
+        ingress_url = f"http://127.0.0.1:{self.ports['ingress']}"
+        return create_topology(self.options.project, ingress_url=ingress_url)
 
     def _create_queue(self) -> None:
         from google.cloud import tasks_v2

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
+from pubsub_toolkit.emulator import subscriber_client
 from pubsub_toolkit.message import Message
 
 
@@ -77,7 +78,7 @@ def drain(
     Waiting for a quiet period after reaching ``expected`` is what lets a caller see an extra,
     duplicated message instead of stopping just before it arrives.
     """
-    subscriber = pubsub_v1.SubscriberClient()
+    subscriber = subscriber_client()  # messages can be 10 MB
     received: list[Message] = []
     deadline = time.monotonic() + timeout
     last_arrival = time.monotonic()

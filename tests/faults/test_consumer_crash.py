@@ -11,10 +11,14 @@ backend:
 * the FIFO group's effects happen **in sequence order** across the crash.
 
 How it comes back: ``broker`` waits for Pub/Sub's own redelivery; ``copy`` also re-publishes a
-copy of every message (same attributes - what a producer retry or a replay delivers). Slow: the
-emulator does not notice at once that a SIGKILLed streaming-pull client is gone - it keeps what
-that client held leased (the client's stream ack deadline is 60 s) and even keeps handing new
-messages to the dead stream - so each run waits one to three minutes for the redeliveries.
+copy of every message (same attributes - what a producer retry or a replay delivers).
+
+Both processes pull with unary calls (:class:`~pubsub_toolkit.consumer.unary_pull.
+UnaryPullSubscriber`): the emulator never unregisters a SIGKILLed *streaming* client's stream
+and keeps handing that subscription's messages - the killed one's included - to the dead
+stream, so a restarted streaming consumer would wait for them forever (real Pub/Sub does not).
+With unary pull what the killed process held comes back when its lease (the subscription's 10 s
+ack deadline) runs out. Still marked slow: it kills and restarts processes on real stores.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def _start(subscription: str, log: Path, env: dict[str, str], *extra: str) -> su
     [("redis", "copy"), ("firestore", "copy"), ("redis", "broker")],
 )
 @pytest.mark.timeout(420)
-@pytest.mark.slow  # the emulator's dead-stream leases make each run take 1-3 minutes
+@pytest.mark.slow  # two consumer processes and a 10 s lease expiry per case
 def test_killed_between_effect_and_ack_the_redelivery_repeats_nothing_and_keeps_order(
     request: pytest.FixtureRequest,
     pubsub_emulator: str,

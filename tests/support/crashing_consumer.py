@@ -2,7 +2,9 @@
 
 ``python -m tests.support.crashing_consumer SUBSCRIPTION LOG [--crash-after N]``
 
-Runs :class:`Consumer` (concurrency 1, so no other handler is half-way when it dies) with settings
+Runs :class:`Consumer` (concurrency 1, so no other handler is half-way when it dies) on unary pull
+(the emulator leaves a killed *streaming* subscriber's stream registered, and it would keep the
+subscription's messages from the restarted process for good) with settings
 from the environment (``CONSUMER_ID``, ``STORE_BACKEND``, ...). The handler appends
 ``handled <dedup_key> <pid>`` to LOG; after the processor returns (effect done, dedup record or
 FIFO advance committed) the outcome is appended as ``<outcome> <dedup_key> <pid>``. With
@@ -22,6 +24,7 @@ import threading
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
 from pubsub_toolkit.message import Message
 
 
@@ -59,7 +62,9 @@ def main() -> int:
     processor.crash_after, processor.log_fd = args.crash_after, fd
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    consumer = Consumer(args.subscription, processor, concurrency=1)
+    consumer = Consumer(
+        args.subscription, processor, concurrency=1, subscriber=UnaryPullSubscriber()
+    )
     consumer.start()
     print("ready", flush=True)
     stop.wait()

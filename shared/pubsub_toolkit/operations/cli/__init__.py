@@ -1,8 +1,9 @@
 """The `pubsub-toolkit` command line.
 
 Configuration comes from the environment, as for the deployed parts (see the README); against
-the local stack, ``eval "$(pubsub-toolkit local env)"`` sets it. Every command has ``--help``;
-errors are one line on stderr and a non-zero exit.
+the local stack, ``eval "$(pubsub-toolkit local env)"`` sets it. Every command and option has
+``--help``; every error - a bad argument, a refused value, a failed call - is one line on stderr
+and a non-zero exit (2).
 """
 
 from __future__ import annotations
@@ -11,10 +12,18 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit.operations.cli.common import attribute, duration, timestamp
+from pubsub_toolkit.operations.cli.common import (
+    attribute,
+    delay,
+    due_time,
+    duration,
+    fifo_group,
+    non_negative_int,
+    positive_int,
+)
 from pubsub_toolkit.operations.cli.dashboard import add_dashboard_command
 from pubsub_toolkit.operations.cli.local import add_local_commands, cmd_local
 from pubsub_toolkit.operations.cli.messaging import cmd_publish, cmd_subscribe
@@ -26,46 +35,42 @@ from pubsub_toolkit.operations.cli.operations import (
     cmd_status,
 )
 
+# Options whose value may start with "-" (a negative duration): argparse would take "-5s" for
+# an option and answer "expected one argument", so `--delay -5s` is read as `--delay=-5s` and
+# the value's own check explains what is wrong with it.
+_DASH_VALUE_OPTIONS = ("--delay", "--timeout")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (its default prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    """The whole command tree (also walked by the tests: every option must have help)."""
+    parser = _Parser(
         prog="pubsub-toolkit",
         description="Deduplication, delayed delivery and FIFO per group for Google Cloud Pub/Sub.",
+        epilog='Against the local stack: pubsub-toolkit local up; eval "$(pubsub-toolkit local '
+        'env)". Each command has its own --help.',
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    publish = commands.add_parser(
-        "publish", help="publish one message with the contract's attributes"
-    )
-    publish.add_argument("data", help="the message payload (text)")
-    publish.add_argument("--topic", default="origin", help="topic name or path (default: origin)")
-    publish.add_argument("--attr", action="append", type=attribute, default=[], metavar="K=V")
-    publish.add_argument("--dedup-key", help="stable idempotency key")
-    when = publish.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=duration, help="deliver after this long, e.g. 30s, 5m")
-    when.add_argument("--deliver-at", type=timestamp, metavar="TIME", help="RFC 3339 due time")
-    publish.add_argument("--fifo-group", help="number the message within this FIFO group")
-    publish.set_defaults(func=cmd_publish)
-
-    subscribe = commands.add_parser(
-        "subscribe", help="consume with dedup and the FIFO gate applied, printing each message"
-    )
-    subscribe.add_argument(
-        "--subscription", default=os.environ.get("FINAL_SUBSCRIPTION", "final-sub")
-    )
-    subscribe.add_argument(
-        "--consumer-id", help="dedup/FIFO namespace (default: $CONSUMER_ID or cli)"
-    )
-    subscribe.add_argument("--max", type=int, default=0, help="stop after N messages")
-    subscribe.add_argument("--timeout", type=duration, help="stop after this long, e.g. 30s")
-    subscribe.add_argument("--json", action="store_true", help="one JSON object per line")
-    subscribe.set_defaults(func=cmd_subscribe)
+    _add_publish_command(commands)
+    _add_subscribe_command(commands)
 
     status = commands.add_parser(
         "status", help="FIFO groups, dead letters, scheduled deliveries, dedup hit rate"
     )
     status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
-    status.add_argument("--dead-letter-subscription", default="dead-letter-sub")
+    status.add_argument(
+        "--dead-letter-subscription",
+        default="dead-letter-sub",
+        metavar="NAME",
+        help="where dead letters are counted (default: dead-letter-sub)",
+    )
     status.set_defaults(func=cmd_status)
 
     add_dashboard_command(commands)
@@ -75,37 +80,140 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_publish_command(commands: Any) -> None:
+    publish = commands.add_parser(
+        "publish",
+        help="publish one message with the contract's attributes",
+        description="Publish one message to a topic with the toolkit's attributes stamped. "
+        "Everything is checked before anything is published (or a FIFO number reserved).",
+    )
+    publish.add_argument(
+        "data",
+        help="the message payload as text; '-' reads it from standard input, as bytes (for "
+        "binary or large payloads: one command-line argument holds at most 128 KiB)",
+    )
+    publish.add_argument("--topic", default="origin", help="topic name or path (default: origin)")
+    publish.add_argument(
+        "--attr",
+        action="append",
+        type=attribute,
+        default=[],
+        metavar="K=V",
+        help="an attribute of your own; repeat for more",
+    )
+    publish.add_argument("--dedup-key", metavar="KEY", help="stable idempotency key")
+    when = publish.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        type=delay,
+        metavar="DURATION",
+        help="deliver after this long, e.g. 30s, 5m, 2h, 3d (at most 365 days)",
+    )
+    when.add_argument(
+        "--deliver-at",
+        type=due_time,
+        metavar="TIME",
+        help="deliver at this RFC 3339 time with an offset, e.g. 2030-01-01T09:00:00Z (at most "
+        "365 days ahead)",
+    )
+    publish.add_argument(
+        "--fifo-group",
+        type=fifo_group,
+        metavar="GROUP",
+        help="number the message within this FIFO group (from the configured counter)",
+    )
+    publish.set_defaults(func=cmd_publish)
+
+
+def _add_subscribe_command(commands: Any) -> None:
+    subscribe = commands.add_parser(
+        "subscribe",
+        help="consume with dedup and the FIFO gate applied, printing each message",
+        description="Consume a subscription with dedup and the FIFO gate applied and print "
+        "each message handled. Against the Pub/Sub emulator it pulls with unary calls, so it "
+        "can be stopped and started again freely (the emulator mishandles a stopped stream).",
+    )
+    subscribe.add_argument(
+        "--subscription",
+        default=os.environ.get("FINAL_SUBSCRIPTION", "final-sub"),
+        metavar="NAME",
+        help="subscription name or path (default: $FINAL_SUBSCRIPTION or final-sub)",
+    )
+    subscribe.add_argument(
+        "--consumer-id", help="dedup/FIFO namespace (default: $CONSUMER_ID or cli)"
+    )
+    subscribe.add_argument(
+        "--max",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="handle exactly N messages, then stop; any others it had pulled are released at "
+        "once for the next consumer (default 0: no limit)",
+    )
+    subscribe.add_argument(
+        "--timeout",
+        type=duration,
+        metavar="DURATION",
+        help="stop after this long, e.g. 30s (default: run until Ctrl-C or --max)",
+    )
+    subscribe.add_argument(
+        "--pull",
+        choices=("auto", "unary", "streaming"),
+        default="auto",
+        help="how to receive: unary pull calls, or a streaming pull (auto, the default: unary "
+        "against the emulator, streaming against Google Cloud)",
+    )
+    subscribe.add_argument("--json", action="store_true", help="one JSON object per line")
+    subscribe.set_defaults(func=cmd_subscribe)
+
+
 def _add_fifo_commands(commands: Any) -> None:
     fifo = commands.add_parser("fifo", help="operator actions on FIFO groups")
     fifo_commands = fifo.add_subparsers(dest="fifo_command", required=True, metavar="ACTION")
+    consumer_help = "whose group (default: $CONSUMER_ID or cli)"
     skip = fifo_commands.add_parser("skip", help="pass over GROUP's SEQ with a tombstone")
-    skip.add_argument("group")
-    skip.add_argument("seq", type=int)
-    skip.add_argument("--consumer-id")
+    skip.add_argument("group", help="the FIFO group")
+    skip.add_argument("seq", type=positive_int, help="the number to pass over")
+    skip.add_argument("--consumer-id", help=consumer_help)
     skip.set_defaults(func=cmd_fifo_skip)
     replay = fifo_commands.add_parser("replay", help="unblock GROUP and run its parked head again")
-    replay.add_argument("group")
-    replay.add_argument("--consumer-id")
+    replay.add_argument("group", help="the blocked FIFO group")
+    replay.add_argument("--consumer-id", help=consumer_help)
     replay.set_defaults(func=cmd_fifo_replay)
 
 
 def _add_dlq_commands(commands: Any) -> None:
     dlq = commands.add_parser("dlq", help="inspect and replay the dead-letter topic")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    dlq_list = dlq_commands.add_parser("list", help="reason, key, group, seq and age of each")
-    dlq_list.add_argument("--subscription", default="dead-letter-sub")
-    dlq_list.add_argument("--limit", type=int, default=1000)
+    subscription_help = "the dead-letter subscription (default: dead-letter-sub)"
+    dlq_list = dlq_commands.add_parser(
+        "list", help="reason, key, group, seq and age of each (consumes nothing)"
+    )
+    dlq_list.add_argument(
+        "--subscription", default="dead-letter-sub", metavar="NAME", help=subscription_help
+    )
+    dlq_list.add_argument(
+        "--limit",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="list at most N (default 1000)",
+    )
     dlq_list.set_defaults(func=cmd_dlq_list)
     dlq_replay = dlq_commands.add_parser(
         "replay", help="re-publish selected dead letters to origin (FIFO order, same dedup keys)"
     )
-    dlq_replay.add_argument("--subscription", default="dead-letter-sub")
     dlq_replay.add_argument(
-        "--topic", default="origin", help="where to re-publish (default origin)"
+        "--subscription", default="dead-letter-sub", metavar="NAME", help=subscription_help
+    )
+    dlq_replay.add_argument(
+        "--topic", default="origin", help="where to re-publish (default: origin)"
     )
     dlq_replay.add_argument("--reason", help="only those dead-lettered for this reason")
     dlq_replay.add_argument("--group", help="only this FIFO group")
-    dlq_replay.add_argument("--id", action="append", help="only these dead-letter message ids")
+    dlq_replay.add_argument(
+        "--id", action="append", metavar="ID", help="only this dead-letter message id; repeat"
+    )
     dlq_replay.add_argument("--all", action="store_true", help="every dead letter")
     dlq_replay.add_argument(
         "--consumer-id",
@@ -115,9 +223,28 @@ def _add_dlq_commands(commands: Any) -> None:
     dlq_replay.set_defaults(func=cmd_dlq_replay)
 
 
+def attach_dash_values(argv: Sequence[str]) -> list[str]:
+    """``--delay -5s`` -> ``--delay=-5s`` (see :data:`_DASH_VALUE_OPTIONS`)."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        following = args[i + 1] if i + 1 < len(args) else ""
+        if arg in _DASH_VALUE_OPTIONS and following[1:2].isdigit() and following[:1] == "-":
+            out.append(f"{arg}={following}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
-    words = list(sys.argv[1:] if argv is None else argv)
+    from google.api_core.exceptions import GoogleAPICallError, RetryError
+
+    words = attach_dash_values(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(words)
     if getattr(args, "func", None) is cmd_local:
@@ -129,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ToolkitError as exc:
         print(f"pubsub-toolkit: error: {exc}", file=sys.stderr)
+        return 2
+    except (GoogleAPICallError, RetryError) as exc:
+        # A refused or failed call (missing topic, emulator gone): say so, without a traceback.
+        message = " ".join(str(exc).split())
+        print(f"pubsub-toolkit: error: {args.command}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

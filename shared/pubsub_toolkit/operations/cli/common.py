@@ -6,24 +6,48 @@ import argparse
 import os
 import re
 import socket
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from pubsub_toolkit.attributes import parse_time
+from pubsub_toolkit.attributes import MAX_FIFO_GROUP_BYTES, parse_time
+from pubsub_toolkit.delay.scheduler import MAX_DELAY  # the limit ingress enforces
 from pubsub_toolkit.errors import ConfigurationError, ToolkitError
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(-?)\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# MAX_DELAY: how far ahead a delayed message may be due; ingress dead-letters a later one
+# (delay_too_long). Cloud Tasks itself schedules at most 30 days ahead; the relay re-schedules
+# (hops) a message due later, up to this limit.
 
 
 def duration(text: str) -> timedelta:
-    """Parse ``30s``, ``5m``, ``1.5h``, ``250ms`` or plain seconds."""
+    """Parse ``30s``, ``5m``, ``1.5h``, ``250ms``, ``3d`` or plain seconds (never negative)."""
     match = _DURATION.match(text)
     if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m, 1h")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m, 1h, 2d")
+    if match.group(1):
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: give 0 or more, e.g. 30s")
+    return timedelta(seconds=float(match.group(2)) * _UNITS[match.group(3)])
+
+
+def delay(text: str) -> timedelta:
+    """A ``--delay``: a duration of 0 up to :data:`MAX_DELAY`."""
+    match = _DURATION.match(text)
+    if match is not None and match.group(1):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a negative delay: a message cannot be due in the past; use 0s to "
+            "deliver at once, or a positive delay such as 30s"
+        )
+    value = duration(text)
+    if value > MAX_DELAY:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {MAX_DELAY.days} days: delayed delivery reaches at most "
+            f"{MAX_DELAY.days} days ahead (ingress would dead-letter it as delay_too_long)"
+        )
+    return value
 
 
 def timestamp(text: str) -> datetime:
+    """An RFC 3339 time with an offset."""
     try:
         return parse_time(text)
     except ValueError as exc:
@@ -32,7 +56,57 @@ def timestamp(text: str) -> datetime:
         ) from exc
 
 
+def due_time(text: str) -> datetime:
+    """A ``--deliver-at``: an RFC 3339 time at most :data:`MAX_DELAY` from now (checked
+    before anything is published, so it is refused here rather than dead-lettered later)."""
+    when = timestamp(text)
+    ahead = when - datetime.now(UTC)
+    if ahead > MAX_DELAY:
+        raise argparse.ArgumentTypeError(
+            f"{text} is {ahead.days} days ahead: delayed delivery reaches at most "
+            f"{MAX_DELAY.days} days ahead (Cloud Tasks schedules 30 days ahead and the relay "
+            f"re-schedules up to {MAX_DELAY.days}); ingress would dead-letter it as "
+            "delay_too_long"
+        )
+    return when
+
+
+def fifo_group(text: str) -> str:
+    """A ``--fifo-group``: a non-blank name within the ordering-key limit."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is empty: a FIFO group needs a name, e.g. --fifo-group order-42 "
+            "(leave the option out to publish outside any group)"
+        )
+    if len(text.encode()) > MAX_FIFO_GROUP_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"the group name is {len(text.encode())} bytes; at most {MAX_FIFO_GROUP_BYTES} "
+            "(it is the Pub/Sub ordering key)"
+        )
+    return text
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number of 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: give 0 or more")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number of 1 or more."""
+    value = non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not allowed here: give 1 or more")
+    return value
+
+
 def attribute(text: str) -> tuple[str, str]:
+    """A ``--attr K=V``."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not key=value")
@@ -56,6 +130,7 @@ def require_emulator_if_local() -> None:
 
 
 def full_topic(name: str) -> str:
+    """``projects/P/topics/NAME`` for a short ``name`` (P from GOOGLE_CLOUD_PROJECT)."""
     from pubsub_toolkit.config import topic_path
 
     project = os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip()
@@ -65,6 +140,7 @@ def full_topic(name: str) -> str:
 
 
 def full_subscription(name: str) -> str:
+    """``projects/P/subscriptions/NAME`` for a short ``name``."""
     if name.startswith("projects/"):
         return name
     project = os.environ.get("GOOGLE_CLOUD_PROJECT", "").strip()

@@ -13,14 +13,22 @@ HOST = "127.0.0.1"  # loopback only: the page has no authentication
 
 
 def add_dashboard_command(commands: Any) -> None:
+    """The `dashboard` command."""
     dashboard = commands.add_parser(
         "dashboard",
         help="serve a read-only status page on 127.0.0.1 (FIFO groups, dead letters, "
         "scheduled deliveries, dedup hit rate)",
     )
-    dashboard.add_argument("--port", type=int, default=8760, help="(default 8760)")
+    dashboard.add_argument(
+        "--port", type=int, default=8760, help="port on 127.0.0.1 (default 8760; 0: any free)"
+    )
     dashboard.add_argument("--consumer-id", help="whose FIFO groups (default: $CONSUMER_ID or cli)")
-    dashboard.add_argument("--dead-letter-subscription", default="dead-letter-sub")
+    dashboard.add_argument(
+        "--dead-letter-subscription",
+        default="dead-letter-sub",
+        metavar="NAME",
+        help="where dead letters are counted (default: dead-letter-sub)",
+    )
     dashboard.add_argument(
         "--refresh", type=int, default=2, metavar="SECONDS", help="page refresh (default 2)"
     )
@@ -28,6 +36,7 @@ def add_dashboard_command(commands: Any) -> None:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
+    """`dashboard`: serve the page until Ctrl-C."""
     from werkzeug.serving import make_server
 
     from pubsub_toolkit.clock import SYSTEM_CLOCK

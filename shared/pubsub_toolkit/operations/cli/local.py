@@ -34,7 +34,7 @@ def add_local_commands(commands: Any) -> None:
     demo.set_defaults(func=cmd_demo)
     local = commands.add_parser(
         "local",
-        help="run the pipeline locally in the background (up, env, status, down)",
+        help="run the pipeline locally in the background (up, env, status, restart, heal, down)",
         add_help=False,  # `local --help` is answered by the local package's own parser
     )
     local.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

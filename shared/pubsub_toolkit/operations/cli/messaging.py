@@ -8,8 +8,9 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
-from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.errors import ToolkitError, TransientError
 from pubsub_toolkit.operations.cli.common import (
     full_subscription,
     full_topic,
@@ -18,20 +19,22 @@ from pubsub_toolkit.operations.cli.common import (
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    """`publish`: one message through the Publisher (contract checked before publishing)."""
     from pubsub_toolkit.config import Settings
     from pubsub_toolkit.producer.publisher import Publisher
     from pubsub_toolkit.producer.sink import PubSubSink
 
+    data = sys.stdin.buffer.read() if args.data == "-" else args.data.encode()
     require_emulator_if_local()
     counter = None
-    if args.fifo_group:
+    if args.fifo_group is not None:
         from pubsub_toolkit.stores.factory import counter_from_settings
 
         counter = counter_from_settings(Settings.from_env())
     sink = PubSubSink()
     try:
         message_id = Publisher(sink, full_topic(args.topic), counter).publish(
-            args.data.encode(),
+            data,
             dict(args.attr),
             fifo_group=args.fifo_group,
             dedup_key=args.dedup_key,
@@ -46,7 +49,53 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+class MaxReachedError(TransientError):
+    """`subscribe --max N` has handled N: this message goes back (nack) for the next consumer."""
+
+
+class _Quota:
+    """Hands out at most ``limit`` turns (0: unlimited); thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.taken = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.limit and self.taken >= self.limit:
+                self.refused += 1
+                return False
+            self.taken += 1
+            return True
+
+
+def _subscriber(choice: str) -> Any:
+    """The client `subscribe` receives with: unary pull against the emulator (``auto``)."""
+    from pubsub_toolkit.emulator import subscriber_client
+
+    unary = choice == "unary" or (
+        choice == "auto" and bool(os.environ.get("PUBSUB_EMULATOR_HOST", "").strip())
+    )
+    if not unary:
+        return subscriber_client()
+    from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
+
+    return UnaryPullSubscriber(subscriber_client())
+
+
 def cmd_subscribe(args: argparse.Namespace) -> int:
+    """`subscribe`: the Consumer with dedup and the FIFO gate, printing what it handles.
+
+    ``--max N`` handles exactly N: the handler takes a turn from a quota before it prints; a
+    message that finds the quota spent raises :class:`MaxReachedError` (transient), so it is
+    nacked - released at once - and dedup releases its claim. Flow control holds at most N
+    messages, so little is pulled beyond what is handled. Duplicates are acked without being
+    handled and do not count. In a FIFO group, a number the gate had parked and would run
+    right after the N-th is left parked instead (with the gate's retry backoff), for the next
+    consumer's sweeper.
+    """
     from pubsub_toolkit.config import ConsumerSettings, Settings
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
@@ -57,14 +106,14 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     if args.consumer_id:
         env["CONSUMER_ID"] = args.consumer_id
     env.setdefault("CONSUMER_ID", "cli")
-    handled = 0
+    quota = _Quota(args.max)
     done = threading.Event()
-    lock = threading.Lock()
+    output = threading.Lock()
 
     def show(message: Message) -> None:
-        nonlocal handled
-        with lock:
-            handled += 1
+        if not quota.take():
+            raise MaxReachedError(f"--max {args.max} reached: released for the next consumer")
+        with output:
             if args.json:
                 record = {
                     "data": message.data.decode(errors="replace"),
@@ -75,13 +124,18 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
             else:
                 attrs = " ".join(f"{k}={v}" for k, v in sorted(message.attributes.items()))
                 print(f"{message.data.decode(errors='replace')}  [{attrs}]", flush=True)
-            if args.max and handled >= args.max:
-                done.set()
+        if args.max and quota.taken >= args.max:
+            done.set()
 
     processor = MessageProcessor.from_settings(
         Settings.from_env(env), ConsumerSettings.from_env(env), show
     )
-    consumer = Consumer(full_subscription(args.subscription), processor)
+    consumer = Consumer(
+        full_subscription(args.subscription),
+        processor,
+        max_outstanding=min(args.max, 1000) if args.max else 1000,
+        subscriber=_subscriber(args.pull),
+    )
     consumer.start()
     started = time.monotonic()
     try:
@@ -92,11 +146,11 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
             if args.timeout and time.monotonic() - started >= args.timeout.total_seconds():
                 break
             if args.max and not args.json:
-                print(f"... {handled}/{args.max} handled", file=sys.stderr, flush=True)
+                print(f"... {quota.taken}/{args.max} handled", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass
     finally:
         consumer.stop()
     if not args.json:
-        print(f"{handled} message(s) handled", file=sys.stderr)
+        print(f"{quota.taken} message(s) handled", file=sys.stderr)
     return 0

@@ -124,13 +124,12 @@ def dead_letter_subscription(args: argparse.Namespace) -> str:
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
-    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
     from pubsub_toolkit.clock import SYSTEM_CLOCK
     from pubsub_toolkit.dead_letters.listing import list_dead_letters
+    from pubsub_toolkit.emulator import subscriber_client
 
     require_emulator_if_local()
-    subscriber = pubsub_v1.SubscriberClient()
+    subscriber = subscriber_client()  # dead letters can be 10 MB
     try:
         letters = list_dead_letters(subscriber, dead_letter_subscription(args), limit=args.limit)
     finally:
@@ -160,9 +159,8 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
 
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
-    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
     from pubsub_toolkit.dead_letters.replay import replay
+    from pubsub_toolkit.emulator import subscriber_client
     from pubsub_toolkit.producer.sink import PubSubSink
 
     require_emulator_if_local()
@@ -178,7 +176,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         raise ToolkitError("choose what to replay: --reason, --group, --id, or --all")
     store = replay_store()
     passed = PassedNumbers(args.consumer_id)
-    subscriber, sink = pubsub_v1.SubscriberClient(), PubSubSink()
+    subscriber, sink = subscriber_client(), PubSubSink()
     try:
         replayed = replay(
             subscriber,

@@ -56,8 +56,7 @@ class LiveStatusSource:
         dead_letter_subscription: str = DEFAULT_DEAD_LETTER_SUBSCRIPTION,
     ) -> LiveStatusSource:
         """Clients for the pipeline ``env`` describes (default ``os.environ``)."""
-        from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
+        from pubsub_toolkit.emulator import subscriber_client
         from pubsub_toolkit.stores.factory import (
             counter_from_settings,
             fifo_store_from_settings,
@@ -81,7 +80,7 @@ class LiveStatusSource:
             consumer=consumer,
             fifo_store=fifo_store_from_settings(settings),
             counter=counter_from_settings(settings),
-            subscriber=pubsub_v1.SubscriberClient(),
+            subscriber=subscriber_client(),  # dead letters can be 10 MB
             dead_letter_subscription=subscription,
             stats=stats_store_from_settings(settings),
             tasks_client=tasks,
