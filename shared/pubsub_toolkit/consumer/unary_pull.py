@@ -28,7 +28,7 @@ pull for about 7 seconds, and a client-side deadline would cancel the call - the
 the emulator mishandles. Acks are sent one call per message (simple, and durable before the
 caller moves on); fine for local rates, not tuned for Google Cloud throughput.
 
-One module of ~350 lines, most of it docstrings: the message, the future, the pull session and
+One module of about 360 lines, most of it docstrings: the message, the future, the pull session and
 the subscriber share the session's lock and lease table and make sense only together.
 """
 
