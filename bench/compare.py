@@ -8,7 +8,10 @@ the same servers in the same run can be compared.
 
 What it does (``python -m bench.compare``; 8 rounds, about 11 minutes on the 2-core machine):
 
-* ``git worktree add`` the baseline commit (default ``3ebf939``) under /tmp, removed at the end.
+* ``git worktree add`` the baseline commit (default ``ea83caf``, the package layout of issue 12;
+  issue 11's figures were taken against ``3ebf939``, before it) under /tmp, removed at the end.
+  The measuring code is this tree's bench/, which imports the library by its current module
+  paths, so a baseline from before the layout (``9ca2199``) no longer loads.
 * Start one set of local servers (Pub/Sub and Firestore emulators, redis-server; loopback only)
   shared by every measurement.
 * Each round runs bench/dedup's measurements (claim + complete per backend, 1 and 8 threads;
@@ -52,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-BASELINE = "3ebf939"
+BASELINE = "ea83caf"
 WORKTREE = Path("/tmp/ptk-baseline")
 OUTPUT_NAME = "compare_dedup_fifo"
 TOLERANCE = 0.05
