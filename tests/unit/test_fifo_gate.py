@@ -574,3 +574,20 @@ def test_an_in_order_message_costs_one_state_read_and_two_writes(
     assert gate.deliver(msg("g", 11), "g", 11).outcome is GateOutcome.PROCESSED
     state = store.load("consumer-a", "g")
     assert (state.last_processed, state.parked) == (11, (13,))
+
+
+def test_a_renumbered_copy_of_a_poison_message_is_filled_not_run(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    # The producer retried a publish; the counter numbered the retry #2. #1 failed for good and
+    # was dead-lettered (poison, skipped): its copy at #2 must not run after its own dead letter.
+    def keyed(seq: int) -> Message:
+        attributes = {"fifo_group": "g", "fifo_seq": str(seq), "dedup_key": "order-7"}
+        return Message(b"order-7", attributes, message_id=f"m{seq}")
+
+    handler.failing.add(("g", 1))
+    gate = make_gate(handler, clock, sink, max_attempts=1)
+    assert gate.deliver(keyed(1), "g", 1).outcome is GateOutcome.DEAD_LETTERED
+    assert gate.deliver(keyed(2), "g", 2).outcome is GateOutcome.FILLED
+    assert handler.seen["g"] == []  # no effect: the message's one outcome is its dead letter
+    assert len(sink.on(DLQ)) == 1

@@ -399,7 +399,7 @@ class FifoGate:
                 self._store.unpark(self.consumer, group, seq)
                 if attr.is_filler(message) or ran_before is not None:
                     why = message.attributes.get(attr.FIFO_FILLER) or (
-                        f"the same dedup key already ran at #{ran_before}"
+                        f"the same dedup key had its turn at #{ran_before}"
                     )
                     self._decision("filled", group, seq, f"no new message at this number ({why})")
                 else:

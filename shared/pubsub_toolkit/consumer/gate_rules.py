@@ -24,7 +24,12 @@ from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import GroupState, key_digest, merge_ranges
+from pubsub_toolkit.stores.fifo_state.base import (
+    POISON_MARK,
+    GroupState,
+    key_digest,
+    merge_ranges,
+)
 
 REASON_POISON = "fifo_poison"
 REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
@@ -102,7 +107,9 @@ def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
 
     A copy renumbered by the producer's retry (or re-routed by ingress after a crash) must not
     run twice: the lowest number holding the key is its place in the order, later ones are
-    fillers. Fillers themselves never count.
+    fillers. That place counts also when the message was dead-lettered there as poison (its
+    digest carries POISON_MARK): a renumbered copy must not run after its own dead letter.
+    Fillers themselves never count.
     """
     key = message_key(message)
     if attr.is_filler(message) or not key:  # no identity to compare (a hand-made test message)
@@ -110,7 +117,8 @@ def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
     digest = key_digest(key)
     last = state.last_processed
     # A filler's digest carries FILLER_MARK, so it never equals a plain one: no message ran there.
-    return next((s for s, d in state.keys if d == digest and s < seq and s <= last), None)
+    taken = (digest, POISON_MARK + digest)
+    return next((s for s, d in state.keys if d in taken and s < seq and s <= last), None)
 
 
 # --- transitions ----------------------------------------------------------------------------
