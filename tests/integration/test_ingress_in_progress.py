@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 import functions_framework
 import pytest
 
-from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
+from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.ingress.pipeline import INGRESS_NAMESPACE
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.factory import dedup_store_from_settings
@@ -42,7 +42,7 @@ def test_a_claim_in_progress_elsewhere_is_one_info_line_and_a_503(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     data, attributes = b"hello", {"dedup_key": f"busy-{project_id}"}
-    envelope = attr.parse_envelope(Message(data, attributes, message_id="7"), now=datetime.now(UTC))
+    envelope = parse_envelope(Message(data, attributes, message_id="7"), now=datetime.now(UTC))
     # Another ingress instance is half-way through this key: its claim is live.
     store = dedup_store_from_settings(Settings.from_env(env))
     store.claim(
