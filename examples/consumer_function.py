@@ -1,9 +1,10 @@
 """A consumer Cloud Function built on the library, and a run that serves it locally.
 
 What it shows: the serverless consumer (like the repository's ``functions/consumer`` template).
-A Pub/Sub push (Eventarc in production) reaches ``consume`` as a CloudEvent; the toolkit's
-:class:`pubsub_toolkit.MessageProcessor` deduplicates plain messages by ``dedup_key`` and runs
-each FIFO group in ``fifo_seq`` order through the gate, then calls :func:`handle`. A serverless
+A Pub/Sub push subscription reaches ``consume``, an HTTP function reading the raw push body;
+the toolkit's :class:`pubsub_toolkit.MessageProcessor` deduplicates plain messages by
+``dedup_key`` and runs each FIFO group in ``fifo_seq`` order through the gate, then calls
+:func:`handle`. A serverless
 consumer cannot retry between events, so ``sweep`` - an HTTP function that Cloud Scheduler
 calls every minute - runs the parked and backed-off messages.
 
@@ -12,7 +13,7 @@ This file is two things:
 * **the function source**, served as Cloud Functions would run it::
 
       functions-framework --source=examples/consumer_function.py --target=consume \\
-          --signature-type=cloudevent            # and --target=sweep --signature-type=http
+          --signature-type=http                  # and --target=sweep
 
   with the toolkit's settings in the environment (``GOOGLE_CLOUD_PROJECT``, ``FINAL_TOPIC``,
   ``DEAD_LETTER_TOPIC``, ``CONSUMER_ID``, ``STORE_BACKEND`` and ``REDIS_URL``...) and
@@ -67,12 +68,11 @@ from pathlib import Path
 from typing import Any
 
 import functions_framework
-from cloudevents.http import CloudEvent
 from flask import Request
 from google.api_core import exceptions as gexc
 
 from pubsub_toolkit import ConsumerSettings, Message, MessageProcessor, Settings
-from pubsub_toolkit.cloudevent import message_from_event_data
+from pubsub_toolkit.cloudevent import message_from_push_body
 from pubsub_toolkit.errors import PermanentError
 
 logger = logging.getLogger("consumer_function")
@@ -129,18 +129,21 @@ def _get_processor() -> MessageProcessor:
         return _processor
 
 
-@functions_framework.cloud_event
-def consume(cloud_event: CloudEvent) -> None:
-    """The Pub/Sub trigger: returning acks; raising makes Pub/Sub deliver again."""
+@functions_framework.http
+def consume(request: Request) -> tuple[str, int]:
+    """The push subscription's endpoint: a 2xx answer acks; raising (answered 500) makes
+    Pub/Sub deliver again."""
     processor = _get_processor()
+    body = request.get_data()
     try:
-        message = message_from_event_data(cloud_event.data)
+        message = message_from_push_body(body)
     except PermanentError as exc:
-        # Not a Pub/Sub message: dead-letter the raw event with the reason, then ack.
-        processor.reject(Message(json.dumps(cloud_event.data, default=str).encode()), exc)
-        return
+        # Not a Pub/Sub message: dead-letter the body as it came, with the reason, then ack.
+        processor.reject(Message(body), exc)
+        return exc.reason, 200
     outcome = processor.process(message)
     _record({"delivery": message.message_id, "outcome": outcome})
+    return outcome, 200
 
 
 @functions_framework.http
@@ -332,7 +335,7 @@ def run(store: str, timeout: float) -> bool:
     sink = PubSubSink()
     try:
         with (
-            serve("consume", "cloudevent", env, work / "consume.log") as consume_port,
+            serve("consume", "http", env, work / "consume.log") as consume_port,
             serve("sweep", "http", env, work / "sweep.log") as sweep_port,
         ):
             # functions-framework builds the CloudEvent's source from a /projects/P/topics/T path.

@@ -1,26 +1,30 @@
 """Cloud Function (2nd gen) template `consumer`: final topic -> dedup + FIFO gate -> your handler.
 
 Set ``HANDLER=module:function`` (the module ships in this folder, like ``example_handler.py``)
-and ``CONSUMER_ID``; the rest of the configuration is the README's. Two entry points:
+and ``CONSUMER_ID``; the rest of the configuration is the README's. One HTTP entry point,
+``consumer``, serves two callers:
 
-* ``consumer`` - the Pub/Sub trigger on the final topic. Returning acks; raising (a transient
-  failure, a handler error below the poison limit) makes Pub/Sub deliver again.
-* ``sweep`` - an HTTP function for Cloud Scheduler (e.g. every minute): runs parked heads and
-  acts on gap timeouts, which a serverless consumer cannot do between events.
+* the push subscription on the final topic (OIDC-authenticated, our dead-letter and retry
+  policies, message ordering on), at any path but ``/sweep``: the raw push body is decoded
+  here, so message id, publish time, attributes and ordering key are Pub/Sub's. A 2xx answer
+  acks; an exception (a transient failure, a handler error below the poison limit) is
+  answered 500 and Pub/Sub delivers it again;
+* Cloud Scheduler, at ``/sweep`` (every minute by default): runs parked heads and acts on gap
+  timeouts of every group, which a serverless consumer cannot do between messages.
+
+(``sweep`` is still an entry point of its own, for deployments that scheduled it separately.)
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import threading
 
 import functions_framework
-from cloudevents.http import CloudEvent
 from flask import Request
 
-from pubsub_toolkit.cloudevent import message_from_event_data
+from pubsub_toolkit.cloudevent import message_from_push_body
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import Handler, MessageProcessor
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
@@ -61,23 +65,25 @@ def _get_processor() -> MessageProcessor:
         return _processor
 
 
-@functions_framework.cloud_event
-def consumer(cloud_event: CloudEvent) -> None:
-    """Entry point for the Pub/Sub trigger on the final topic."""
+@functions_framework.http
+def consumer(request: Request) -> tuple[str, int] | dict[str, object]:
+    """Entry point for the push subscription on the final topic, and ``/sweep``."""
+    if request.path.rstrip("/").endswith("/sweep"):
+        return sweep(request)
     processor = _get_processor()
+    body = request.get_data()
     try:
-        message = message_from_event_data(cloud_event.data)
+        message = message_from_push_body(body)
     except PermanentError as exc:
-        # Not a Pub/Sub message: dead-letter the raw event with the reason, then ack.
-        raw = json.dumps(cloud_event.data, default=str).encode()
-        processor.reject(Message(raw), exc)
-        return
-    processor.process(message)
+        # Not a Pub/Sub message: dead-letter the body as it came, with the reason, then ack.
+        processor.reject(Message(body), exc)
+        return exc.reason, 200
+    return processor.process(message), 200
 
 
 @functions_framework.http
 def sweep(request: Request) -> dict[str, object]:
-    """Entry point for Cloud Scheduler: the gate's periodic work for every group."""
+    """Cloud Scheduler's target: the gate's periodic work for every group."""
     gate = _get_processor().gate
     outcomes = {group: gate.sweep(group).outcome.value for group in gate.groups()}
     return {"swept": len(outcomes), "outcomes": outcomes}

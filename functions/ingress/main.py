@@ -1,9 +1,14 @@
 """Cloud Function (2nd gen) `ingress`: origin topic -> validate, dedup, route -> final topic.
 
-A thin adapter: all logic lives in pubsub_toolkit.ingress. Configuration comes from the
-environment (see the README) and is read on the first event, not at import time, so a missing
-variable is reported as a clear error in the logs instead of a failed deployment health check.
-Returning normally acks the event; raising (a transient failure) makes Pub/Sub deliver it again.
+A thin HTTP adapter over pubsub_toolkit.ingress, behind the push subscription on the origin
+topic that the deployment owns (OIDC-authenticated, with our dead-letter and retry policies).
+It reads the raw push body itself - so the message id, publish time, attributes and ordering
+key arrive as Pub/Sub sent them - and also accepts the CloudEvent an Eventarc trigger sends.
+
+Configuration comes from the environment (see the README) and is read on the first request,
+not at import time, so a missing variable is reported as a clear error in the logs instead of
+a failed deployment health check. A 2xx answer acks the message; an exception (a transient
+failure) is answered 500, and Pub/Sub delivers it again after the subscription's backoff.
 A delivery whose dedup key another instance is processing right now (an expected race between
 redeliveries) is answered 503 instead, leaving the dedup decision ``in_progress`` (INFO, with
 the key and message id) as its one log line: Flask logs every raised exception as an ERROR
@@ -17,7 +22,6 @@ import threading
 
 import flask
 import functions_framework
-from cloudevents.http import CloudEvent
 
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.errors import ClaimInProgressError
@@ -32,7 +36,7 @@ _ingress: Ingress | None = None
 
 
 def _get_ingress() -> Ingress:
-    # Clients are created once per instance and reused across events.
+    # Clients are created once per instance and reused across requests.
     global _ingress
     with _lock:
         if _ingress is None:
@@ -48,14 +52,15 @@ def _get_ingress() -> Ingress:
         return _ingress
 
 
-@functions_framework.cloud_event
-def ingress(cloud_event: CloudEvent) -> None:
-    """Entry point for the Pub/Sub trigger on the origin topic."""
+@functions_framework.http
+def ingress(request: flask.Request) -> tuple[str, int]:
+    """Entry point for the push subscription on the origin topic."""
     try:
-        _get_ingress().handle_event_data(cloud_event.data)
+        result = _get_ingress().handle_push_body(request.get_data())
     except ClaimInProgressError as exc:
         # Not a failure: the other holder finishes it, and this copy comes back as a duplicate.
         # The dedup decision log has said so at INFO already; any non-2xx makes Pub/Sub
-        # redeliver, and an HTTPException is answered without Flask's ERROR traceback.
+        # redeliver.
         _logger.debug("answering 503: %s", exc)
-        flask.abort(503, description="being processed elsewhere; deliver again later")
+        return "being processed elsewhere; deliver again later", 503
+    return result.outcome.value, 200

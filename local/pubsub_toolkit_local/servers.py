@@ -26,7 +26,8 @@ def tcp_open(port: int) -> Callable[[], bool]:
 def cloud_function(
     name: str, *, source: Path, target: str, port: int, env: Mapping[str, str]
 ) -> ServiceSpec:
-    """A CloudEvent function served by functions-framework, as Cloud Functions would run it."""
+    """An HTTP function served by functions-framework, as Cloud Functions runs it behind a push
+    subscription."""
     functions_framework = Path(sys.executable).with_name("functions-framework")
     return ServiceSpec(
         name=name,
@@ -34,7 +35,7 @@ def cloud_function(
             str(functions_framework),
             f"--source={source}",
             f"--target={target}",
-            "--signature-type=cloudevent",
+            "--signature-type=http",
             f"--host={LOOPBACK}",
             f"--port={port}",
         ),

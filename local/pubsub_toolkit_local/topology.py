@@ -56,7 +56,7 @@ def create_topology(project: str, *, ingress_url: str | None = None) -> Topology
                 name=name, topic=topic, ack_deadline_seconds=60, timeout=10
             )
         if ingress_url is not None:
-            # functions-framework derives the CloudEvent source from a /projects/P/topics/T path.
+            # The path names the topic in access logs; the function reads only the body.
             endpoint = f"{ingress_url.rstrip('/')}/projects/{project}/topics/origin"
             subscriber.create_subscription(
                 name=topo.ingress_push_sub,

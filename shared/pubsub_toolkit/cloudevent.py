@@ -1,9 +1,21 @@
-"""Decoding the Pub/Sub CloudEvent that Eventarc (or functions-framework, from a push) delivers."""
+"""Decoding a Pub/Sub push delivery into a Message, however it is framed.
+
+The deployed functions are HTTP functions behind a push subscription we own (its dead-letter
+and retry policies are ours; see the README's Deploying section). Their request body is the
+raw push JSON ``{"message": {...}, "subscription": ...}``. The same decoder also reads the
+CloudEvents Eventarc sends for a Pub/Sub trigger: in binary mode the body is that same JSON
+(the ``ce-*`` headers carry the rest), in structured mode it sits under ``data``.
+
+We decode the body ourselves rather than let functions-framework convert a raw push into a
+CloudEvent: its conversion drops ``orderingKey`` and refuses (HTTP 400, redelivered until the
+dead-letter policy) a message without ``data``.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,3 +54,18 @@ def message_from_event_data(data: Any) -> Message:
         publish_time=publish_time,
         ordering_key=str(raw.get("orderingKey") or raw.get("ordering_key") or ""),
     )
+
+
+def message_from_push_body(body: bytes) -> Message:
+    """The Message of one push request's body: a raw push, or a structured CloudEvent.
+
+    Raises PermanentError(``malformed_event``) when the body is not JSON or holds no Pub/Sub
+    message; the caller dead-letters the body as it came.
+    """
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PermanentError(REASON_MALFORMED_EVENT, f"request body is not JSON: {exc}") from exc
+    if isinstance(document, Mapping) and "specversion" in document:
+        document = document.get("data")  # a structured-mode CloudEvent wraps the push body
+    return message_from_event_data(document)

@@ -80,7 +80,7 @@ def probe_function(target: str) -> dict[str, object]:
     # What the Python runtime does: functions-framework loads main.py and the --target function
     # and checks it was registered as a CloudEvent function.
     app = functions_framework.create_app(
-        target=target, source=str(BUNDLE / "main.py"), signature_type="cloudevent"
+        target=target, source=str(BUNDLE / "main.py"), signature_type="http"
     )
     main = sys.modules["main"]
     assert in_bundle(main), main.__file__

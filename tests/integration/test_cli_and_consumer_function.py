@@ -97,7 +97,7 @@ def test_consumer_function_template(
     app = functions_framework.create_app(
         target="consumer",
         source=str(repo_root() / "functions/consumer/main.py"),
-        signature_type="cloudevent",
+        signature_type="http",
     )
     client = app.test_client()
 

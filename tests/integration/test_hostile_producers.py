@@ -118,7 +118,7 @@ def pipeline(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     ingress = functions_framework.create_app(
-        target="ingress", source=str(INGRESS_SOURCE), signature_type="cloudevent"
+        target="ingress", source=str(INGRESS_SOURCE), signature_type="http"
     )
     store = FirestoreDedupStore(firestore.Client(project=project_id), collection=collection)
     sink = PubSubSink()

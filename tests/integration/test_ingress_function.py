@@ -69,7 +69,7 @@ def test_function_via_test_client(
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("DEDUP_COLLECTION", f"dedup-{backend}")
     app = functions_framework.create_app(
-        target="ingress", source=str(INGRESS_SOURCE), signature_type="cloudevent"
+        target="ingress", source=str(INGRESS_SOURCE), signature_type="http"
     )
     client = app.test_client()
     key = f"order-{backend}"

@@ -56,7 +56,7 @@ def test_a_claim_in_progress_elsewhere_is_one_info_line_and_a_503(
     app = functions_framework.create_app(
         target="ingress",
         source=str(repo_root() / "functions/ingress/main.py"),
-        signature_type="cloudevent",
+        signature_type="http",
     )
     # The function logs through the toolkit's logger, which does not propagate to the root.
     toolkit = logging.getLogger("pubsub_toolkit")

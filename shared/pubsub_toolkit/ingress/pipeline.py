@@ -46,7 +46,7 @@ from typing import Any
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.cloudevent import message_from_event_data
+from pubsub_toolkit.cloudevent import message_from_event_data, message_from_push_body
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, is_minted
 from pubsub_toolkit.dead_letters.send import DeadLetterer
@@ -136,6 +136,16 @@ class Ingress:
             self.metrics.increment(DELIVERIES)  # counted here: it never reaches handle()
             raw = json.dumps(data, default=str).encode()
             return self._reject(Message(raw), exc)
+        return self.handle(message)
+
+    def handle_push_body(self, body: bytes) -> IngressResult:
+        """Handle one push request's body; one that holds no Pub/Sub message is dead-lettered
+        as it came, with the reason."""
+        try:
+            message = message_from_push_body(body)
+        except PermanentError as exc:
+            self.metrics.increment(DELIVERIES)  # counted here: it never reaches handle()
+            return self._reject(Message(body), exc)
         return self.handle(message)
 
     def handle(self, message: Message) -> IngressResult:
