@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -81,6 +82,10 @@ class Settings:
     # One backend for every store: dedup records, FIFO state, sequence counters, stats.
     store_backend: StoreBackend = "firestore"
     redis_url: str | None = None
+    # Deployed parts keep the URL (it carries the AUTH string) and the server CA in Secret
+    # Manager: version names, read once when the first Redis client is made (stores/factory).
+    redis_url_secret: str | None = None
+    redis_ca_cert_secret: str | None = None
     dedup_ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
     dedup_lease: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
     dedup_collection: str = "pubsub_toolkit_dedup"
@@ -97,8 +102,14 @@ class Settings:
         project = _required(env, "GOOGLE_CLOUD_PROJECT")
         name, backend = store_backend_from_env(env)
         redis_url = env.get("REDIS_URL") or None
-        if backend == "redis" and redis_url is None:
-            raise ConfigurationError(f"REDIS_URL is required when {name}=redis")
+        url_secret = _secret_version(env, "REDIS_URL_SECRET")
+        ca_secret = _secret_version(env, "REDIS_CA_CERT_SECRET")
+        if redis_url and url_secret:
+            raise ConfigurationError("set REDIS_URL or REDIS_URL_SECRET, not both")
+        if backend == "redis" and redis_url is None and url_secret is None:
+            raise ConfigurationError(
+                f"REDIS_URL (or REDIS_URL_SECRET) is required when {name}=redis"
+            )
         lease = _seconds(env, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
         publish_timeout = _seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30)
         if lease < 2 * publish_timeout:
@@ -114,6 +125,8 @@ class Settings:
             dead_letter_topic=topic_path(project, _required(env, "DEAD_LETTER_TOPIC")),
             store_backend=backend,
             redis_url=redis_url,
+            redis_url_secret=url_secret,
+            redis_ca_cert_secret=ca_secret,
             dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", DEFAULT_TTL_SECONDS),
             dedup_lease=lease,
             dedup_collection=env.get("DEDUP_COLLECTION", "pubsub_toolkit_dedup"),
@@ -124,6 +137,23 @@ class Settings:
             if env.get("STATS_FLUSH_SECONDS", "").strip() == "0"
             else _seconds(env, "STATS_FLUSH_SECONDS", 5),
         )
+
+
+_SECRET_VERSION = re.compile(r"projects/[^/]+/secrets/[^/]+(/versions/[^/]+)?")
+
+
+def _secret_version(env: Mapping[str, str], name: str) -> str | None:
+    """A Secret Manager version name from ``env[name]`` (``projects/P/secrets/S`` means its
+    latest version), or None when unset; a malformed one is a ConfigurationError."""
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    if not _SECRET_VERSION.fullmatch(value):
+        raise ConfigurationError(
+            f"{name}={value!r} is not a Secret Manager secret "
+            "(projects/PROJECT/secrets/NAME[/versions/VERSION])"
+        )
+    return value if "/versions/" in value else f"{value}/versions/latest"
 
 
 def store_backend_from_env(env: Mapping[str, str]) -> tuple[str, StoreBackend]:

@@ -24,7 +24,6 @@ from typing import Any
 import functions_framework
 import pytest
 from flask.testing import FlaskClient
-from google.cloud import pubsub_v1
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit_local.topology import Topology, create_topology, drain

@@ -16,7 +16,14 @@ import textwrap
 
 # Top-level names of what the extras bring (and the local stack's own distribution). requests
 # is in [relay] too, but google-api-core (a core dependency) always brings it.
-OPTIONAL = ("flask", "functions_framework", "jwt", "redis", "google.cloud.tasks")
+OPTIONAL = (
+    "flask",
+    "functions_framework",
+    "jwt",
+    "redis",
+    "google.cloud.tasks",
+    "google.cloud.secretmanager",
+)
 LOCAL = "pubsub_toolkit_local"
 
 BLOCKER = textwrap.dedent(
@@ -123,12 +130,14 @@ def test_using_an_optional_part_names_its_extra() -> None:
         attempt("dashboard", lambda: create_app(lambda: None))
         from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
         attempt("redis", lambda: RedisDedupStore.from_url("redis://127.0.0.1:9/0"))
+        from pubsub_toolkit._secrets import read_secret_manager
+        attempt("secrets", lambda: read_secret_manager("projects/p/secrets/s/versions/1"))
         print(json.dumps(said))
         """
     )
     assert run.returncode == 0, run.stderr[-3000:]
     said = json.loads(run.stdout.strip().splitlines()[-1])
-    for extra in ("tasks", "dashboard", "redis"):
+    for extra in ("tasks", "dashboard", "redis", "secrets"):
         assert f"pip install 'pubsub-toolkit[{extra}]'" in said.get(extra, ""), said
 
 

@@ -29,7 +29,10 @@ def test_missing_variable_is_named(missing: str) -> None:
 
 @pytest.mark.parametrize("variable", ["STORE_BACKEND", "DEDUP_BACKEND"])
 def test_redis_backend_needs_redis_url(variable: str) -> None:
-    with pytest.raises(ConfigurationError, match=f"REDIS_URL is required when {variable}=redis"):
+    with pytest.raises(
+        ConfigurationError,
+        match=f"REDIS_URL \\(or REDIS_URL_SECRET\\) is required when {variable}=redis",
+    ):
         Settings.from_env({**BASE, variable: "redis"})
     s = Settings.from_env({**BASE, variable: "redis", "REDIS_URL": "redis://h:1/0"})
     assert (s.store_backend, s.redis_url) == ("redis", "redis://h:1/0")
