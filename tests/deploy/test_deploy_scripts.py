@@ -176,10 +176,23 @@ def test_publisher_bindings_are_per_topic_as_in_iam_tf(gcloud_dry_run: tuple) ->
 
 APIS = {
     f"{api}.googleapis.com"
-    for api in (
-        "artifactregistry cloudbuild cloudfunctions cloudresourcemanager firestore iam logging"
-        " monitoring pubsub run serviceusage storage cloudtasks appengine cloudscheduler"
-    ).split()
+    for api in [
+        "artifactregistry",
+        "cloudbuild",
+        "cloudfunctions",
+        "cloudresourcemanager",
+        "firestore",
+        "iam",
+        "logging",
+        "monitoring",
+        "pubsub",
+        "run",
+        "serviceusage",
+        "storage",
+        "cloudtasks",
+        "appengine",
+        "cloudscheduler",
+    ]
 }
 
 
