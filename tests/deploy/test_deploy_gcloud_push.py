@@ -627,3 +627,22 @@ def test_dry_run_prints_the_wait_and_the_retry_and_runs_neither() -> None:
         "0",
     ]
     assert "slept" not in result.stderr and "call" not in result.stderr
+
+
+def test_the_update_branches_parse_too(full: DryRun, tmp_path: Path) -> None:
+    """A re-run updates the push subscriptions and the job with the create's flags (the script
+    shares one flag list): those commands, topic and ordering left out, parse as well."""
+    updates = []
+    for c in gcloud(full.cmds, "pubsub", "subscriptions", "create"):
+        if flag(c, "push-endpoint"):
+            updates.append(
+                [
+                    a if a != "create" else "update"
+                    for a in c
+                    if not a.startswith(("--topic=", "--enable-message-ordering"))
+                ]
+            )
+    (job,) = gcloud(full.cmds, "scheduler", "jobs", "create", "http")
+    updates.append([a if a != "create" else "update" for a in job])
+    assert len(updates) == 3
+    assert_gcloud_parses(updates, tmp_path)
