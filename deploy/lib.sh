@@ -3,9 +3,13 @@
 #
 # DRY_RUN=1 (or --dry-run) prints every command that would change or query the cloud, prefixed
 # with "+ ", and runs none of them; local steps (building bundles, rendering files) still run so
-# their output can be checked. Output is shell-quoted: a printed line can be pasted as is.
+# their output can be checked. Output is shell-quoted: a printed line can be pasted as is (lines
+# starting with `retry` or `wait_until` name the helpers below: source this file first).
 
 DRY_RUN="${DRY_RUN:-0}"
+# fd 3 is the script's stdout, also inside $(...): value() prints its query there, so the printed
+# plan shows each read in the order it happens.
+exec 3>&1
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
@@ -37,7 +41,7 @@ exists() {
 value() {
   local placeholder="$1"; shift
   if [[ "$DRY_RUN" == 1 ]]; then
-    { printf '+'; printf ' %q' "$@"; printf '\n'; } >&2
+    { printf '+'; printf ' %q' "$@"; printf '\n'; } >&3
     echo "$placeholder"
   else
     "$@"
@@ -65,23 +69,34 @@ check_gcloud_auth() {
     die "no active gcloud account: run 'gcloud auth login' (and 'gcloud auth application-default login' for terraform)"
 }
 
-# eventarc_dead_letter FUNCTION REGION PROJECT DEAD_LETTER_TOPIC MAX_ATTEMPTS PUBSUB_AGENT
-#
-# A 2nd-gen function's Pub/Sub trigger is an Eventarc trigger whose push subscription Eventarc
-# creates and owns; neither the Functions nor the Eventarc API can give it a dead-letter policy,
-# so a message that fails transiently forever would be retried for the whole retention period.
-# Pub/Sub does let us update that subscription directly. Its service agent must also be allowed
-# to ack on it (subscriber) to forward dead letters. Re-run after every deploy that recreates the
-# trigger (a new trigger gets a new subscription).
-eventarc_dead_letter() {
-  local function="$1" region="$2" project="$3" topic="$4" attempts="$5" agent="$6" trigger sub
-  trigger=$(value "<trigger-of-$function>" gcloud functions describe "$function" --gen2 \
-    --region="$region" --project="$project" --format='value(eventTrigger.trigger)')
-  sub=$(value "<subscription-of-$function>" gcloud eventarc triggers describe "$trigger" \
-    --location="$region" --project="$project" --format='value(transport.pubsub.subscription)')
-  [[ -n "$sub" ]] || die "no Pub/Sub subscription found behind the trigger of $function"
-  run gcloud pubsub subscriptions update "$sub" --project="$project" \
-    --dead-letter-topic="$topic" --max-delivery-attempts="$attempts"
-  run gcloud pubsub subscriptions add-iam-policy-binding "$sub" --project="$project" \
-    --member="$agent" --role=roles/pubsub.subscriber
+# retry TRIES SECONDS CMD...: print, then run CMD up to TRIES times, SECONDS apart, until it
+# succeeds (dry-run: print only). For calls that IAM's eventual consistency can fail for a
+# while: a binding naming a service account or service agent created a moment ago ("does not
+# exist"). Gives up with the command's last error.
+retry() {
+  local tries="$1" seconds="$2" attempt; shift 2
+  printf '+ retry %q %q' "$tries" "$seconds"; printf ' %q' "$@"; printf '\n'
+  [[ "$DRY_RUN" != 1 ]] || return 0
+  for ((attempt = 1; ; attempt++)); do
+    "$@" && return 0
+    ((attempt < tries)) || die "gave up after $tries attempts: $*"
+    echo "  (attempt $attempt/$tries failed; retrying in ${seconds}s)" >&2
+    sleep "$seconds"
+  done
+}
+
+# wait_until DESCRIPTION TRIES SECONDS CMD...: wait, at most TRIES x SECONDS, until CMD succeeds
+# (its output is discarded); dies naming DESCRIPTION when it never does. Google documents these
+# delays (e.g. a new service account: "you might need to wait for 60 seconds or more"). Dry-run
+# prints the wait and does not sleep.
+wait_until() {
+  local what="$1" tries="$2" seconds="$3" attempt; shift 3
+  printf '+ wait_until %q %q %q' "$what" "$tries" "$seconds"; printf ' %q' "$@"; printf '\n'
+  [[ "$DRY_RUN" != 1 ]] || return 0
+  for ((attempt = 1; ; attempt++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    ((attempt < tries)) || die "gave up waiting for $what after $tries x ${seconds}s"
+    echo "  (waiting for $what: $attempt/$tries)" >&2
+    sleep "$seconds"
+  done
 }

@@ -1,7 +1,6 @@
 # The deploy root `make deploy` (scripts/deploy-terraform) applies: the module in ../../terraform
 # with the bundles from ../../build, configured by deploy/terraform.tfvars (see the .example).
-# State stays local (terraform.tfstate here) unless you add a backend block: for a team, use a
-# GCS backend (`terraform { backend "gcs" { bucket = "..." } }`) in a file next to this one.
+# State lives in GCS (versions.tf: backend "gcs", configured by backend.hcl - see the .example).
 
 module "pubsub_toolkit" {
   source = "../../terraform"
@@ -19,6 +18,14 @@ module "pubsub_toolkit" {
   cloud_run_relay       = merge(var.cloud_run_relay, var.relay_image == null ? {} : { image = var.relay_image })
   consumer              = var.consumer
   notification_channels = var.notification_channels
+  alert_email           = var.alert_email
   labels                = var.labels
-  build_dir             = coalesce(var.build_dir, "${path.module}/../../build")
+  # Several deployments per project: every name prefixed (service accounts: ptk-<prefix>...).
+  name_prefix            = var.name_prefix
+  service_account_prefix = var.service_account_prefix
+  # Redis (Memorystore): the URL and CA come from Secret Manager, over a VPC network attachment.
+  dedup_backend = var.dedup_backend
+  redis         = var.redis
+  network       = var.network
+  build_dir     = coalesce(var.build_dir, "${path.module}/../../build")
 }

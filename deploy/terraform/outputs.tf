@@ -1,4 +1,4 @@
-# What scripts/deploy-terraform reads after apply, and what producers and consumers need.
+# What producers and consumers need after apply.
 
 output "project_id" {
   description = "The project deployed into."
@@ -6,7 +6,7 @@ output "project_id" {
 }
 
 output "region" {
-  description = "Region of the functions and their Eventarc triggers."
+  description = "Region of the functions, the queue and the scheduler job."
   value       = var.region
 }
 
@@ -21,16 +21,11 @@ output "subscriptions" {
 }
 
 output "functions" {
-  description = "Deployed functions with their Eventarc triggers."
+  description = "Deployed functions (HTTP, each behind a push subscription the module owns)."
   value       = module.pubsub_toolkit.functions
 }
 
 output "relay_url" {
   description = "The relay's URL (OIDC audience of the tasks)."
   value       = module.pubsub_toolkit.relay_url
-}
-
-output "eventarc_max_delivery_attempts" {
-  description = "Dead-letter attempts for the Eventarc subscriptions (set by scripts/deploy-terraform)."
-  value       = var.eventarc_max_delivery_attempts
 }

@@ -74,34 +74,78 @@ variable "relay_image" {
 
 variable "consumer" {
   type = object({
-    consumer_id = string
-    handler     = string
+    consumer_id    = string
+    handler        = string
+    sweep_schedule = optional(string)
   })
-  description = "Deploy functions/consumer on the final topic with this CONSUMER_ID and HANDLER (module:function); null: not deployed."
+  description = "Deploy functions/consumer behind a push subscription on the final topic with this CONSUMER_ID and HANDLER (module:function); null: not deployed. sweep_schedule: cron of the Cloud Scheduler job calling its /sweep (unset: the module's default, every minute; \"\": no job)."
   default     = null
 }
 
 variable "notification_channels" {
   type        = list(string)
-  description = "Monitoring notification channel ids the alert policies notify."
+  description = "Monitoring notification channel ids every alert policy notifies (with alert_email)."
   default     = []
+}
+
+variable "alert_email" {
+  type        = string
+  description = "An email address the module creates a notification channel for; every alert notifies it (with notification_channels). null: none."
+  default     = null
+}
+
+variable "name_prefix" {
+  type        = string
+  description = "Prefix of every name (topics, subscriptions, functions, queue, services, job, bucket, metrics, collections), so several deployments share a project: \"\" or e.g. \"blue-\"."
+  default     = ""
+
+  validation {
+    condition     = can(regex("^([a-z][a-z0-9-]{0,8}-)?$", var.name_prefix))
+    error_message = "name_prefix must be empty or 2-10 lowercase letters, digits and dashes, starting with a letter and ending with a dash (e.g. \"blue-\")."
+  }
+}
+
+variable "service_account_prefix" {
+  type        = string
+  description = "Prefix of the service account ids; null: \"ptk-\" followed by name_prefix."
+  default     = null
+}
+
+variable "dedup_backend" {
+  type        = string
+  description = "Store of the deployed parts: firestore, or redis (Memorystore: then set redis and network)."
+  default     = "firestore"
+
+  validation {
+    condition     = contains(["firestore", "redis"], var.dedup_backend)
+    error_message = "dedup_backend must be firestore or redis."
+  }
+}
+
+variable "redis" {
+  type = object({
+    url_secret     = string
+    ca_cert_secret = optional(string)
+  })
+  description = "Redis mode: Secret Manager secrets (NAME or projects/P/secrets/NAME) holding the whole URL with AUTH (rediss://:AUTH@10.x.y.z:6378/0) and optionally the server CA. The module never writes their values (they would sit in state)."
+  default     = null
+}
+
+variable "network" {
+  type = object({
+    connector  = optional(string)
+    network    = optional(string)
+    subnetwork = optional(string)
+    tags       = optional(list(string), [])
+  })
+  description = "Network attachment of the functions and the relay (Memorystore has only a private IP), egress to private ranges only: a Serverless VPC Access connector id, or network + subnetwork for Direct VPC egress (App Engine needs the connector). null: none."
+  default     = null
 }
 
 variable "labels" {
   type        = map(string)
   description = "Labels on every resource that takes them."
   default     = {}
-}
-
-variable "eventarc_max_delivery_attempts" {
-  type        = number
-  description = "Dead-letter policy that scripts/deploy-terraform sets on the Eventarc subscriptions behind the functions (Terraform cannot)."
-  default     = 10
-
-  validation {
-    condition     = var.eventarc_max_delivery_attempts >= 5 && var.eventarc_max_delivery_attempts <= 100
-    error_message = "eventarc_max_delivery_attempts must be between 5 and 100 (Pub/Sub's limits)."
-  }
 }
 
 variable "build_dir" {

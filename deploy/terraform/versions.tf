@@ -1,10 +1,23 @@
 terraform {
   required_version = ">= 1.7, < 2.0"
 
+  # Partial configuration: bucket and prefix come from backend.hcl (copy backend.hcl.example),
+  # passed by scripts/deploy-terraform as -backend-config. No local state: it holds the
+  # deployment's identity (accounts, subscriptions, the sources bucket) and must be shared.
+  backend "gcs" {}
+
   required_providers {
     google = {
       source  = "hashicorp/google"
       version = ">= 6.12, < 9.0"
+    }
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 6.12, < 9.0"
+    }
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9, < 1.0"
     }
     archive = {
       source  = "hashicorp/archive"
@@ -14,6 +27,12 @@ terraform {
 }
 
 provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+# The module creates the service agents with google_project_service_identity (google-beta only).
+provider "google-beta" {
   project = var.project_id
   region  = var.region
 }

@@ -24,6 +24,7 @@ from tests.deploy.test_deploy_scripts import (
     PRIMITIVE_ROLES,
     ROOT,
     assert_gcloud_parses,
+    backend_config,
     commands,
     flag,
     gcloud,
@@ -68,9 +69,12 @@ def test_no_app_engine_at_all(cloud_run: tuple) -> None:
     cmds, _ = cloud_run
     assert gcloud(cmds, "app") == []
     (enable,) = gcloud(cmds, "services", "enable")
-    # The module's APIs, but App Engine's: Terraform enables it only for relay_platform app_engine.
+    # The module's APIs, but App Engine's (Terraform enables it only for relay_platform
+    # app_engine), Cloud Scheduler's (no consumer: no sweep job) and Secret Manager's (no Redis).
     assert {a for a in enable if a.endswith(".googleapis.com")} == tf_apis() - {
-        "appengine.googleapis.com"
+        "appengine.googleapis.com",
+        "cloudscheduler.googleapis.com",
+        "secretmanager.googleapis.com",
     }
 
 
@@ -190,6 +194,7 @@ def terraform_dry_run(tmp_path: Path, extra_tfvars: str, **env: str) -> tuple[in
         "--dry-run",
         TFVARS=str(tfvars),
         BUILD_DIR=str(tmp_path / "build"),
+        TF_BACKEND_CONFIG=str(backend_config(tmp_path)),
         **env,
     )
     return result.returncode, result.stdout, result.stderr

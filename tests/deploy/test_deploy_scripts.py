@@ -41,9 +41,14 @@ def run_script(script: str, *args: str, **env: str) -> subprocess.CompletedProce
     )
 
 
-def commands(stdout: str) -> list[list[str]]:
-    """The printed commands (lines "+ cmd ..."), split as the shell would."""
+def raw_commands(stdout: str) -> list[list[str]]:
+    """The printed commands (lines "+ cmd ..."), split as the shell would, helpers included."""
     return [shlex.split(line[2:]) for line in stdout.splitlines() if line.startswith("+ ")]
+
+
+def commands(stdout: str) -> list[list[str]]:
+    """The printed commands, a `retry TRIES SECONDS cmd...` (deploy/lib.sh) shown as its cmd."""
+    return [c[3:] if c[0] == "retry" else c for c in raw_commands(stdout)]
 
 
 def flag(cmd: list[str], name: str) -> str | None:
@@ -68,12 +73,11 @@ def tf_topics() -> set[str]:
     return set(re.findall(r'optional\(string, "([^"]+)"\)', block.group(0)))
 
 
-def tf_subscriptions() -> tuple[set[str], str]:
-    """(consumer subscriptions with a dead-letter policy, the terminal dead-letter one)."""
+def tf_dead_letter_subscription() -> str:
+    """The module's terminal dead-letter subscription (read by `pubsub-toolkit dlq`)."""
     with (TF / "variables.tf").open() as f:
         variables = {k: v for d in hcl2.load(f)["variable"] for k, v in d.items()}
-    consumer_subs = {k.strip('"') for k in variables['"subscriptions"']["default"]}
-    return consumer_subs, variables['"dead_letter_subscription"']["default"].strip('"')
+    return str(variables['"dead_letter_subscription"']["default"]).strip('"')
 
 
 def tf_roles() -> set[str]:
@@ -117,25 +121,33 @@ def test_every_topic_and_subscription_of_the_module(gcloud_dry_run: tuple) -> No
     cmds, _ = gcloud_dry_run
     created_topics = {c[4] for c in gcloud(cmds, "pubsub", "topics", "create")}
     assert created_topics == tf_topics() == {"origin", "final", "dead-letter"}
-    consumer_subs, terminal = tf_subscriptions()
+    terminal = tf_dead_letter_subscription()
     created = {c[4]: c for c in gcloud(cmds, "pubsub", "subscriptions", "create")}
-    assert set(created) == consumer_subs | {terminal}
-    for name in consumer_subs:
+    # With the consumer function deployed: its push subscription, no final-sub (nobody reads it;
+    # tests/deploy/test_deploy_gcloud_push.py checks the pull one without a consumer).
+    assert set(created) == {"ingress-push", "consumer-push", terminal}
+    for name in ("ingress-push", "consumer-push"):
         assert flag(created[name], "dead-letter-topic") == "dead-letter", name
         assert flag(created[name], "max-delivery-attempts") == "10", name
-    assert flag(created["final-sub"], "topic") == "final"
-    assert "--enable-message-ordering" in created["final-sub"]
+    assert flag(created["consumer-push"], "topic") == "final"
+    assert "--enable-message-ordering" in created["consumer-push"]
     # Like the module: the terminal subscription has none (it would dead-letter into itself).
     assert flag(created[terminal], "dead-letter-topic") is None
 
 
-def test_roles_match_the_module_and_none_is_primitive(gcloud_dry_run: tuple) -> None:
-    cmds, _ = gcloud_dry_run
-    granted = {flag(c, "role") for c in cmds if "add-iam-policy-binding" in c[:4]}
+def granted_roles(cmds: list[list[str]]) -> set[str | None]:
+    granted = {flag(c, "role") for c in cmds if "add-iam-policy-binding" in c[:5]}
     # `functions add-invoker-policy-binding` is how gcloud grants run.invoker on a function.
     if any(c[:3] == ["gcloud", "functions", "add-invoker-policy-binding"] for c in cmds):
         granted.add("roles/run.invoker")
-    assert granted == tf_roles()
+    return granted
+
+
+def test_roles_match_the_module_and_none_is_primitive(gcloud_dry_run: tuple) -> None:
+    cmds, _ = gcloud_dry_run
+    granted = granted_roles(cmds)
+    # The module's roles: these, and Redis mode's secret accessor (test_deploy_gcloud_push.py).
+    assert granted | {"roles/secretmanager.secretAccessor"} == tf_roles()
     assert not granted & PRIMITIVE_ROLES
     assert not any(r in " ".join(c) for c in cmds for r in PRIMITIVE_ROLES)
 
@@ -157,29 +169,64 @@ def test_publisher_bindings_are_per_topic_as_in_iam_tf(gcloud_dry_run: tuple) ->
         "roles/datastore.user",
         "roles/logging.logWriter",
         "roles/artifactregistry.writer",
+        # The App Engine relay's build runs as the relay's account: it pushes the image.
+        "roles/artifactregistry.createOnPushWriter",
     }
+
+
+APIS = {
+    f"{api}.googleapis.com"
+    for api in [
+        "artifactregistry",
+        "cloudbuild",
+        "cloudfunctions",
+        "cloudresourcemanager",
+        "firestore",
+        "iam",
+        "logging",
+        "monitoring",
+        "pubsub",
+        "run",
+        "serviceusage",
+        "storage",
+        "cloudtasks",
+        "appengine",
+        "cloudscheduler",
+    ]
+}
+
+
+def test_apis_are_the_contract_s(gcloud_dry_run: tuple) -> None:
+    cmds, _ = gcloud_dry_run
+    (enable,) = gcloud(cmds, "services", "enable")
+    # +cloudresourcemanager, serviceusage, cloudscheduler (the sweep job); no eventarc.
+    assert {a for a in enable if a.endswith(".googleapis.com")} == APIS
 
 
 def test_apis_match_the_module(gcloud_dry_run: tuple) -> None:
     cmds, _ = gcloud_dry_run
     (enable,) = gcloud(cmds, "services", "enable")
-    assert {a for a in enable if a.endswith(".googleapis.com")} == tf_apis()
+    # secretmanager only in Redis mode (test_deploy_gcloud_push.py).
+    assert {a for a in enable if a.endswith(".googleapis.com")} == tf_apis() - {
+        "secretmanager.googleapis.com"
+    }
 
 
-def test_functions_triggers_and_eventarc_dead_letter(gcloud_dry_run: tuple) -> None:
+def test_functions_are_http_functions_only_pubsub_and_scheduler_reach(
+    gcloud_dry_run: tuple,
+) -> None:
     cmds, build = gcloud_dry_run
     deploys = {c[3]: c for c in gcloud(cmds, "functions", "deploy")}
     assert set(deploys) == {"ingress", "consumer"}
+    for name, deploy in deploys.items():
+        assert flag(deploy, "entry-point") == name
+        assert flag(deploy, "source") == str(build / f"functions/{name}")
+        assert "--gen2" in deploy and "--trigger-http" in deploy
+        assert "--no-allow-unauthenticated" in deploy and "--allow-unauthenticated" not in deploy
+        assert flag(deploy, "ingress-settings") == "internal-only"
+        # No Eventarc trigger of any kind (--trigger-topic, --trigger-service-account, --retry).
+        assert [a for a in deploy if a.startswith(("--trigger-", "--retry"))] == ["--trigger-http"]
     ingress = deploys["ingress"]
-    assert flag(ingress, "trigger-topic") == "origin"
-    assert flag(ingress, "entry-point") == "ingress"
-    assert flag(ingress, "source") == str(build / "functions/ingress")
-    assert "--gen2" in ingress and "--retry" in ingress
-    assert flag(deploys["consumer"], "trigger-topic") == "final"
-    # Each function's Eventarc subscription gets the dead-letter policy after its deploy.
-    updates = gcloud(cmds, "pubsub", "subscriptions", "update")
-    assert [u[4] for u in updates] == ["<subscription-of-ingress>", "<subscription-of-consumer>"]
-    assert all(flag(u, "dead-letter-topic") == "dead-letter" for u in updates)
     # The rendered environment is one the function's Settings accept.
     env_file = Path(flag(ingress, "env-vars-file") or "")
     env = dict(re.findall(r'^(\w+): "(.*)"$', env_file.read_text(), re.M))
@@ -224,20 +271,59 @@ def test_terraform_dry_run_needs_a_tfvars_file(tmp_path: Path) -> None:
     assert "nope.tfvars not found" in line and "terraform.tfvars.example" in line
 
 
+def backend_config(tmp_path: Path) -> Path:
+    """A backend.hcl as a user makes it from the example."""
+    path = tmp_path / "backend.hcl"
+    shutil.copy(ROOT / "deploy/terraform/backend.hcl.example", path)
+    return path
+
+
+def test_terraform_dry_run_needs_a_backend_config(tmp_path: Path) -> None:
+    tfvars = tmp_path / "my.tfvars"
+    shutil.copy(ROOT / "deploy/terraform.tfvars.example", tfvars)
+    result = run_script(
+        "scripts/deploy-terraform",
+        "--dry-run",
+        TFVARS=str(tfvars),
+        TF_BACKEND_CONFIG=str(tmp_path / "none.hcl"),
+    )
+    assert result.returncode != 0 and "+ terraform" not in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert "none.hcl not found" in line and "backend.hcl.example" in line
+    assert "versioned GCS bucket" in line and "TF_BACKEND_CONFIG" in line
+
+
+def test_deploy_root_state_is_in_gcs() -> None:
+    with (ROOT / "deploy/terraform/versions.tf").open() as f:
+        (terraform,) = hcl2.load(f)["terraform"]
+    assert [next(iter(b)).strip('"') for b in terraform["backend"]] == ["gcs"]
+    with (ROOT / "deploy/terraform/backend.hcl.example").open() as f:
+        example = hcl2.load(f)
+    assert {k for k in example if not k.startswith("__")} == {"bucket", "prefix"}
+    assert "versioning" in (ROOT / "deploy/terraform/backend.hcl.example").read_text()
+
+
 def test_terraform_dry_run_stops_before_apply(tmp_path: Path) -> None:
     tfvars = tmp_path / "my.tfvars"
     shutil.copy(ROOT / "deploy/terraform.tfvars.example", tfvars)
     build = tmp_path / "build"
+    backend = backend_config(tmp_path)
     result = run_script(
-        "scripts/deploy-terraform", "--dry-run", TFVARS=str(tfvars), BUILD_DIR=str(build)
+        "scripts/deploy-terraform",
+        "--dry-run",
+        TFVARS=str(tfvars),
+        BUILD_DIR=str(build),
+        TF_BACKEND_CONFIG=str(backend),
     )
     assert result.returncode == 0, result.stderr
     cmds = commands(result.stdout)
     tf = [c for c in cmds if c[0] == "terraform"]
     assert [c[2] for c in tf] == ["init", "apply"]
+    assert f"-backend-config={backend}" in tf[0]
     assert f"-var-file={tfvars}" in tf[1] and f"-var=build_dir={build}" in tf[1]
     assert (build / "functions/ingress/pubsub_toolkit").is_dir()
-    assert gcloud(cmds, "pubsub", "subscriptions", "update")  # the Eventarc step is planned
+    # Terraform owns the push subscriptions: nothing is patched after apply.
+    assert [c for c in cmds if c[0] == "gcloud"] == []
     assert "stopped before terraform init/apply" in result.stdout
     assert not (ROOT / "deploy/terraform/.terraform").exists()
 
@@ -300,7 +386,9 @@ def assert_gcloud_parses(cmds: list[list[str]], tmp_path: Path) -> None:
         )
         return cmd, proc
 
+    # A wait_until's probe (deploy/lib.sh: wait_until DESCRIPTION TRIES SECONDS cmd...) too.
     gcloud_cmds = [c for c in cmds if c[0] == "gcloud"]
+    gcloud_cmds += [c[4:] for c in cmds if c[0] == "wait_until" and c[4] == "gcloud"]
     assert gcloud_cmds, "no gcloud command printed"
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(parse, gcloud_cmds))
