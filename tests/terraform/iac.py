@@ -50,6 +50,9 @@ OFFLINE_ACTIVATE = next(
     ),
     ROOT / "tools/tf-offline-provider/activate.sh",
 )
+# Schemas the offline tool lacks, served by its schema_provider.py all the same (hashicorp/time
+# 0.13.1: converted from npm @cdktf/provider-time 11.0.1 with the tool's jsii2schema.py).
+EXTRA_OFFLINE_SCHEMAS = {"time": Path(__file__).resolve().parent / "schemas/time.json.gz"}
 CHECKOV = ROOT / ".tools/checkov-venv/bin/checkov"
 CHECKOV_POLICIES = Path("policies/checkov")
 TRIVY_IGNORE = Path(".trivyignore")
@@ -160,8 +163,40 @@ def terraform_setup(work: Path) -> Terraform:
     if shared_rc is None:
         raise ToolMissing(f"{OFFLINE_ACTIVATE} printed no TF_CLI_CONFIG_FILE: {activated.stdout}")
     # A private copy: another run's activate.sh rewrites the shared file while ours reads it.
-    shutil.copy(shared_rc.group(1), rc)
+    rc.write_text(_with_extra_schemas(Path(shared_rc.group(1)).read_text(), work))
     return Terraform(offline=True, env=env)
+
+
+def _with_extra_schemas(shared_rc: str, work: Path) -> str:
+    """The offline tool's terraform.rc plus a dev_override for each EXTRA_OFFLINE_SCHEMAS
+    provider it does not serve: a wrapper like activate.sh's, running the tool's own
+    schema_provider.py (and its venv's python) on our schema file."""
+    wrapper = None
+    for directory in re.findall(r'"hashicorp/[\w-]+"\s*=\s*"([^"]+)"', shared_rc):
+        scripts = sorted(Path(directory).glob("terraform-provider-*"))
+        if scripts:
+            wrapper = scripts[0].read_text()
+            break
+    command = wrapper and re.search(r"exec (\S+) (\S+/schema_provider\.py)", wrapper)
+    if command is None:
+        raise ToolMissing(f"{OFFLINE_ACTIVATE}: no provider wrapper found to serve extra schemas")
+    python, server = command.groups()
+    lines = []
+    for name, schema in EXTRA_OFFLINE_SCHEMAS.items():
+        if f'"hashicorp/{name}"' in shared_rc:
+            continue
+        bin_dir = work / "extra-providers" / name
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        script = bin_dir / f"terraform-provider-{name}"
+        script.write_text(
+            f'#!/bin/sh\nSCHEMA_PROVIDER_FILE={schema} exec {python} {server} "$@"\n'
+        )
+        script.chmod(0o755)
+        lines.append(f'    "hashicorp/{name}" = "{bin_dir}"\n')
+    head, marker, tail = shared_rc.partition("dev_overrides {\n")
+    if not marker:
+        raise ToolMissing(f"{OFFLINE_ACTIVATE} wrote a terraform.rc without dev_overrides")
+    return head + marker + "".join(lines) + tail
 
 
 def _joined(*procs: subprocess.CompletedProcess[str]) -> str:
