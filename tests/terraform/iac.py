@@ -188,9 +188,7 @@ def _with_extra_schemas(shared_rc: str, work: Path) -> str:
         bin_dir = work / "extra-providers" / name
         bin_dir.mkdir(parents=True, exist_ok=True)
         script = bin_dir / f"terraform-provider-{name}"
-        script.write_text(
-            f'#!/bin/sh\nSCHEMA_PROVIDER_FILE={schema} exec {python} {server} "$@"\n'
-        )
+        script.write_text(f'#!/bin/sh\nSCHEMA_PROVIDER_FILE={schema} exec {python} {server} "$@"\n')
         script.chmod(0o755)
         lines.append(f'    "hashicorp/{name}" = "{bin_dir}"\n')
     head, marker, tail = shared_rc.partition("dev_overrides {\n")
