@@ -8,11 +8,21 @@
 variable "project_id" {
   type        = string
   description = "Project that holds the topics, Firestore, the queue, the functions and the relay (App Engine or Cloud Run)."
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project id (6-30 lowercase letters, digits and dashes), not its name or number."
+  }
 }
 
 variable "region" {
   type        = string
   description = "Region of the Cloud Functions, the Cloud Tasks queue and the source bucket (e.g. europe-west1)."
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a Cloud region such as europe-west1 (not an App Engine location like europe-west)."
+  }
 }
 
 variable "labels" {
@@ -80,6 +90,11 @@ variable "message_retention_duration" {
   type        = string
   description = "How long each topic retains messages (seek/replay window), at most 31 days. Keep DEDUP_TTL_SECONDS above the subscriptions' retention."
   default     = "604800s"
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.message_retention_duration)) && try(tonumber(trimsuffix(var.message_retention_duration, "s")) >= 600 && tonumber(trimsuffix(var.message_retention_duration, "s")) <= 2678400, false)
+    error_message = "message_retention_duration must be seconds between 600s and 2678400s (31 days), e.g. \"604800s\"."
+  }
 }
 
 variable "subscriptions" {
@@ -252,6 +267,11 @@ variable "firestore_database" {
   type        = string
   description = "FIRESTORE_DATABASE: Firestore database id holding dedup records and FIFO state."
   default     = "(default)"
+
+  validation {
+    condition     = var.firestore_database == "(default)" || can(regex("^[a-z][a-z0-9-]{2,62}$", var.firestore_database))
+    error_message = "firestore_database must be \"(default)\" or a database id (4-63 lowercase letters, digits and dashes, starting with a letter)."
+  }
 }
 
 variable "create_firestore_database" {
@@ -381,6 +401,11 @@ variable "relay_url" {
   type        = string
   description = "RELAY_URL, the relay's base URL (no trailing slash), also the tasks' OIDC audience. Null: derived - on App Engine from the application created here (https://[SERVICE-dot-]HOSTNAME), on Cloud Run the service's deterministic URL (https://NAME-PROJECT_NUMBER.REGION.run.app). On Cloud Run a URL set here (a custom domain) is also made a custom audience of the service."
   default     = null
+
+  validation {
+    condition     = var.relay_url == null ? true : can(regex("^https://[^/\\s]+(/[^\\s]*)?$", var.relay_url))
+    error_message = "relay_url must be an https:// URL."
+  }
 }
 
 variable "relay" {
