@@ -8,8 +8,11 @@ resource "google_app_engine_application" "app" {
 
   project     = var.project_id
   location_id = var.app_engine_location_id
+  # Without it App Engine may create a Datastore-mode (default) database, which the native
+  # Firestore client cannot use, or race create_firestore_database for it (409).
+  database_type = "CLOUD_FIRESTORE"
 
-  depends_on = [google_project_service.this]
+  depends_on = [google_project_service.this, google_firestore_database.this]
 
   # An App Engine application cannot be deleted and its location never changes; the provider's
   # destroy only forgets it (it stays in the project), so no prevent_destroy is needed.
@@ -59,6 +62,15 @@ resource "google_app_engine_standard_app_version" "relay" {
     shell = var.relay.entrypoint
   }
 
+  # network.tf: App Engine standard reaches a VPC (Memorystore) through a connector only.
+  dynamic "vpc_access_connector" {
+    for_each = local.vpc_connector == null ? [] : [local.vpc_connector]
+    content {
+      name           = vpc_access_connector.value
+      egress_setting = "PRIVATE_IP_RANGES"
+    }
+  }
+
   deployment {
     zip {
       source_url = "https://storage.googleapis.com/${google_storage_bucket.sources.name}/${google_storage_bucket_object.relay[0].name}"
@@ -87,9 +99,11 @@ resource "google_app_engine_standard_app_version" "relay" {
   noop_on_destroy           = true
   delete_service_on_destroy = false
 
+  # The build runs as the relay's account: its grants (iam.tf) must have propagated.
   depends_on = [
     google_app_engine_application.app,
     google_storage_bucket_iam_member.appengine_reads_sources,
+    time_sleep.build_iam,
   ]
 }
 

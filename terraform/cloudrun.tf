@@ -28,7 +28,7 @@ resource "google_cloud_run_v2_service" "relay" {
 
   project     = var.project_id
   location    = var.region
-  name        = var.cloud_run_relay.name
+  name        = local.cloud_run_relay_name
   description = "pubsub-toolkit relay: Cloud Tasks calls POST /release at each delayed message's due time."
   labels      = var.labels
   ingress     = var.cloud_run_relay.ingress
@@ -50,6 +50,23 @@ resource "google_cloud_run_v2_service" "relay" {
     scaling {
       min_instance_count = var.cloud_run_relay.min_instances
       max_instance_count = var.cloud_run_relay.max_instances
+    }
+
+    # network.tf: a connector or Direct VPC egress, to private ranges only.
+    dynamic "vpc_access" {
+      for_each = var.network == null ? [] : [var.network]
+      content {
+        connector = local.vpc_connector
+        egress    = "PRIVATE_RANGES_ONLY"
+        dynamic "network_interfaces" {
+          for_each = local.direct_vpc == null ? [] : [local.direct_vpc]
+          content {
+            network    = network_interfaces.value.network
+            subnetwork = network_interfaces.value.subnetwork
+            tags       = network_interfaces.value.tags
+          }
+        }
+      }
     }
 
     containers {

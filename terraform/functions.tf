@@ -1,12 +1,14 @@
 # 2nd-gen Cloud Functions from the bundles `make build` writes (library copied next to main.py),
 # zipped here and uploaded to a private source bucket. Each object's name carries the bundle's
-# hash, so a code change replaces the object and redeploys the function.
+# hash, so a code change replaces the object and redeploys the function. They are HTTP functions
+# (no Eventarc trigger): push subscriptions this module owns deliver to them (push.tf), with our
+# own dead-letter and retry policies, and the functions decode the raw push body themselves.
 
 locals {
   functions = merge(
     {
       ingress = {
-        name          = var.ingress.name
+        name          = "${local.prefix}${var.ingress.name}"
         description   = "pubsub-toolkit ingress: validate, dedup, publish now or schedule for later."
         entry_point   = "ingress"
         trigger_topic = "origin"
@@ -17,13 +19,12 @@ locals {
         min_instances = var.ingress.min_instances
         max_instances = var.ingress.max_instances
         concurrency   = var.ingress.concurrency
-        retry         = var.ingress.retry_on_failure
         env           = local.ingress_env
       }
     },
     var.consumer == null ? {} : {
       consumer = {
-        name          = var.consumer.name
+        name          = "${local.prefix}${var.consumer.name}"
         description   = "pubsub-toolkit consumer template: dedup + FIFO gate + HANDLER."
         entry_point   = "consumer"
         trigger_topic = "final"
@@ -34,10 +35,7 @@ locals {
         min_instances = var.consumer.min_instances
         max_instances = var.consumer.max_instances
         concurrency   = var.consumer.concurrency
-        # Raising is how the template asks for redelivery (transient errors, handler failures
-        # below FIFO_MAX_ATTEMPTS), so it always runs with retries.
-        retry = true
-        env   = local.consumer_env
+        env           = local.consumer_env
       }
     },
   )
@@ -50,7 +48,7 @@ resource "google_storage_bucket" "sources" {
   #checkov:skip=CKV_GCP_78:content-addressed build bundles, never overwritten; git is the history
   #checkov:skip=CKV_GCP_62:holds only build bundles; Cloud Audit Logs cover access
   project                     = var.project_id
-  name                        = "${var.project_id}-pubsub-toolkit-sources"
+  name                        = "${var.project_id}-${local.prefix}pubsub-toolkit-sources"
   location                    = var.region
   uniform_bucket_level_access = true
   public_access_prevention    = "enforced"
@@ -105,38 +103,32 @@ resource "google_cloudfunctions2_function" "this" {
     min_instance_count               = each.value.min_instances
     max_instance_count               = each.value.max_instances
     max_instance_request_concurrency = each.value.concurrency
-    # Only Eventarc's push reaches a Pub/Sub-triggered function.
+    # Pub/Sub push and Cloud Scheduler of this project calling the run.app URL are internal
+    # traffic (Cloud Run docs); nothing else reaches the functions.
     ingress_settings               = "ALLOW_INTERNAL_ONLY"
     all_traffic_on_latest_revision = true
     service_account_email          = google_service_account.component[each.value.account].email
     environment_variables          = each.value.env
+
+    # Optional VPC attachment (network.tf; Memorystore has only a private IP). Egress to private
+    # ranges only: the Google APIs keep the default path.
+    vpc_connector                 = local.vpc_connector
+    vpc_connector_egress_settings = local.vpc_connector == null ? null : "PRIVATE_RANGES_ONLY"
+    direct_vpc_egress             = local.direct_vpc == null ? null : "VPC_EGRESS_PRIVATE_RANGES_ONLY"
+    dynamic "direct_vpc_network_interface" {
+      for_each = local.direct_vpc == null ? [] : [local.direct_vpc]
+      content {
+        network    = direct_vpc_network_interface.value.network
+        subnetwork = direct_vpc_network_interface.value.subnetwork
+        tags       = direct_vpc_network_interface.value.tags
+      }
+    }
   }
 
-  # Eventarc creates (and owns) the push subscription behind this trigger; see README.md for
-  # giving it a dead-letter policy, which the trigger API does not expose.
-  event_trigger {
-    trigger_region        = var.region
-    event_type            = "google.cloud.pubsub.topic.v1.messagePublished"
-    pubsub_topic          = google_pubsub_topic.this[each.value.trigger_topic].id
-    retry_policy          = each.value.retry ? "RETRY_POLICY_RETRY" : "RETRY_POLICY_DO_NOT_RETRY"
-    service_account_email = google_service_account.component["trigger"].email
-  }
-
+  # The build account's grants take time to propagate (the provider's own Cloud Functions
+  # example waits the same way): a build started at once fails on missing permissions.
   depends_on = [
     google_project_service.this,
-    google_project_iam_member.build,
-    google_storage_bucket_iam_member.build_reads_sources,
+    time_sleep.build_iam,
   ]
-}
-
-# The trigger's identity may invoke exactly these functions (a 2nd-gen function is a Cloud Run
-# service, so the role is run.invoker on that service).
-resource "google_cloud_run_v2_service_iam_member" "trigger_invokes_function" {
-  for_each = google_cloudfunctions2_function.this
-
-  project  = var.project_id
-  location = var.region
-  name     = each.value.service_config[0].service
-  role     = "roles/run.invoker"
-  member   = google_service_account.component["trigger"].member
 }

@@ -7,16 +7,21 @@
 #   tasks-invoker  the identity Cloud Tasks signs OIDC tokens as. On App Engine it holds no
 #                  roles: the relay is a public URL that checks token email and audience. On
 #                  Cloud Run it holds run.invoker on the relay's service only (cloudrun.tf)
-#   trigger        Eventarc's identity pushing to the functions: run.invoker on them only
+#   push           the push subscriptions' OIDC identity: run.invoker on each function's service
+#                  only (push.tf)
+#   scheduler      Cloud Scheduler's OIDC identity for the consumer's sweep: run.invoker on the
+#                  consumer's service only (scheduler.tf; only with the job)
 #   build          Cloud Build identity for the functions' builds
+# Redis mode: secretAccessor on the Redis secrets for the store's users (redis.tf).
 
 locals {
   components = merge(
     {
       ingress = "pubsub-toolkit ingress function"
-      trigger = "pubsub-toolkit Eventarc triggers (invokes the functions)"
+      push    = "pubsub-toolkit push subscriptions (invokes the functions)"
       build   = "pubsub-toolkit function builds"
     },
+    local.sweep ? { scheduler = "pubsub-toolkit consumer sweep (Cloud Scheduler, invokes the consumer)" } : {},
     local.delay ? { relay = "pubsub-toolkit relay (${local.app_engine ? "App Engine" : "Cloud Run"})" } : {},
     local.oidc ? { "tasks-invoker" = "pubsub-toolkit Cloud Tasks OIDC invoker (TASKS_SERVICE_ACCOUNT)" } : {},
     var.consumer == null ? {} : { consumer = "pubsub-toolkit consumer function" },
@@ -35,7 +40,7 @@ locals {
   ]...)
 
   # Components that read and write Firestore (dedup records, FIFO state and counters).
-  firestore_users = var.dedup_backend == "firestore" ? setintersection(
+  firestore_users = local.firestore ? setintersection(
     toset(["ingress", "relay", "consumer"]), toset(keys(local.components))
   ) : toset([])
 
@@ -47,7 +52,7 @@ resource "google_service_account" "component" {
   for_each = local.components
 
   project      = var.project_id
-  account_id   = "${var.service_account_prefix}${each.key}"
+  account_id   = "${local.sa_prefix}${each.key}"
   display_name = each.value
   description  = "Managed by the pubsub-toolkit Terraform module."
 
@@ -114,10 +119,34 @@ resource "google_storage_bucket_iam_member" "build_reads_sources" {
 resource "google_storage_bucket_iam_member" "appengine_reads_sources" {
   for_each = local.relay_by_terraform ? {
     relay         = google_service_account.component["relay"].member
-    service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-gae-service.iam.gserviceaccount.com"
+    service_agent = local.app_engine_service_agent
   } : {}
 
   bucket = google_storage_bucket.sources.name
   role   = "roles/storage.objectViewer"
   member = each.value
+
+  depends_on = [time_sleep.app_engine_service_agent]
+}
+
+# App Engine builds a version as the version's service account (the relay's), and organisations
+# that disable automatic grants to default accounts leave it without the roles the build needs
+# (provider #18936: "does not have access to the bucket staging.PROJECT.appspot.com"). What
+# Google documents for a user-managed build identity, narrowly: read the app's staging bucket,
+# write build logs, push the image (createOnPushWriter creates the repository on first push).
+resource "google_project_iam_member" "relay_build" {
+  for_each = local.app_engine ? toset(["roles/logging.logWriter", "roles/artifactregistry.createOnPushWriter"]) : toset([])
+
+  project = var.project_id
+  role    = each.value
+  member  = google_service_account.component["relay"].member
+}
+
+resource "google_storage_bucket_iam_member" "relay_build_reads_staging" {
+  for_each = local.app_engine ? toset(["staging"]) : toset([])
+
+  # The application's code_bucket when created here, else App Engine's documented staging name.
+  bucket = coalesce(one(google_app_engine_application.app[*].code_bucket), "staging.${var.project_id}.appspot.com")
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.component["relay"].member
 }

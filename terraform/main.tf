@@ -1,17 +1,26 @@
 # pubsub-toolkit: origin topic -> ingress function -> final topic (now, or later through Cloud Tasks
 # and the relay on App Engine or Cloud Run) -> consumers, with dedup records and FIFO state in
-# Firestore. Resources are split by concern: pubsub.tf firestore.tf tasks.tf functions.tf
-# appengine.tf cloudrun.tf iam.tf monitoring.tf. This file holds what they share: names, the
-# rendered environment, APIs.
+# Firestore (or Redis). Resources are split by concern: pubsub.tf push.tf firestore.tf tasks.tf
+# functions.tf scheduler.tf appengine.tf cloudrun.tf network.tf iam.tf identities.tf
+# monitoring.tf. This file holds what they share: names, the rendered environment, APIs.
 
 locals {
   build_dir = coalesce(var.build_dir, "${path.module}/../build")
 
+  # Every name the module gives starts with the prefix, so deployments can share a project.
+  prefix    = var.name_prefix
+  sa_prefix = coalesce(var.service_account_prefix, "ptk-${var.name_prefix}")
+  # Firestore collection ids: the prefix with underscores ("blue-" -> "blue_").
+  dedup_collection = coalesce(var.dedup_collection, "${replace(var.name_prefix, "-", "_")}pubsub_toolkit_dedup")
+
   topics = {
-    origin      = var.topics.origin
-    final       = var.topics.final
-    dead_letter = var.topics.dead_letter
+    origin      = "${local.prefix}${var.topics.origin}"
+    final       = "${local.prefix}${var.topics.final}"
+    dead_letter = "${local.prefix}${var.topics.dead_letter}"
   }
+
+  firestore = var.dedup_backend == "firestore"
+  redis     = var.dedup_backend == "redis"
 
   delay = var.enable_delayed_delivery
   # OIDC only when tasks call the relay over HTTP; App Engine routing uses the queue header.
@@ -30,7 +39,8 @@ locals {
   # the project number and the region), so the queue's audience, ingress's RELAY_URL and the
   # relay's own RELAY_AUDIENCE are one value at plan time, without a dependency cycle through
   # the service's computed `uri`. cloudrun.tf checks after apply that the service really has it.
-  cloud_run_url = "https://${var.cloud_run_relay.name}-${data.google_project.this.number}.${var.region}.run.app"
+  cloud_run_url        = "https://${local.cloud_run_relay_name}-${data.google_project.this.number}.${var.region}.run.app"
+  cloud_run_relay_name = "${local.prefix}${var.cloud_run_relay.name}"
   relay_url = var.relay_url != null ? trimsuffix(var.relay_url, "/") : (
     local.cloud_run ? local.cloud_run_url : (
       local.relay_host != null ? "https://${local.relay_host}" : null
@@ -40,11 +50,38 @@ locals {
   # Built from its parts rather than the queue's id so the value is known (and testable) at plan.
   tasks_queue_path = local.delay ? "projects/${var.project_id}/locations/${var.region}/queues/${google_cloud_tasks_queue.delay[0].name}" : null
 
+  # Who reads the final topic: the consumer function (consumer-push) or, by default without it,
+  # the pull subscription final-sub. An explicit map is the caller's choice.
+  subscriptions = var.subscriptions != null ? var.subscriptions : var.consumer != null ? {} : {
+    "final-sub" = {
+      topic                   = "final"
+      ack_deadline_seconds    = 60
+      enable_message_ordering = true
+      max_delivery_attempts   = 10
+      minimum_backoff         = "10s"
+      maximum_backoff         = "600s"
+      filter                  = null
+    }
+  }
+
   # Stats documents (one per ingress instance, for the status page) carry expire_at too, so
   # those of instances long gone are removed.
-  ttl_collection_groups = merge(
-    { dedup = var.dedup_collection, stats = "pubsub_toolkit_stats" },
+  # Firestore only: TTL policies need a Firestore database (apply fails without one).
+  ttl_collection_groups = !local.firestore ? {} : merge(
+    { dedup = local.dedup_collection, stats = "pubsub_toolkit_stats" },
     var.extra_ttl_collection_groups,
+  )
+
+  # Redis: Secret Manager secrets (ids or projects/P/secrets/ID) and the version names the
+  # library resolves at start-up. The URL (with AUTH) never sits in an environment variable.
+  redis_secrets = !local.redis || var.redis == null ? {} : {
+    for purpose, secret in { url = var.redis.url_secret, ca_cert = var.redis.ca_cert_secret } :
+    purpose => startswith(secret, "projects/") ? secret : "projects/${var.project_id}/secrets/${secret}"
+    if secret != null
+  }
+  redis_env = merge(
+    contains(keys(local.redis_secrets), "url") ? { REDIS_URL_SECRET = "${local.redis_secrets.url}/versions/latest" } : {},
+    contains(keys(local.redis_secrets), "ca_cert") ? { REDIS_CA_CERT_SECRET = "${local.redis_secrets.ca_cert}/versions/latest" } : {},
   )
 
   # The README's Configuration table, rendered. Topic names are short; Settings.from_env expands
@@ -56,10 +93,10 @@ locals {
       DEAD_LETTER_TOPIC    = google_pubsub_topic.this["dead_letter"].name
       DEDUP_BACKEND        = var.dedup_backend
       DEDUP_TTL_SECONDS    = tostring(var.dedup_ttl_seconds)
-      DEDUP_COLLECTION     = var.dedup_collection
+      DEDUP_COLLECTION     = local.dedup_collection
       FIRESTORE_DATABASE   = var.firestore_database
     },
-    var.dedup_backend == "redis" ? { REDIS_URL = var.redis_url } : {},
+    local.redis_env,
   )
 
   delay_env = !local.delay ? {} : local.oidc ? {
@@ -88,22 +125,27 @@ locals {
     HANDLER     = var.consumer.handler
   }, var.consumer.extra_env)
 
+  # cloudresourcemanager (the project lookup, IAM bindings) and serviceusage (enabling the rest,
+  # the service identities) must be on before anything else works on a fresh project.
   apis = toset(concat(
     [
       "artifactregistry.googleapis.com",
       "cloudbuild.googleapis.com",
       "cloudfunctions.googleapis.com",
-      "eventarc.googleapis.com",
+      "cloudresourcemanager.googleapis.com",
       "firestore.googleapis.com",
       "iam.googleapis.com",
       "logging.googleapis.com",
       "monitoring.googleapis.com",
       "pubsub.googleapis.com",
       "run.googleapis.com",
+      "serviceusage.googleapis.com",
       "storage.googleapis.com",
     ],
     local.delay ? ["cloudtasks.googleapis.com"] : [],
     local.app_engine ? ["appengine.googleapis.com"] : [],
+    local.sweep ? ["cloudscheduler.googleapis.com"] : [],
+    local.redis ? ["secretmanager.googleapis.com"] : [],
   ))
 }
 

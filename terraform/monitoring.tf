@@ -43,13 +43,39 @@ locals {
   # cloud_run_revision, the relay as gae_app (or cloud_run_revision on Cloud Run). Alert filters
   # must restrict resource.type.
   metric_resource_types = "resource.type = one_of(\"cloud_run_revision\", \"gae_app\", \"cloud_function\")"
+
+  # Every alert notifies these: the given channels and the email channel made here.
+  notification_channels = concat(var.notification_channels, google_monitoring_notification_channel.email[*].id)
+  alert_prefix          = "${local.prefix}pubsub-toolkit"
+}
+
+resource "google_monitoring_notification_channel" "email" {
+  count = var.alert_email == null ? 0 : 1
+
+  project      = var.project_id
+  display_name = "${local.alert_prefix} alerts"
+  type         = "email"
+  labels = {
+    email_address = var.alert_email
+  }
+  user_labels = var.labels
+
+  depends_on = [google_project_service.this]
+}
+
+# An alert nobody receives is a dashboard at best: warn (plan and apply go on).
+check "alerts_notify_someone" {
+  assert {
+    condition     = length(var.notification_channels) > 0 || var.alert_email != null
+    error_message = "No alert policy of pubsub-toolkit notifies anyone: set alert_email or notification_channels."
+  }
 }
 
 resource "google_logging_metric" "this" {
   for_each = local.log_metrics
 
   project     = var.project_id
-  name        = "pubsub_toolkit/${each.key}"
+  name        = "${local.prefix}pubsub_toolkit/${each.key}"
   description = each.value.description
   filter      = each.value.filter
 
@@ -71,13 +97,22 @@ resource "google_logging_metric" "this" {
   depends_on = [google_project_service.this]
 }
 
+# A policy on a log-based metric created in the same apply gets 404 "Cannot find metric(s) ...
+# could take up to 10 minutes" (provider #11102): wait var.metric_propagation_wait first. If
+# the first apply still fails there, run it again (the README says so).
+resource "time_sleep" "log_metrics" {
+  create_duration = var.metric_propagation_wait
+
+  triggers = { for k, m in google_logging_metric.this : k => m.id }
+}
+
 resource "google_monitoring_alert_policy" "log_metric" {
   for_each = local.log_metrics
 
   project               = var.project_id
-  display_name          = "pubsub-toolkit: ${each.value.alert}"
+  display_name          = "${local.alert_prefix}: ${each.value.alert}"
   combiner              = "OR"
-  notification_channels = var.notification_channels
+  notification_channels = local.notification_channels
   user_labels           = var.labels
 
   conditions {
@@ -107,6 +142,8 @@ resource "google_monitoring_alert_policy" "log_metric" {
   alert_strategy {
     auto_close = "86400s"
   }
+
+  depends_on = [time_sleep.log_metrics]
 }
 
 # Dead-letter growth that no log line reports: Pub/Sub's own dead-letter policies forward
@@ -114,9 +151,9 @@ resource "google_monitoring_alert_policy" "log_metric" {
 # subscription's backlog counts both kinds.
 resource "google_monitoring_alert_policy" "dead_letter_backlog" {
   project               = var.project_id
-  display_name          = "pubsub-toolkit: dead-letter backlog"
+  display_name          = "${local.alert_prefix}: dead-letter backlog"
   combiner              = "OR"
-  notification_channels = var.notification_channels
+  notification_channels = local.notification_channels
   user_labels           = var.labels
 
   conditions {
@@ -139,6 +176,47 @@ resource "google_monitoring_alert_policy" "dead_letter_backlog" {
   documentation {
     mime_type = "text/markdown"
     content   = "Messages are waiting on the dead-letter subscription. `pubsub-toolkit dlq list` shows reason, key, group and age; replay with `pubsub-toolkit dlq replay`."
+  }
+
+  alert_strategy {
+    auto_close = "86400s"
+  }
+
+  depends_on = [google_project_service.this]
+}
+
+# A pull subscription nobody reads (or a consumer that stopped) keeps its messages for the
+# retention period (7 days), silently: alert when the oldest unacked message is older than
+# alert_thresholds.oldest_unacked_age (default a day).
+resource "google_monitoring_alert_policy" "oldest_unacked" {
+  for_each = google_pubsub_subscription.this
+
+  project               = var.project_id
+  display_name          = "${local.alert_prefix}: ${each.value.name} not read"
+  combiner              = "OR"
+  notification_channels = local.notification_channels
+  user_labels           = var.labels
+
+  conditions {
+    display_name = "Oldest unacked message on ${each.value.name} older than ${var.alert_thresholds.oldest_unacked_age}s"
+    condition_threshold {
+      filter          = "metric.type=\"pubsub.googleapis.com/subscription/oldest_unacked_message_age\" AND resource.type=\"pubsub_subscription\" AND resource.label.subscription_id=\"${each.value.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.alert_thresholds.oldest_unacked_age
+      duration        = var.alert_thresholds.period
+      aggregations {
+        alignment_period   = "60s"
+        per_series_aligner = "ALIGN_MAX"
+      }
+      trigger {
+        count = 1
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "Nobody has acknowledged a message on this subscription for longer than the threshold: its reader is down, or nobody reads it (then delete it, or pass subscriptions = {} to the module). Messages older than 7 days are lost."
   }
 
   alert_strategy {

@@ -4,7 +4,7 @@ output "topics" {
 }
 
 output "subscriptions" {
-  description = "Consumer subscription ids by name, plus the terminal dead-letter subscription under `dead_letter`."
+  description = "Pull subscription ids by their key in var.subscriptions (final-sub by default without the consumer function; names carry name_prefix), plus the terminal dead-letter subscription under `dead_letter`."
   value = merge(
     { for k, s in google_pubsub_subscription.this : k => s.id },
     { dead_letter = google_pubsub_subscription.dead_letter.id },
@@ -12,7 +12,7 @@ output "subscriptions" {
 }
 
 output "service_accounts" {
-  description = "Service account emails by component (ingress, relay, consumer, tasks-invoker, trigger, build)."
+  description = "Service account emails by component (ingress, relay, consumer, tasks-invoker, push, scheduler, build)."
   value       = { for k, sa in google_service_account.component : k => sa.email }
 }
 
@@ -27,12 +27,33 @@ output "relay_url" {
 }
 
 output "functions" {
-  description = "Deployed functions by key: name, Cloud Run service, and the Eventarc trigger (whose subscription needs its dead-letter policy set, see README.md)."
+  description = "Deployed functions by key (ingress, consumer): name, Cloud Run service, run.app uri, and the id of the push subscription that delivers to it."
   value = { for k, f in google_cloudfunctions2_function.this : k => {
-    name    = f.name
-    service = f.service_config[0].service
-    trigger = f.event_trigger[0].trigger
+    name              = f.name
+    service           = f.service_config[0].service
+    uri               = f.service_config[0].uri
+    push_subscription = google_pubsub_subscription.push[k].id
   } }
+}
+
+output "push_subscriptions" {
+  description = "Push subscription ids by function key (ingress-push, consumer-push), each with its OIDC token, dead-letter and retry policy."
+  value       = { for k, s in google_pubsub_subscription.push : k => s.id }
+}
+
+output "sweep_job" {
+  description = "The Cloud Scheduler job calling the consumer's /sweep (its id), or null without one."
+  value       = one(google_cloud_scheduler_job.sweep[*].id)
+}
+
+output "notification_channels" {
+  description = "The notification channels every alert policy notifies (notification_channels plus alert_email's channel)."
+  value       = local.notification_channels
+}
+
+output "name_prefix" {
+  description = "The name prefix of this deployment's resources."
+  value       = var.name_prefix
 }
 
 output "ingress_env" {

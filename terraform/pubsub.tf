@@ -15,13 +15,15 @@ resource "google_pubsub_topic" "this" {
   depends_on = [google_project_service.this]
 }
 
-# Consumer subscriptions (origin or final). Every one has a dead-letter policy: a message that
-# keeps failing leaves after max_delivery_attempts instead of looping for the retention period.
+# Pull subscriptions for consumers (origin or final; by default final-sub, and only when no
+# consumer function reads the final topic: main.tf). Every one has a dead-letter policy: a message
+# that keeps failing leaves after max_delivery_attempts instead of looping for the retention
+# period. The push subscriptions that deliver to the functions are in push.tf.
 resource "google_pubsub_subscription" "this" {
-  for_each = var.subscriptions
+  for_each = local.subscriptions
 
   project                    = var.project_id
-  name                       = each.key
+  name                       = "${local.prefix}${each.key}"
   topic                      = google_pubsub_topic.this[each.value.topic].id
   ack_deadline_seconds       = each.value.ack_deadline_seconds
   enable_message_ordering    = each.value.enable_message_ordering
@@ -52,7 +54,7 @@ resource "google_pubsub_subscription" "this" {
 # A static check of "a dead-letter policy on every subscription" must exempt this one by name.
 resource "google_pubsub_subscription" "dead_letter" {
   project                    = var.project_id
-  name                       = var.dead_letter_subscription
+  name                       = "${local.prefix}${var.dead_letter_subscription}"
   topic                      = google_pubsub_topic.this["dead_letter"].id
   ack_deadline_seconds       = 60
   message_retention_duration = "604800s"
@@ -67,17 +69,17 @@ resource "google_pubsub_subscription" "dead_letter" {
   }
 }
 
-locals {
-  pubsub_service_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
-}
 
 # Dead-lettering is done by Pub/Sub's service agent: it must publish to the dead-letter topic
-# and subscribe to (ack on) every source subscription.
+# and subscribe to (ack on) every source subscription (the push ones: push.tf). The agent is
+# created explicitly and waited for (identities.tf) before anything is granted to it.
 resource "google_pubsub_topic_iam_member" "service_agent_dead_letter_publisher" {
   project = var.project_id
   topic   = google_pubsub_topic.this["dead_letter"].name
   role    = "roles/pubsub.publisher"
   member  = local.pubsub_service_agent
+
+  depends_on = [time_sleep.service_identities]
 }
 
 resource "google_pubsub_subscription_iam_member" "service_agent_subscriber" {
@@ -87,4 +89,6 @@ resource "google_pubsub_subscription_iam_member" "service_agent_subscriber" {
   subscription = each.value.name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
+
+  depends_on = [time_sleep.service_identities]
 }

@@ -5,7 +5,7 @@ resource "google_cloud_tasks_queue" "delay" {
 
   project  = var.project_id
   location = var.region
-  name     = var.tasks_queue_name
+  name     = "${local.prefix}${var.tasks_queue_name}"
 
   retry_config {
     max_attempts       = var.tasks_retry.max_attempts

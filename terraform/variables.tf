@@ -8,11 +8,21 @@
 variable "project_id" {
   type        = string
   description = "Project that holds the topics, Firestore, the queue, the functions and the relay (App Engine or Cloud Run)."
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project id (6-30 lowercase letters, digits and dashes), not its name or number."
+  }
 }
 
 variable "region" {
   type        = string
   description = "Region of the Cloud Functions, the Cloud Tasks queue and the source bucket (e.g. europe-west1)."
+
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a Cloud region such as europe-west1 (not an App Engine location like europe-west)."
+  }
 }
 
 variable "labels" {
@@ -21,14 +31,32 @@ variable "labels" {
   default     = {}
 }
 
-variable "service_account_prefix" {
+variable "name_prefix" {
   type        = string
-  description = "Prefix of the service account ids this module creates (one per component); ids are 6-30 characters."
-  default     = "ptk-"
+  description = <<-EOT
+    Prefix of every name this module gives (topics, subscriptions, the queue, functions, the Cloud
+    Run relay, the scheduler job, the source bucket, log metrics, alert names, the dedup
+    collection), so several deployments share a project: "" (today's names) or up to 9 lowercase
+    letters, digits and dashes starting with a letter, ending in "-" (e.g. "blue-"). The App
+    Engine relay shares the project's one application: give each deployment its own relay.service.
+  EOT
+  default     = ""
+  nullable    = false
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,12}$", var.service_account_prefix))
-    error_message = "service_account_prefix must be lowercase letters, digits and dashes, at most 13 characters, starting with a letter."
+    condition     = can(regex("^([a-z][a-z0-9-]{0,8}-)?$", var.name_prefix))
+    error_message = "name_prefix must be \"\" or a lowercase letter, up to 8 letters, digits or dashes, and a final \"-\" (e.g. \"blue-\")."
+  }
+}
+
+variable "service_account_prefix" {
+  type        = string
+  description = "Prefix of the service account ids this module creates (one per component); ids are 6-30 characters and the longest component is tasks-invoker (13). Null: \"ptk-\" followed by name_prefix."
+  default     = null
+
+  validation {
+    condition     = var.service_account_prefix == null ? true : can(regex("^[a-z][a-z0-9-]{0,16}$", var.service_account_prefix))
+    error_message = "service_account_prefix must be lowercase letters, digits and dashes, at most 17 characters, starting with a letter."
   }
 }
 
@@ -48,14 +76,25 @@ variable "topics" {
     final       = optional(string, "final")
     dead_letter = optional(string, "dead-letter")
   })
-  description = "Topic names: producers publish to origin, consumers read final, invalid and poison messages land on dead_letter."
+  description = "Topic names (name_prefix is put in front): producers publish to origin, consumers read final, invalid and poison messages land on dead_letter."
   default     = {}
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for t in values(var.topics) : can(regex("^[a-zA-Z][-a-zA-Z0-9_.~+%]{2,200}$", t))])
+    error_message = "Topic names must start with a letter and have 3-201 letters, digits or -_.~+% (Pub/Sub's rule, leaving room for name_prefix)."
+  }
 }
 
 variable "message_retention_duration" {
   type        = string
   description = "How long each topic retains messages (seek/replay window), at most 31 days. Keep DEDUP_TTL_SECONDS above the subscriptions' retention."
   default     = "604800s"
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.message_retention_duration)) && try(tonumber(trimsuffix(var.message_retention_duration, "s")) >= 600 && tonumber(trimsuffix(var.message_retention_duration, "s")) <= 2678400, false)
+    error_message = "message_retention_duration must be seconds between 600s and 2678400s (31 days), e.g. \"604800s\"."
+  }
 }
 
 variable "subscriptions" {
@@ -69,33 +108,60 @@ variable "subscriptions" {
     filter                  = optional(string)
   }))
   description = <<-EOT
-    Pull subscriptions for consumers, keyed by subscription name. `topic` is a key of var.topics
-    (origin, final). Every one gets a dead-letter policy and a retry policy. The final topic's
-    subscription enables message ordering (fifo_group is the ordering key); the toolkit's own
-    counters still enforce FIFO, ordering only makes in-order arrival the common case.
+    Pull subscriptions for consumers, keyed by subscription name (name_prefix is put in front).
+    `topic` is a key of var.topics (origin, final). Every one gets a dead-letter policy, a retry
+    policy and an oldest-unacked-message alert. Null (the default): `final-sub` on the final
+    topic, with message ordering (fifo_group is the ordering key; the toolkit's own counters
+    still enforce FIFO), when the consumer function is not deployed, and none when it is - a
+    subscription nobody reads would fill for 7 days. An explicit map is used as it is.
   EOT
-  default = {
-    "final-sub" = {
-      topic                   = "final"
-      enable_message_ordering = true
-    }
-  }
+  default     = null
 
   validation {
-    condition     = alltrue([for s in values(var.subscriptions) : contains(["origin", "final"], s.topic)])
+    condition     = var.subscriptions == null ? true : alltrue([for s in values(var.subscriptions) : contains(["origin", "final"], s.topic)])
     error_message = "Each subscription's topic must be \"origin\" or \"final\" (the dead-letter topic has its own terminal subscription)."
   }
 
   validation {
-    condition     = alltrue([for s in values(var.subscriptions) : s.max_delivery_attempts >= 5 && s.max_delivery_attempts <= 100])
+    condition     = var.subscriptions == null ? true : alltrue([for s in values(var.subscriptions) : s.max_delivery_attempts >= 5 && s.max_delivery_attempts <= 100])
     error_message = "max_delivery_attempts must be between 5 and 100 (Pub/Sub's limits)."
   }
+
+  validation {
+    condition     = var.subscriptions == null ? true : alltrue([for s in values(var.subscriptions) : s.ack_deadline_seconds >= 10 && s.ack_deadline_seconds <= 600])
+    error_message = "ack_deadline_seconds must be between 10 and 600 (Pub/Sub's limits)."
+  }
+}
+
+variable "push_max_delivery_attempts" {
+  type        = number
+  description = "Dead-letter policy of the push subscriptions that deliver to the functions (ingress-push, consumer-push): deliveries before a message goes to the dead-letter topic."
+  default     = 10
+  nullable    = false
+
+  validation {
+    condition     = var.push_max_delivery_attempts >= 5 && var.push_max_delivery_attempts <= 100
+    error_message = "push_max_delivery_attempts must be between 5 and 100 (Pub/Sub's limits)."
+  }
+}
+
+variable "grant_token_creator_to_pubsub_agent" {
+  type        = bool
+  description = "Grant the Pub/Sub service agent roles/iam.serviceAccountTokenCreator on the push account only: Google requires it for authenticated push when the agent was created on or before 8 April 2021, and it is harmless otherwise."
+  default     = true
+  nullable    = false
 }
 
 variable "dead_letter_subscription" {
   type        = string
-  description = "Name of the pull subscription on the dead-letter topic that `pubsub-toolkit dlq list|replay` reads."
+  description = "Name of the pull subscription on the dead-letter topic that `pubsub-toolkit dlq list|replay` reads (name_prefix is put in front)."
   default     = "dead-letter-sub"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-zA-Z][-a-zA-Z0-9_.~+%]{2,200}$", var.dead_letter_subscription))
+    error_message = "dead_letter_subscription must be a Pub/Sub subscription name: a letter, then 2-200 letters, digits or -_.~+%."
+  }
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -104,19 +170,86 @@ variable "dead_letter_subscription" {
 
 variable "dedup_backend" {
   type        = string
-  description = "DEDUP_BACKEND of the deployed parts: firestore, or redis (then set redis_url)."
+  description = "DEDUP_BACKEND of the deployed parts: firestore, or redis (then set redis and network: Memorystore has only a private IP)."
   default     = "firestore"
+  nullable    = false
 
   validation {
     condition     = contains(["firestore", "redis"], var.dedup_backend)
     error_message = "dedup_backend must be firestore or redis (memory is for a single local process only)."
   }
+
+  validation {
+    condition     = var.dedup_backend != "redis" || var.redis != null
+    error_message = "dedup_backend = \"redis\" needs redis = { url_secret = \"SECRET\" } (the Secret Manager secret holding the Redis URL with its AUTH string)."
+  }
+
+  validation {
+    condition     = var.dedup_backend != "redis" || var.network != null
+    error_message = "dedup_backend = \"redis\" needs network = { connector = ... } or { network = ..., subnetwork = ... }: Memorystore has only a private IP."
+  }
 }
 
-variable "redis_url" {
-  type        = string
-  description = "REDIS_URL (redis://host:port/db of a Memorystore instance) when dedup_backend is redis. The VPC connector is not managed here."
+variable "redis" {
+  type = object({
+    url_secret     = string
+    ca_cert_secret = optional(string)
+  })
+  description = <<-EOT
+    Redis (Memorystore) mode, with dedup_backend = "redis". Secret Manager secrets, each a secret
+    id NAME in this project or projects/P/secrets/NAME: `url_secret` holds the whole URL with the
+    AUTH string (rediss://:AUTH@10.x.y.z:6378/0 with in-transit encryption), `ca_cert_secret`
+    (optional) the instance's server CA PEM (google_redis_instance.server_ca_certs[0].cert). The
+    deployed parts get REDIS_URL_SECRET / REDIS_CA_CERT_SECRET (their latest versions) and read
+    them at start-up; the components that use the store get secretAccessor on exactly these
+    secrets. The module never creates the secrets' values: they would sit in its state.
+  EOT
   default     = null
+
+  validation {
+    condition = var.redis == null ? true : alltrue([
+      for secret in compact([var.redis.url_secret, var.redis.ca_cert_secret]) :
+      can(regex("^(projects/[a-z0-9-]+/secrets/)?[A-Za-z0-9_-]{1,255}$", secret))
+    ])
+    error_message = "redis.url_secret and redis.ca_cert_secret must be a secret id (letters, digits, - and _) or projects/PROJECT/secrets/ID, without /versions/."
+  }
+}
+
+variable "network" {
+  type = object({
+    connector  = optional(string)
+    network    = optional(string)
+    subnetwork = optional(string)
+    tags       = optional(list(string), [])
+  })
+  description = <<-EOT
+    Attach the functions and the relay to a VPC (needed for Memorystore, which has only a private
+    IP), egress to private ranges only (the public Google APIs stay on the default path). Exactly
+    one of: `connector`, a Serverless VPC Access connector
+    (projects/P/locations/REGION/connectors/NAME), or `network` + `subnetwork` for Direct VPC
+    egress (with optional network `tags`). The App Engine relay needs a connector. Null: no
+    attachment.
+  EOT
+  default     = null
+
+  validation {
+    condition = var.network == null ? true : (
+      (var.network.connector != null) != (var.network.network != null && var.network.subnetwork != null) &&
+      (var.network.connector == null || (var.network.network == null && var.network.subnetwork == null))
+    )
+    error_message = "network needs exactly one of connector, or network together with subnetwork (Direct VPC egress)."
+  }
+
+  validation {
+    condition     = var.network == null ? true : (var.network.connector == null ? true : can(regex("^projects/[^/]+/locations/[^/]+/connectors/[^/]+$", var.network.connector)))
+    error_message = "network.connector must be the connector's full name: projects/PROJECT/locations/REGION/connectors/NAME."
+  }
+
+  validation {
+    # App Engine standard reaches a VPC only through a Serverless VPC Access connector.
+    condition     = var.network == null ? true : (var.network.connector != null || !(var.enable_delayed_delivery && var.relay_platform == "app_engine"))
+    error_message = "The App Engine relay (relay_platform = \"app_engine\") needs network.connector: App Engine standard has no Direct VPC egress."
+  }
 }
 
 variable "dedup_ttl_seconds" {
@@ -134,6 +267,11 @@ variable "firestore_database" {
   type        = string
   description = "FIRESTORE_DATABASE: Firestore database id holding dedup records and FIFO state."
   default     = "(default)"
+
+  validation {
+    condition     = var.firestore_database == "(default)" || can(regex("^[a-z][a-z0-9-]{2,62}$", var.firestore_database))
+    error_message = "firestore_database must be \"(default)\" or a database id (4-63 lowercase letters, digits and dashes, starting with a letter)."
+  }
 }
 
 variable "create_firestore_database" {
@@ -150,8 +288,13 @@ variable "firestore_location_id" {
 
 variable "dedup_collection" {
   type        = string
-  description = "DEDUP_COLLECTION: collection (group) of the dedup records; gets the TTL policy on expire_at."
-  default     = "pubsub_toolkit_dedup"
+  description = "DEDUP_COLLECTION: collection (group) of the dedup records; gets the TTL policy on expire_at. Null: pubsub_toolkit_dedup behind name_prefix with its dashes as underscores (\"blue-\": blue_pubsub_toolkit_dedup)."
+  default     = null
+
+  validation {
+    condition     = var.dedup_collection == null ? true : can(regex("^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$", var.dedup_collection))
+    error_message = "dedup_collection must be a Firestore collection id: letters, digits, _ and -, at most 100 characters."
+  }
 }
 
 variable "extra_ttl_collection_groups" {
@@ -172,8 +315,14 @@ variable "enable_delayed_delivery" {
 
 variable "tasks_queue_name" {
   type        = string
-  description = "Cloud Tasks queue name (TASKS_QUEUE is rendered as its full path)."
+  description = "Cloud Tasks queue name (name_prefix is put in front; TASKS_QUEUE is rendered as its full path)."
   default     = "pubsub-toolkit-delay"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9-]{1,90}$", var.tasks_queue_name))
+    error_message = "tasks_queue_name must be letters, digits and dashes, at most 90 characters (Cloud Tasks' limits, leaving room for name_prefix)."
+  }
 }
 
 variable "tasks_target" {
@@ -252,6 +401,11 @@ variable "relay_url" {
   type        = string
   description = "RELAY_URL, the relay's base URL (no trailing slash), also the tasks' OIDC audience. Null: derived - on App Engine from the application created here (https://[SERVICE-dot-]HOSTNAME), on Cloud Run the service's deterministic URL (https://NAME-PROJECT_NUMBER.REGION.run.app). On Cloud Run a URL set here (a custom domain) is also made a custom audience of the service."
   default     = null
+
+  validation {
+    condition     = var.relay_url == null ? true : can(regex("^https://[^/\\s]+(/[^\\s]*)?$", var.relay_url))
+    error_message = "relay_url must be an https:// URL."
+  }
 }
 
 variable "relay" {
@@ -295,6 +449,11 @@ variable "cloud_run_relay" {
     # Cloud Run's deterministic URL needs NAME-PROJECT_NUMBER to fit one 63-character DNS label.
     condition     = can(regex("^[a-z]([-a-z0-9]{0,47}[a-z0-9])?$", var.cloud_run_relay.name))
     error_message = "cloud_run_relay.name must be lowercase letters, digits and dashes, start with a letter, end with a letter or digit, at most 49 characters."
+  }
+
+  validation {
+    condition     = length(var.name_prefix) + length(var.cloud_run_relay.name) <= 49
+    error_message = "name_prefix and cloud_run_relay.name together must be at most 49 characters (the service's deterministic URL NAME-PROJECT_NUMBER is one DNS label)."
   }
 
   validation {
@@ -343,20 +502,30 @@ variable "function_runtime" {
 
 variable "ingress" {
   type = object({
-    name             = optional(string, "ingress")
-    memory           = optional(string, "512Mi")
-    cpu              = optional(string, "1")
-    timeout_seconds  = optional(number, 60)
-    min_instances    = optional(number, 0)
-    max_instances    = optional(number, 20)
-    concurrency      = optional(number, 8)
-    publish_timeout  = optional(number, 30)
-    lease_seconds    = optional(number, 90)
-    extra_env        = optional(map(string), {})
-    retry_on_failure = optional(bool, true)
+    name            = optional(string, "ingress")
+    memory          = optional(string, "512Mi")
+    cpu             = optional(string, "1")
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 20)
+    concurrency     = optional(number, 8)
+    publish_timeout = optional(number, 30)
+    lease_seconds   = optional(number, 90)
+    extra_env       = optional(map(string), {})
   })
-  description = "The ingress function (Pub/Sub trigger on the origin topic). retry_on_failure maps to RETRY_POLICY_RETRY: a raised (transient) error is redelivered."
+  description = "The ingress function (HTTP, behind the push subscription ingress-push on the origin topic; name_prefix is put in front of the name). A raised (transient) error answers 500 and Pub/Sub redelivers with the push subscription's retry policy, up to push_max_delivery_attempts. timeout_seconds is also the push subscription's ack deadline."
   default     = {}
+  nullable    = false
+
+  validation {
+    condition     = var.ingress.timeout_seconds >= 10 && var.ingress.timeout_seconds <= 600
+    error_message = "ingress.timeout_seconds must be between 10 and 600: it is the push subscription's ack deadline (Pub/Sub's limits)."
+  }
+
+  validation {
+    condition     = can(regex("^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$", var.ingress.name))
+    error_message = "ingress.name must be lowercase letters, digits and dashes, start with a letter, at most 42 characters (a function name, leaving room for name_prefix)."
+  }
 
   validation {
     condition     = var.ingress.lease_seconds >= 2 * var.ingress.publish_timeout
@@ -376,9 +545,37 @@ variable "consumer" {
     max_instances   = optional(number, 20)
     concurrency     = optional(number, 16)
     extra_env       = optional(map(string), {})
+    sweep_schedule  = optional(string, "* * * * *")
   })
-  description = "Optional functions/consumer deployment (Pub/Sub trigger on the final topic): CONSUMER_ID and HANDLER=module:function; FIFO_* settings go in extra_env. Null: not deployed."
+  description = <<-EOT
+    Optional functions/consumer deployment (HTTP, behind the push subscription consumer-push on
+    the final topic, with message ordering): CONSUMER_ID and HANDLER=module:function; FIFO_*
+    settings go in extra_env. timeout_seconds is also the push subscription's ack deadline and the
+    scheduler job's attempt deadline. `sweep_schedule` (cron, in UTC): the Cloud Scheduler job
+    consumer-sweep that POSTs to the consumer's /sweep (parked messages, gap timeouts); "" or null:
+    no job. Null: not deployed.
+  EOT
   default     = null
+
+  validation {
+    condition     = var.consumer == null ? true : (var.consumer.timeout_seconds >= 15 && var.consumer.timeout_seconds <= 600)
+    error_message = "consumer.timeout_seconds must be between 15 and 600: it is the push subscription's ack deadline (at most 600) and the scheduler's attempt deadline (at least 15)."
+  }
+
+  validation {
+    condition     = var.consumer == null ? true : can(regex("^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$", var.consumer.name))
+    error_message = "consumer.name must be lowercase letters, digits and dashes, start with a letter, at most 42 characters (a function name, leaving room for name_prefix)."
+  }
+
+  validation {
+    condition     = var.consumer == null ? true : (var.consumer.consumer_id != null && var.consumer.handler != null && can(regex("^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$", var.consumer.handler)))
+    error_message = "consumer needs consumer_id and handler = \"module:function\"."
+  }
+
+  validation {
+    condition     = var.consumer == null ? true : (var.consumer.sweep_schedule == null ? true : (var.consumer.sweep_schedule == "" || can(regex("^\\S+( \\S+){4}$", var.consumer.sweep_schedule))))
+    error_message = "consumer.sweep_schedule must be a 5-field cron schedule (e.g. \"* * * * *\"), or \"\" for no scheduler job."
+  }
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -387,8 +584,37 @@ variable "consumer" {
 
 variable "notification_channels" {
   type        = list(string)
-  description = "Monitoring notification channel ids (projects/P/notificationChannels/N) every alert policy notifies."
+  description = "Monitoring notification channel ids (projects/P/notificationChannels/N) every alert policy notifies (with alert_email's channel)."
   default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
+    error_message = "notification_channels must be channel names: projects/PROJECT/notificationChannels/ID."
+  }
+}
+
+variable "alert_email" {
+  type        = string
+  description = "An email address: the module creates one email notification channel for it, which every alert notifies (with notification_channels). Null: none."
+  default     = null
+
+  validation {
+    condition     = var.alert_email == null ? true : can(regex("^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$", var.alert_email))
+    error_message = "alert_email must be an email address."
+  }
+}
+
+variable "metric_propagation_wait" {
+  type        = string
+  description = "How long the first apply waits between creating the log-based metrics and the alert policies on them (provider issue #11102: a new metric can take minutes to be usable; if an alert still fails with \"Cannot find metric(s)\", run apply again)."
+  default     = "120s"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[0-9]+(s|m)$", var.metric_propagation_wait))
+    error_message = "metric_propagation_wait must be a duration in seconds or minutes, e.g. \"120s\" or \"5m\"."
+  }
 }
 
 variable "alert_thresholds" {
@@ -398,7 +624,14 @@ variable "alert_thresholds" {
     fingerprint_mismatches   = optional(number, 0)
     gap_timeouts             = optional(number, 0)
     period                   = optional(string, "300s")
+    oldest_unacked_age       = optional(number, 86400)
   })
-  description = "Alerts fire when a count in `period` exceeds its threshold (0: on the first occurrence)."
+  description = "Alerts fire when a count in `period` exceeds its threshold (0: on the first occurrence); `oldest_unacked_age` (seconds, default 1 day): a pull subscription's oldest unacked message is older (nobody reads it)."
   default     = {}
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.alert_thresholds.period)) && var.alert_thresholds.oldest_unacked_age > 0
+    error_message = "alert_thresholds.period must be seconds (e.g. \"300s\") and oldest_unacked_age a positive number of seconds."
+  }
 }

@@ -1,19 +1,31 @@
 # Provider versions are bounded both ways: a 9.x major may remove or rename arguments. Checked
-# offline against the google 8.7.0 schema only; the 6.x/7.x floor is unverified here. The floor
-# 6.12 is the first release with every Cloud Run relay argument used (cloudrun.tf):
-# `invoker_iam_disabled` came in 6.8.0 and the `urls` attribute in 6.12.0 (provider CHANGELOG).
+# offline against the google 8.7.0 and google-beta 6.50.0 schemas only; the 6.x/7.x floor is
+# unverified here. The floor 6.12 is the first release with every Cloud Run relay argument used
+# (cloudrun.tf): `invoker_iam_disabled` came in 6.8.0 and the `urls` attribute in 6.12.0
+# (provider CHANGELOG). google-beta only creates the service identities (identities.tf):
+# `google_project_service_identity` exists in the beta provider alone. hashicorp/time holds the
+# waits Google documents propagation delays for (time_sleep, triggers since 0.6).
 terraform {
-  # mock_provider / override_* in tests/*.tftest.hcl need 1.7.
-  required_version = ">= 1.7, < 2.0"
+  # mock_provider / override_* in tests/*.tftest.hcl need 1.7; validations that refer to other
+  # variables (dedup_backend needs redis and network, ...) need 1.9.
+  required_version = ">= 1.9, < 2.0"
 
   required_providers {
     google = {
       source  = "hashicorp/google"
       version = ">= 6.12, < 9.0"
     }
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 6.12, < 9.0"
+    }
     archive = {
       source  = "hashicorp/archive"
       version = ">= 2.4, < 3.0"
+    }
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9, < 1.0"
     }
   }
 }

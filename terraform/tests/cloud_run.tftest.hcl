@@ -26,6 +26,10 @@ mock_provider "google" {
   }
 }
 
+mock_provider "google-beta" {}
+
+mock_provider "time" {}
+
 mock_provider "archive" {
   mock_data "archive_file" {
     defaults = {
@@ -36,10 +40,12 @@ mock_provider "archive" {
 }
 
 variables {
-  project_id     = "test-project"
-  region         = "europe-west1"
-  build_dir      = "/nonexistent/build"
-  relay_platform = "cloud_run"
+  project_id = "test-project"
+  region     = "europe-west1"
+  build_dir  = "/nonexistent/build"
+  # Alerts that notify nobody fail the check alerts_notify_someone (a test error here).
+  notification_channels = ["projects/test-project/notificationChannels/1"]
+  relay_platform        = "cloud_run"
   cloud_run_relay = {
     image = "europe-west1-docker.pkg.dev/test-project/cloud-run-source-deploy/pubsub-toolkit-relay:0123abcd"
   }

@@ -14,6 +14,10 @@ mock_provider "google" {
   }
 }
 
+mock_provider "google-beta" {}
+
+mock_provider "time" {}
+
 mock_provider "archive" {
   mock_data "archive_file" {
     defaults = {
@@ -28,22 +32,62 @@ variables {
   region                 = "europe-west1"
   app_engine_location_id = "europe-west"
   build_dir              = "/nonexistent/build"
+  # Alerts that notify nobody fail the check alerts_notify_someone (a test error here).
+  notification_channels = ["projects/test-project/notificationChannels/1"]
 }
 
-run "ingress_is_triggered_by_origin_and_retries" {
+run "ingress_is_pushed_from_origin" {
   command = apply
 
   assert {
-    condition     = google_cloudfunctions2_function.this["ingress"].event_trigger[0].pubsub_topic == google_pubsub_topic.this["origin"].id
-    error_message = "ingress must be triggered by the origin topic."
+    condition     = google_pubsub_subscription.push["ingress"].topic == google_pubsub_topic.this["origin"].id && google_pubsub_subscription.push["ingress"].name == "ingress-push"
+    error_message = "ingress-push must deliver the origin topic to ingress."
   }
   assert {
-    condition     = google_cloudfunctions2_function.this["ingress"].event_trigger[0].event_type == "google.cloud.pubsub.topic.v1.messagePublished"
-    error_message = "ingress must use the Pub/Sub messagePublished event."
+    condition     = length(google_cloudfunctions2_function.this["ingress"].event_trigger) == 0
+    error_message = "ingress is an HTTP function behind our push subscription: no Eventarc trigger."
   }
   assert {
-    condition     = google_cloudfunctions2_function.this["ingress"].event_trigger[0].retry_policy == "RETRY_POLICY_RETRY"
-    error_message = "ingress must retry on failure (a raised transient error is redelivered)."
+    condition = (
+      google_pubsub_subscription.push["ingress"].push_config[0].push_endpoint == google_cloudfunctions2_function.this["ingress"].service_config[0].uri &&
+      google_pubsub_subscription.push["ingress"].push_config[0].oidc_token[0].audience == google_cloudfunctions2_function.this["ingress"].service_config[0].uri &&
+      google_pubsub_subscription.push["ingress"].push_config[0].oidc_token[0].service_account_email == google_service_account.component["push"].email
+    )
+    error_message = "ingress-push must push to the function's run.app URL with an OIDC token of the push account for that URL."
+  }
+  assert {
+    condition = (
+      google_pubsub_subscription.push["ingress"].dead_letter_policy[0].dead_letter_topic == google_pubsub_topic.this["dead_letter"].id &&
+      google_pubsub_subscription.push["ingress"].dead_letter_policy[0].max_delivery_attempts == 10 &&
+      google_pubsub_subscription.push["ingress"].retry_policy[0].minimum_backoff == "10s" &&
+      google_pubsub_subscription.push["ingress"].retry_policy[0].maximum_backoff == "600s"
+    )
+    error_message = "ingress-push must dead-letter after 10 attempts with a 10s..600s retry backoff."
+  }
+  assert {
+    condition = (
+      google_pubsub_subscription.push["ingress"].ack_deadline_seconds == 60 &&
+      google_pubsub_subscription.push["ingress"].message_retention_duration == "604800s" &&
+      google_pubsub_subscription.push["ingress"].expiration_policy[0].ttl == "" &&
+      !google_pubsub_subscription.push["ingress"].enable_message_ordering
+    )
+    error_message = "ingress-push: ack deadline = the function's timeout, 7 days retention, never expires, unordered."
+  }
+  assert {
+    condition     = google_pubsub_subscription_iam_member.service_agent_push_subscriber["ingress"].member == "serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com" && google_pubsub_subscription_iam_member.service_agent_push_subscriber["ingress"].role == "roles/pubsub.subscriber"
+    error_message = "Pub/Sub's service agent must be able to ack what it dead-letters from ingress-push."
+  }
+  assert {
+    condition = [
+      for m in google_service_account_iam_member.pubsub_agent_token_creator : [m.service_account_id, m.role, m.member]
+      ] == [
+      [google_service_account.component["push"].name, "roles/iam.serviceAccountTokenCreator", "serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com"]
+    ]
+    error_message = "old projects: the Pub/Sub service agent needs token creator on the push account (and only there)."
+  }
+  assert {
+    condition     = google_project_service_identity.pubsub.service == "pubsub.googleapis.com" && time_sleep.service_identities.create_duration == "60s"
+    error_message = "the Pub/Sub service agent is created explicitly and waited for."
   }
   assert {
     condition     = google_cloudfunctions2_function.this["ingress"].build_config[0].entry_point == "ingress"
@@ -66,8 +110,12 @@ run "ingress_is_triggered_by_origin_and_retries" {
     error_message = "ingress must run as its own service account."
   }
   assert {
-    condition     = google_cloud_run_v2_service_iam_member.trigger_invokes_function["ingress"].member == google_service_account.component["trigger"].member
-    error_message = "the trigger's account must be allowed to invoke ingress."
+    condition = (
+      google_cloud_run_v2_service_iam_member.push_invokes_function["ingress"].member == google_service_account.component["push"].member &&
+      google_cloud_run_v2_service_iam_member.push_invokes_function["ingress"].role == "roles/run.invoker" &&
+      google_cloud_run_v2_service_iam_member.push_invokes_function["ingress"].name == google_cloudfunctions2_function.this["ingress"].service_config[0].service
+    )
+    error_message = "the push account must be allowed to invoke ingress's service."
   }
   assert {
     condition     = !contains(keys(google_cloudfunctions2_function.this), "consumer")
@@ -173,6 +221,34 @@ run "oidc_audience_is_the_relay_url" {
     condition     = toset(keys(google_cloud_tasks_queue_iam_member.enqueuer)) == toset(["ingress", "relay"])
     error_message = "only ingress and the relay (long-delay hops) create tasks."
   }
+  assert {
+    condition     = google_app_engine_application.app[0].database_type == "CLOUD_FIRESTORE"
+    error_message = "the App Engine application must not create a Datastore-mode (default) database."
+  }
+  assert {
+    condition = (
+      toset([for m in google_project_iam_member.relay_build : m.role]) == toset(["roles/logging.logWriter", "roles/artifactregistry.createOnPushWriter"]) &&
+      alltrue([for m in google_project_iam_member.relay_build : m.member == google_service_account.component["relay"].member]) &&
+      google_storage_bucket_iam_member.relay_build_reads_staging["staging"].bucket == google_app_engine_application.app[0].code_bucket &&
+      google_storage_bucket_iam_member.relay_build_reads_staging["staging"].role == "roles/storage.objectViewer" &&
+      google_storage_bucket_iam_member.relay_build_reads_staging["staging"].member == google_service_account.component["relay"].member
+    )
+    error_message = "the relay's account builds its App Engine version: staging bucket reader, log writer, createOnPushWriter."
+  }
+  assert {
+    condition = (
+      contains(keys(google_project_service.this), "cloudresourcemanager.googleapis.com") &&
+      contains(keys(google_project_service.this), "serviceusage.googleapis.com") &&
+      !contains(keys(google_project_service.this), "eventarc.googleapis.com") &&
+      !contains(keys(google_project_service.this), "secretmanager.googleapis.com") &&
+      !contains(keys(google_project_service.this), "cloudscheduler.googleapis.com")
+    )
+    error_message = "APIs: cloudresourcemanager and serviceusage on, Eventarc off; Secret Manager and Scheduler only when used."
+  }
+  assert {
+    condition     = google_storage_bucket_iam_member.appengine_reads_sources["service_agent"].member == "serviceAccount:service-123456789012@gcp-gae-service.iam.gserviceaccount.com" && length(time_sleep.app_engine_service_agent) == 1
+    error_message = "the App Engine service agent reads the bundle, after the application (and its agent) exists."
+  }
 }
 
 run "explicit_relay_url_without_creating_app_engine" {
@@ -267,8 +343,8 @@ run "no_primitive_roles" {
     error_message = "no primitive roles."
   }
   assert {
-    condition     = google_cloudfunctions2_function.this["consumer"].event_trigger[0].pubsub_topic == google_pubsub_topic.this["final"].id
-    error_message = "the consumer function reads the final topic."
+    condition     = google_pubsub_subscription.push["consumer"].topic == google_pubsub_topic.this["final"].id && length(google_cloudfunctions2_function.this["consumer"].event_trigger) == 0
+    error_message = "the consumer function reads the final topic through consumer-push."
   }
   assert {
     condition = (

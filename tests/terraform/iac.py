@@ -21,6 +21,7 @@ checkov lives in its own venv (``scripts/install-iac-tools``), trivy in the proj
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -50,6 +51,11 @@ OFFLINE_ACTIVATE = next(
     ),
     ROOT / "tools/tf-offline-provider/activate.sh",
 )
+# Schemas the offline tool lacks, served by its schema_provider.py all the same (hashicorp/time
+# 0.13.1: converted from npm @cdktf/provider-time 11.0.1 with the tool's jsii2schema.py).
+EXTRA_OFFLINE_SCHEMAS = {"time": Path(__file__).resolve().parent / "schemas/time.json.gz"}
+# Served offline with only the types the checked modules use (see _offline_rc).
+TRIMMED_OFFLINE_SCHEMAS = ("google", "google-beta")
 CHECKOV = ROOT / ".tools/checkov-venv/bin/checkov"
 CHECKOV_POLICIES = Path("policies/checkov")
 TRIVY_IGNORE = Path(".trivyignore")
@@ -125,8 +131,10 @@ class Terraform:
         return self.run([*args, "-no-color"], cwd, data_dir)
 
 
-def terraform_setup(work: Path) -> Terraform:
-    """Probe the registry once and return how to run terraform; ``work`` holds its files."""
+def terraform_setup(work: Path, modules: list[Path] | None = None) -> Terraform:
+    """Probe the registry once and return how to run terraform; ``work`` holds its files.
+    ``modules``: the folders it will check (default terraform/), for the offline schemas."""
+    modules = modules or [TERRAFORM_DIR]
     work.mkdir(parents=True, exist_ok=True)
     cache = work / "plugin-cache"
     cache.mkdir(exist_ok=True)
@@ -160,8 +168,90 @@ def terraform_setup(work: Path) -> Terraform:
     if shared_rc is None:
         raise ToolMissing(f"{OFFLINE_ACTIVATE} printed no TF_CLI_CONFIG_FILE: {activated.stdout}")
     # A private copy: another run's activate.sh rewrites the shared file while ours reads it.
-    shutil.copy(shared_rc.group(1), rc)
+    rc.write_text(_offline_rc(Path(shared_rc.group(1)).read_text(), work, modules))
     return Terraform(offline=True, env=env)
+
+
+def _offline_rc(shared_rc: str, work: Path, modules: list[Path]) -> str:
+    """The offline tool's terraform.rc, adjusted in our private copy:
+
+    - a dev_override for each EXTRA_OFFLINE_SCHEMAS provider it does not serve (a wrapper like
+      activate.sh's, running the tool's own schema_provider.py with its venv's python);
+    - google and google-beta served from copies of the tool's schemas that keep only the
+      resource and data source types ``modules`` name (their *.tf and tests). Terraform loads
+      the whole schema of every provider in every phase of every `terraform test` run; the full
+      ones (1,375 and 1,215 resource types) made each run ~2x slower. The types kept are the
+      real schemas, so validate and test check exactly what they did; a type the module starts
+      to use is picked up by the next setup.
+    """
+    overrides = dict(re.findall(r'"hashicorp/([\w-]+)"\s*=\s*"([^"]+)"', shared_rc))
+    wrapper = None
+    for directory in overrides.values():
+        scripts = sorted(Path(directory).glob("terraform-provider-*"))
+        if scripts:
+            wrapper = scripts[0].read_text()
+            break
+    command = wrapper and re.search(r"exec (\S+) (\S+/schema_provider\.py)", wrapper)
+    if command is None:
+        raise ToolMissing(f"{OFFLINE_ACTIVATE}: no provider wrapper found to serve extra schemas")
+    python, server = command.groups()
+
+    def serve(name: str, schema: Path) -> str:
+        bin_dir = work / "offline-providers" / name
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        script = bin_dir / f"terraform-provider-{name}"
+        script.write_text(f'#!/bin/sh\nSCHEMA_PROVIDER_FILE={schema} exec {python} {server} "$@"\n')
+        script.chmod(0o755)
+        return str(bin_dir)
+
+    types = _used_types(modules)
+    for name in TRIMMED_OFFLINE_SCHEMAS:
+        if name not in overrides:
+            continue
+        source = Path(server).parent / "schemas" / f"{name}.json.gz"
+        script = Path(overrides[name]) / f"terraform-provider-{name}"
+        found = (
+            re.search(r"SCHEMA_PROVIDER_FILE=(\S+)", script.read_text())
+            if script.exists()
+            else None
+        )
+        if found:
+            source = Path(found.group(1))
+        trimmed = work / "offline-schemas" / f"{name}.json.gz"
+        trimmed.parent.mkdir(parents=True, exist_ok=True)
+        _trim_schema(source, trimmed, types)
+        shared_rc = shared_rc.replace(f'"{overrides[name]}"', f'"{serve(name, trimmed)}"')
+    lines = [
+        f'    "hashicorp/{name}" = "{serve(name, schema)}"\n'
+        for name, schema in EXTRA_OFFLINE_SCHEMAS.items()
+        if name not in overrides
+    ]
+    head, marker, tail = shared_rc.partition("dev_overrides {\n")
+    if not marker:
+        raise ToolMissing(f"{OFFLINE_ACTIVATE} wrote a terraform.rc without dev_overrides")
+    return head + marker + "".join(lines) + tail
+
+
+def _used_types(modules: list[Path]) -> set[str]:
+    """Resource and data source types named in the modules' *.tf (any depth) and tests."""
+    types: set[str] = set()
+    for module in modules:
+        for path in [*module.rglob("*.tf"), *module.rglob("*.tftest.hcl")]:
+            text = path.read_text()
+            types.update(re.findall(r'^\s*(?:resource|data) "(\w+)"', text, re.MULTILINE))
+            types.update(re.findall(r'(?:mock|override)_(?:resource|data) "(\w+)"', text))
+            types.update(re.findall(r"^\s*target\s*=\s*(?:data\.)?(\w+)\.", text, re.MULTILINE))
+    return types
+
+
+def _trim_schema(source: Path, dest: Path, types: set[str]) -> None:
+    with gzip.open(source, "rt") as handle:
+        doc = json.load(handle)
+    for schema in doc["provider_schemas"].values():
+        for kind in ("resource_schemas", "data_source_schemas"):
+            schema[kind] = {k: v for k, v in schema.get(kind, {}).items() if k in types}
+    with gzip.open(dest, "wt") as handle:
+        json.dump(doc, handle)
 
 
 def _joined(*procs: subprocess.CompletedProcess[str]) -> str:
@@ -286,7 +376,7 @@ def main(argv: list[str]) -> int:
         print(f"tf-check: {missing}")
         return 1
     with tempfile.TemporaryDirectory(prefix="tf-check-") as tmp:
-        tf = terraform_setup(Path(tmp))
+        tf = terraform_setup(Path(tmp), [tf_dir])
         print(f"tf-check: {tf.describe()}")
         results = run_many([(check, tf_dir) for check in CHECKS], tf, Path(tmp))
     for result in results:

@@ -167,8 +167,9 @@ def subscriptions_dead_letter(tf_dir: Path) -> Problems:
     return problems
 
 
-def functions_are_triggered_by_their_topics(tf_dir: Path) -> Problems:
-    """ingress listens on origin and consumer on final, through the function's event_trigger."""
+def functions_are_pushed_from_their_topics(tf_dir: Path) -> Problems:
+    """ingress listens on origin and consumer on final, through the push subscription we own
+    (push.tf), never through an Eventarc trigger (whose subscription had no dead-letter policy)."""
     module = load(tf_dir)
     functions = "".join(
         _text(entry.get("functions", ""))
@@ -176,25 +177,28 @@ def functions_are_triggered_by_their_topics(tf_dir: Path) -> Problems:
     )
     problems = []
     for function, topic in (("ingress", "origin"), ("consumer", "final")):
-        # A flat object literal: `ingress = {name = ..., trigger_topic = "origin", ...}`.
-        entry = re.search(rf"\b{function} = \{{([^{{}}]*)\}}", functions)
+        # An object literal: `ingress = {name = "${...}", ..., trigger_topic = "origin", ...}`
+        # (its name interpolates, so it is read up to the first `}` outside "${...}").
+        entry = re.search(rf"\b{function} = \{{((?:\$\{{[^}}]*\}}|[^{{}}])*)\}}", functions)
         if entry is None or f'trigger_topic = "{topic}"' not in entry.group(1):
             problems.append(f'functions.tf: {function} must have trigger_topic = "{topic}"')
-    triggers = [
-        _text(trigger.get("pubsub_topic", ""))
-        for _, rtype, _, body in _resources(tf_dir)
-        if rtype == "google_cloudfunctions2_function"
-        for trigger in body.get("event_trigger", [])
+    for file, rtype, name, body in _resources(tf_dir):
+        if rtype == "google_cloudfunctions2_function" and body.get("event_trigger"):
+            problems.append(f"{file}: {rtype}.{name} has an event_trigger (Eventarc)")
+    pushes = [
+        _text(body.get("topic", ""))
+        for _, rtype, name, body in _resources(tf_dir)
+        if rtype == "google_pubsub_subscription" and name == "push"
     ]
-    if triggers != ["google_pubsub_topic.this[each.value.trigger_topic].id"]:
+    if pushes != ["google_pubsub_topic.this[each.value.trigger_topic].id"]:
         problems.append(
-            f"functions.tf: event_trigger.pubsub_topic must follow trigger_topic: {triggers}"
+            f"push.tf: the push subscription's topic must follow trigger_topic: {pushes}"
         )
     topics = {}
     for entry in module.get("main.tf", {}).get("locals", []):
         topics.update(entry.get("topics", {}))
-    if _text(topics.get("origin", "")) != "var.topics.origin":
-        problems.append("main.tf: local.topics.origin must be var.topics.origin")
+    if _text(topics.get("origin", "")) != "${local.prefix}${var.topics.origin}":
+        problems.append("main.tf: local.topics.origin must be var.topics.origin behind the prefix")
     return problems
 
 
@@ -272,14 +276,141 @@ def cloud_run_relay_mirrors_app_yaml(tf_dir: Path, app_yaml: Path) -> Problems:
     ]
 
 
+def _depends_on(body: dict[str, Any]) -> list[str]:
+    return [_text(item) for entry in body.get("depends_on", []) for item in _as_list(entry)]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _resource(tf_dir: Path, rtype: str, name: str) -> tuple[str, dict[str, Any]] | None:
+    return next(((f, b) for f, t, n, b in _resources(tf_dir) if (t, n) == (rtype, name)), None)
+
+
+def waits_before_use(tf_dir: Path) -> Problems:
+    """What Google documents as eventually consistent is waited for (identities.tf): builds
+    after the build identities' grants, alerts after their log metrics, grants to service agents
+    after the agents exist. Ordering is not a value: `terraform test` cannot see it."""
+    problems = []
+    sleeps = {n: b for _, t, n, b in _resources(tf_dir) if t == "time_sleep"}
+    for name in ("service_identities", "build_iam", "log_metrics"):
+        if name not in sleeps:
+            problems.append(f"no time_sleep.{name}")
+    if "build_iam" in sleeps:
+        triggers = str(sleeps["build_iam"].get("triggers", ""))
+        for grant in ("google_project_iam_member.build", "google_project_iam_member.relay_build"):
+            if grant not in triggers:
+                problems.append(f"time_sleep.build_iam must be triggered by {grant}")
+    for file, rtype, name, body in _resources(tf_dir):
+        needs = []
+        if rtype in ("google_cloudfunctions2_function", "google_app_engine_standard_app_version"):
+            needs.append("time_sleep.build_iam")
+        text = "\n".join(_strings(body))
+        if rtype == "google_monitoring_alert_policy" and "google_logging_metric." in text:
+            needs.append("time_sleep.log_metrics")
+        if rtype.endswith("_iam_member") and "local.pubsub_service_agent" in _text(
+            body.get("member", "")
+        ):
+            needs.append("time_sleep.service_identities")
+        if rtype.endswith("_iam_member") and "local.app_engine_service_agent" in text:
+            needs.append("time_sleep.app_engine_service_agent")
+        problems += [
+            f"{file}: {rtype}.{name} must depend_on {need}"
+            for need in needs
+            if need not in _depends_on(body)
+        ]
+    identity = _resource(tf_dir, "google_project_service_identity", "pubsub")
+    if identity is None or _text(identity[1].get("provider", "")) != "google-beta":
+        problems.append(
+            "identities.tf: google_project_service_identity.pubsub (google-beta) is missing"
+        )
+    return problems
+
+
+def app_engine_uses_firestore(tf_dir: Path) -> Problems:
+    """The App Engine application declares a Firestore-native database and waits for the one the
+    module creates (else it may create a Datastore-mode (default) or race it: 409)."""
+    found = _resource(tf_dir, "google_app_engine_application", "app")
+    if found is None:
+        return ["no google_app_engine_application.app"]
+    file, body = found
+    problems = []
+    app = f"{file}: google_app_engine_application.app"
+    if _text(body.get("database_type", "")) != "CLOUD_FIRESTORE":
+        problems.append(f"{app} needs database_type = CLOUD_FIRESTORE")
+    if "google_firestore_database.this" not in _depends_on(body):
+        problems.append(f"{app} must depend_on google_firestore_database.this")
+    return problems
+
+
+# Resources whose name must carry the deployment's prefix (local.prefix), by name attribute.
+PREFIXED = {
+    "google_pubsub_subscription": "name",
+    "google_cloud_tasks_queue": "name",
+    "google_storage_bucket": "name",
+    "google_logging_metric": "name",
+    "google_cloud_scheduler_job": "name",
+    "google_monitoring_alert_policy": "display_name",
+    "google_service_account": "account_id",
+}
+
+
+def names_carry_the_prefix(tf_dir: Path) -> Problems:
+    """Every name the module gives carries name_prefix, so deployments can share a project."""
+    problems = []
+    for file, rtype, name, body in _resources(tf_dir):
+        attribute = PREFIXED.get(rtype)
+        if attribute is None:
+            continue
+        value = _text(body.get(attribute, ""))
+        if not re.search(r"local\.(prefix|sa_prefix|alert_prefix)\b", value):
+            problems.append(
+                f"{file}: {rtype}.{name} {attribute} does not carry local.prefix: {value}"
+            )
+    module = load(tf_dir)
+    for file, key in (("main.tf", "topics"), ("functions.tf", "functions")):
+        text = str([entry.get(key, "") for entry in module.get(file, {}).get("locals", [])])
+        if "local.prefix" not in text:
+            problems.append(f"{file}: local.{key} names do not carry local.prefix")
+    return problems
+
+
+def alerts_notify_the_channels(tf_dir: Path) -> Problems:
+    """Every alert policy notifies local.notification_channels (the given ones + alert_email)."""
+    return [
+        f"{file}: {rtype}.{name} must notify local.notification_channels"
+        for file, rtype, name, body in _resources(tf_dir)
+        if rtype == "google_monitoring_alert_policy"
+        and _text(body.get("notification_channels", "")) != "local.notification_channels"
+    ]
+
+
+def no_redis_url_in_env(tf_dir: Path) -> Problems:
+    """Redis mode renders REDIS_URL_SECRET (a Secret Manager version): the URL with its AUTH
+    string never sits in an environment variable or in state."""
+    problems = []
+    for file, doc in load(tf_dir).items():
+        for entry in doc.get("locals", []):
+            for name, value in entry.items():
+                if re.search(r"\bREDIS_URL\b(?!_)", str(value)):
+                    problems.append(f"{file}: local.{name} renders REDIS_URL")
+    return problems
+
+
 CHECKS: dict[str, Callable[[Path], Problems]] = {
     "variables_are_typed_and_described": variables_are_typed_and_described,
     "outputs_are_described": outputs_are_described,
     "providers_are_bounded": providers_are_bounded,
     "no_primitive_roles": no_primitive_roles,
     "subscriptions_dead_letter": subscriptions_dead_letter,
-    "functions_are_triggered_by_their_topics": functions_are_triggered_by_their_topics,
+    "functions_are_pushed_from_their_topics": functions_are_pushed_from_their_topics,
     "firestore_ttl_is_on_expire_at": firestore_ttl_is_on_expire_at,
+    "waits_before_use": waits_before_use,
+    "app_engine_uses_firestore": app_engine_uses_firestore,
+    "names_carry_the_prefix": names_carry_the_prefix,
+    "alerts_notify_the_channels": alerts_notify_the_channels,
+    "no_redis_url_in_env": no_redis_url_in_env,
 }
 
 

@@ -4,7 +4,10 @@ A check that cannot fail proves nothing, so each one gets a copy of terraform/ (
 examples/, tests/, policies/ and .trivyignore; the example calls the module by ``../..``, which
 stays valid inside the copy) broken once in the way it exists to catch, and must fail naming
 that breakage. The commands are iac.py's, the same ones scripts/tf-check runs. All runs happen
-in one module-scoped fixture, two at a time, since `terraform test` alone takes ~50 s of CPU.
+in one module-scoped fixture, two at a time, since `terraform test` alone takes minutes of CPU.
+A `test` breakage keeps one run (~15-20 s of CPU each), so they are few: the values only a plan
+shows (push OIDC, the token creator grant, the sweep job, Redis gating). Ordering (depends_on,
+waits) is not a value; structure.py checks it, and checkov the policies, both cheaply.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ from tests.terraform import iac
 # The fixture runs every check at once; under load it needs more than the default 300 s.
 pytestmark = pytest.mark.timeout(900)
 
-INGRESS_RUN = "ingress_is_triggered_by_origin_and_retries"
+INGRESS_RUN = "ingress_is_pushed_from_origin"
 WIRING = "tests/wiring.tftest.hcl"
 CLOUD_RUN = "tests/cloud_run.tftest.hcl"
 CLOUD_RUN_INVOKER_RUN = "tasks_reach_the_service_url_signed_for_it"
+OPERATIONS = "tests/operations.tftest.hcl"
+CONSUMER_RUN = "consumer_is_pushed_in_order_and_swept_with_a_name_prefix"
+REDIS = "tests/redis.tftest.hcl"
+REDIS_RUN = "redis_mode_has_no_firestore_resources"
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,9 @@ class Breakage:
     file: str  # relative to the module folder
     old: str  # must occur exactly once, so a drifted file fails here rather than test nothing
     new: str
-    evidence: str  # must appear in a finding (or, without findings, in the output)
+    # Must appear in a finding (or, without findings, in the output); for `test` also in the
+    # output, where the failed assertion's error_message names what broke.
+    evidence: str
     # `terraform test` breakages: the one test file and run kept (the evidence names the run).
     run: tuple[str, str] = (WIRING, INGRESS_RUN)
 
@@ -42,8 +51,8 @@ BREAKAGES = {
     "fmt_misindented": Breakage(
         "fmt",
         "versions.tf",
-        '\n  required_version = ">= 1.7, < 2.0"',
-        '\n      required_version = ">= 1.7, < 2.0"',
+        '\n  required_version = ">= 1.9, < 2.0"',
+        '\n      required_version = ">= 1.9, < 2.0"',
         "versions.tf",
     ),
     "validate_unknown_argument": Breakage(
@@ -68,6 +77,82 @@ BREAKAGES = {
         CLOUD_RUN_INVOKER_RUN,
         run=(CLOUD_RUN, CLOUD_RUN_INVOKER_RUN),
     ),
+    "test_push_oidc_as_another_account": Breakage(
+        "test",
+        "push.tf",
+        '      service_account_email = google_service_account.component["push"].email',
+        '      service_account_email = google_service_account.component["ingress"].email',
+        "with an OIDC token of the push account for that URL",
+    ),
+    "test_no_token_creator_for_old_projects": Breakage(
+        "test",
+        "push.tf",
+        "  count = var.grant_token_creator_to_pubsub_agent ? 1 : 0\n",
+        "  count = 0\n",
+        "the Pub/Sub service agent needs token creator on the push account",
+    ),
+    "test_sweep_job_misses_sweep": Breakage(
+        "test",
+        "scheduler.tf",
+        '    uri         = "${local.function_urls["consumer"]}/sweep"',
+        '    uri         = local.function_urls["consumer"]',
+        "the sweep job must POST to the consumer's /sweep",
+        run=(OPERATIONS, CONSUMER_RUN),
+    ),
+    "test_ttl_fields_in_redis_mode": Breakage(
+        "test",
+        "main.tf",
+        "  ttl_collection_groups = !local.firestore ? {} : merge(",
+        "  ttl_collection_groups = merge(",
+        "redis mode: no TTL fields",
+        run=(REDIS, REDIS_RUN),
+    ),
+    "checkov_push_without_oidc": Breakage(
+        "checkov",
+        "push.tf",
+        "    oidc_token {\n"
+        '      service_account_email = google_service_account.component["push"].email\n'
+        "      audience              = local.function_urls[each.key]\n"
+        "    }\n",
+        "",
+        "CKV_PTK_6 module.pubsub_toolkit.google_pubsub_subscription.push",
+    ),
+    "checkov_push_without_dead_letter_policy": Breakage(
+        "checkov",
+        "push.tf",
+        "  dead_letter_policy {\n"
+        '    dead_letter_topic     = google_pubsub_topic.this["dead_letter"].id\n'
+        "    max_delivery_attempts = var.push_max_delivery_attempts\n"
+        "  }\n",
+        "",
+        "CKV_PTK_1 module.pubsub_toolkit.google_pubsub_subscription.push",
+    ),
+    "checkov_function_without_network_attachment": Breakage(
+        "checkov",
+        "functions.tf",
+        "    vpc_connector                 = local.vpc_connector\n"
+        "    vpc_connector_egress_settings = local.vpc_connector == null ? null :"
+        ' "PRIVATE_RANGES_ONLY"\n'
+        "    direct_vpc_egress             = local.direct_vpc == null ? null :"
+        ' "VPC_EGRESS_PRIVATE_RANGES_ONLY"\n'
+        '    dynamic "direct_vpc_network_interface" {\n'
+        "      for_each = local.direct_vpc == null ? [] : [local.direct_vpc]\n"
+        "      content {\n"
+        "        network    = direct_vpc_network_interface.value.network\n"
+        "        subnetwork = direct_vpc_network_interface.value.subnetwork\n"
+        "        tags       = direct_vpc_network_interface.value.tags\n"
+        "      }\n"
+        "    }\n",
+        "",
+        "CKV_PTK_5 module.pubsub_toolkit.google_cloudfunctions2_function.this",
+    ),
+    "checkov_app_engine_relay_without_connector": Breakage(
+        "checkov",
+        "appengine.tf",
+        '  dynamic "vpc_access_connector" {\n',
+        '  dynamic "not_vpc_access_connector" {\n',
+        "CKV_PTK_5 module.pubsub_toolkit.google_app_engine_standard_app_version.relay",
+    ),
     "checkov_no_dead_letter_policy": Breakage(
         "checkov",
         "pubsub.tf",
@@ -82,9 +167,9 @@ BREAKAGES = {
     "checkov_exempt_subscription_elsewhere": Breakage(
         "checkov",
         "pubsub.tf",
-        "  name                       = var.dead_letter_subscription\n"
+        '  name                       = "${local.prefix}${var.dead_letter_subscription}"\n'
         '  topic                      = google_pubsub_topic.this["dead_letter"].id\n',
-        "  name                       = var.dead_letter_subscription\n"
+        '  name                       = "${local.prefix}${var.dead_letter_subscription}"\n'
         '  topic                      = google_pubsub_topic.this["final"].id\n',
         "CKV_PTK_1 module.pubsub_toolkit.google_pubsub_subscription.dead_letter ",
     ),
@@ -134,6 +219,85 @@ BREAKAGES = {
         ' the relay (App Engine or Cloud Run)."\n',
         "",
         "variables.tf: variable project_id has no description",
+    ),
+    "structure_function_builds_before_grants_propagate": Breakage(
+        "structure",
+        "functions.tf",
+        "    google_project_service.this,\n    time_sleep.build_iam,\n",
+        "    google_project_service.this,\n",
+        "functions.tf: google_cloudfunctions2_function.this must depend_on time_sleep.build_iam",
+    ),
+    "structure_relay_build_grants_not_waited_for": Breakage(
+        "structure",
+        "identities.tf",
+        '    { for role, m in google_project_iam_member.relay_build : "relay ${role}" => m.id },\n',
+        "",
+        "time_sleep.build_iam must be triggered by google_project_iam_member.relay_build",
+    ),
+    "structure_alerts_before_their_metrics": Breakage(
+        "structure",
+        "monitoring.tf",
+        "  depends_on = [time_sleep.log_metrics]\n",
+        "",
+        "google_monitoring_alert_policy.log_metric must depend_on time_sleep.log_metrics",
+    ),
+    "structure_grant_to_agent_before_it_exists": Breakage(
+        "structure",
+        "pubsub.tf",
+        "  member  = local.pubsub_service_agent\n\n"
+        "  depends_on = [time_sleep.service_identities]\n",
+        "  member  = local.pubsub_service_agent\n",
+        "pubsub.tf: google_pubsub_topic_iam_member.service_agent_dead_letter_publisher must"
+        " depend_on time_sleep.service_identities",
+    ),
+    "structure_app_engine_datastore_mode": Breakage(
+        "structure",
+        "appengine.tf",
+        '  database_type = "CLOUD_FIRESTORE"\n',
+        "",
+        "google_app_engine_application.app needs database_type = CLOUD_FIRESTORE",
+    ),
+    "structure_app_engine_races_firestore": Breakage(
+        "structure",
+        "appengine.tf",
+        "  depends_on = [google_project_service.this, google_firestore_database.this]\n",
+        "  depends_on = [google_project_service.this]\n",
+        "google_app_engine_application.app must depend_on google_firestore_database.this",
+    ),
+    "structure_bucket_without_prefix": Breakage(
+        "structure",
+        "functions.tf",
+        '"${var.project_id}-${local.prefix}pubsub-toolkit-sources"',
+        '"${var.project_id}-pubsub-toolkit-sources"',
+        "google_storage_bucket.sources name does not carry local.prefix",
+    ),
+    "structure_alert_notifies_nobody": Breakage(
+        "structure",
+        "monitoring.tf",
+        '  display_name          = "${local.alert_prefix}: dead-letter backlog"\n'
+        '  combiner              = "OR"\n'
+        "  notification_channels = local.notification_channels\n",
+        '  display_name          = "${local.alert_prefix}: dead-letter backlog"\n'
+        '  combiner              = "OR"\n'
+        "  notification_channels = var.notification_channels\n",
+        "dead_letter_backlog must notify local.notification_channels",
+    ),
+    "structure_redis_url_in_env": Breakage(
+        "structure",
+        "main.tf",
+        "{ REDIS_URL_SECRET = ",
+        "{ REDIS_URL = ",
+        "main.tf: local.redis_env renders REDIS_URL",
+    ),
+    "structure_eventarc_trigger": Breakage(
+        "structure",
+        "functions.tf",
+        "  service_config {\n",
+        "  event_trigger {\n"
+        '    event_type   = "google.cloud.pubsub.topic.v1.messagePublished"\n'
+        "    pubsub_topic = google_pubsub_topic.this[each.value.trigger_topic].id\n"
+        "  }\n\n  service_config {\n",
+        "google_cloudfunctions2_function.this has an event_trigger (Eventarc)",
     ),
     "structure_cloud_run_concurrency_beyond_gunicorn_threads": Breakage(
         "structure",
@@ -227,6 +391,9 @@ def test_check_fails_on_a_broken_copy(runs: Runs, name: str) -> None:
     breakage, result = BREAKAGES[name], runs.broken[name]
     assert not result.ok, f"{breakage.check} passed on a copy broken by {name} ({runs.providers})"
     evidence = result.findings or (result.output,)
+    if breakage.check == "test":
+        # terraform wraps error messages at 80 columns: compare with whitespace collapsed.
+        evidence = (*result.findings, " ".join(result.output.split()))
     assert any(breakage.evidence in item for item in evidence), (
         f"{breakage.check} failed, but not for {name}: expected {breakage.evidence!r} in\n"
         + "\n".join(evidence)

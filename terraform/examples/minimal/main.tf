@@ -1,5 +1,6 @@
 # The smallest useful deployment: topics, ingress, the delay queue and relay (App Engine, or Cloud
-# Run with relay_platform = "cloud_run" and relay_image), Firestore TTL, alerts. Run `make build`
+# Run with relay_platform = "cloud_run" and relay_image), Firestore TTL, alerts (to alert_email
+# and/or notification_channels), final-sub for pubsub_toolkit.Consumer. Run `make build`
 # in the repository first: the module zips build/.
 
 module "pubsub_toolkit" {
@@ -12,4 +13,5 @@ module "pubsub_toolkit" {
   cloud_run_relay        = { image = var.relay_image }
   build_dir              = "${path.module}/../../../build"
   notification_channels  = var.notification_channels
+  alert_email            = var.alert_email
 }

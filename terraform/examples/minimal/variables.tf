@@ -21,6 +21,12 @@ variable "notification_channels" {
   default     = []
 }
 
+variable "alert_email" {
+  type        = string
+  description = "Where the alerts are emailed (the module creates the channel); null: notification_channels only."
+  default     = null
+}
+
 variable "relay_platform" {
   type        = string
   description = "Where the relay runs: app_engine or cloud_run."
