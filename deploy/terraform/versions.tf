@@ -1,5 +1,5 @@
 terraform {
-  required_version = ">= 1.7, < 2.0"
+  required_version = ">= 1.9, < 2.0"
 
   # Partial configuration: bucket and prefix come from backend.hcl (copy backend.hcl.example),
   # passed by scripts/deploy-terraform as -backend-config. No local state: it holds the

@@ -1,5 +1,5 @@
 terraform {
-  required_version = ">= 1.7, < 2.0"
+  required_version = ">= 1.9, < 2.0"
 
   required_providers {
     google = {
