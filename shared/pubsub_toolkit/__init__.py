@@ -27,6 +27,7 @@ _EXPORTS = {
     "FifoGate": "pubsub_toolkit.consumer.gate",
     "GatePolicy": "pubsub_toolkit.consumer.gate_rules",
     "IdempotentProcessor": "pubsub_toolkit.dedup.idempotent",
+    "idempotent": "pubsub_toolkit.decorators",
     "Message": "pubsub_toolkit.message",
     "OutboundMessage": "pubsub_toolkit.message",
     "Settings": "pubsub_toolkit.config",
@@ -60,6 +61,7 @@ __all__ = [
     "ToolkitError",
     "TransientError",
     "__version__",
+    "idempotent",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads them
@@ -68,6 +70,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from pubsub_toolkit.consumer.gate_rules import GatePolicy
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
+    from pubsub_toolkit.decorators import idempotent
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
     from pubsub_toolkit.errors import (
         ConfigurationError,

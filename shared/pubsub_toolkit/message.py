@@ -22,6 +22,14 @@ class Message:
         # Freeze the attributes so a Message can be shared between threads safely.
         object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
 
+    @property
+    def dedup_key(self) -> str:
+        """The message's stable key: its ``dedup_key`` attribute (ingress stamps one on every
+        message, the producer's own or the origin message id), else its message id. Pass it
+        downstream (e.g. as an ``Idempotency-Key`` header) so the next service deduplicates too.
+        """
+        return self.attributes.get("dedup_key") or self.message_id
+
 
 @dataclass(frozen=True)
 class OutboundMessage:

@@ -19,7 +19,7 @@ from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GapPolicy, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
@@ -120,23 +120,31 @@ class MessageProcessor:
             return self.reject(message, exc)
         if address is not None:
             return self.gate.deliver(message, address.group, address.seq).outcome.value
-        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id
-        fingerprint = message.attributes.get(attr.CONTENT_SHA256) or attr.content_fingerprint(
-            message.data, message.attributes
-        )
 
         def effect() -> str | None:
             result = self._handler(message)
             return None if result is None else str(result)
 
-        processed = self._dedup.process(key, fingerprint, effect)
+        processed = self.dedup_once(message, effect)
+        return "dead_lettered" if processed.outcome is Outcome.MISMATCH else processed.outcome.value
+
+    def dedup_once(self, message: Message, effect: Callable[[], str | None]) -> ProcessResult:
+        """Run ``effect`` once per ``message``'s dedup key (no FIFO gate): a duplicate returns
+        the stored result, a reused key with other content is dead-lettered once (outcome
+        MISMATCH). Raises ClaimInProgressError while another delivery holds the key."""
+        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id
+        fingerprint = message.attributes.get(attr.CONTENT_SHA256) or attr.content_fingerprint(
+            message.data, message.attributes
+        )
+        processed = self._dedup.process(
+            key, fingerprint, effect, context={"message_id": message.message_id}
+        )
         if processed.outcome is Outcome.MISMATCH:
             error = PermanentError(attr.REASON_FINGERPRINT_MISMATCH, f"dedup_key {key!r} reused")
             self._rejections.process(
                 f"mismatch:{key}:{fingerprint}", fingerprint, lambda: self.reject(message, error)
             )
-            return "dead_lettered"
-        return processed.outcome.value
+        return processed
 
     def reject(self, message: Message, exc: PermanentError) -> str:
         """Dead-letter ``message`` with the error's reason (raises it without a dead-letter

@@ -1,0 +1,289 @@
+"""``@idempotent``: dedup - and FIFO order - for a handler you already have, in two lines.
+
+The same decorator fits the two places Pub/Sub code already lives::
+
+    @idempotent(consumer="billing")            # above functions-framework's own decorator
+    @functions_framework.cloud_event
+    def charge(cloud_event): ...
+
+    subscriber.subscribe(subscription, callback=idempotent(consumer="billing")(callback))
+
+What it does with each delivery:
+
+* **a functions-framework CloudEvent function** (an Eventarc Pub/Sub trigger): the first
+  delivery of a key runs the function and stores its return value; a duplicate returns that
+  stored value without running it (functions-framework then acks); a delivery whose key is
+  being run elsewhere right now is answered 503 - a quiet redelivery, logged once at INFO -
+  and a function that raises releases the key and is redelivered. Dedup only: FIFO order
+  needs a consumer that can park messages (the subscriber callback below, ``Consumer``, or
+  ``functions/consumer``).
+* **a google-cloud-pubsub subscriber callback**: the same dedup, plus the FIFO gate when the
+  message carries ``fifo_group`` (early numbers are parked and run in order; a background
+  sweeper retries parked heads and acts on gap timeouts). The decorator acks and nacks: the
+  callback gets a :class:`DeliveredMessage` whose ``ack()`` does nothing (the decorator acks
+  once the effect is recorded) and whose ``nack()`` asks for a redelivery.
+
+**The key** is the message's ``dedup_key`` attribute (ingress stamps one on every message),
+else what the ``key`` function returns, else the Pub/Sub message id. A delivery with none of
+them is never run unguarded: it is dead-lettered as ``invalid_dedup_key`` (or raises without a
+dead-letter topic) unless ``on_missing_key="run"`` says to run it anyway. The handler sees the
+key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` header.
+
+Stores, topics and policies come from the environment on the first delivery
+(:meth:`Settings.from_env`, :meth:`ConsumerSettings.from_env`), or from the ``settings`` and
+``consumer_settings`` you pass. (About 290 lines.)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol, cast
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.cloudevent import message_from_event_data
+from pubsub_toolkit.config import ConsumerSettings, Settings
+from pubsub_toolkit.errors import ClaimInProgressError, PermanentError, TransientError
+from pubsub_toolkit.message import Message
+
+logger = logging.getLogger(__name__)
+
+KeyFunction = Callable[[Message], "str | None"]
+MissingKey = Literal["dead_letter", "run"]
+
+
+class NackRequested(TransientError):
+    """Raised by :meth:`DeliveredMessage.nack`: the callback asked for a redelivery."""
+
+
+@dataclass(frozen=True)
+class DeliveredMessage(Message):
+    """The message a decorated subscriber callback receives: a :class:`Message` with the
+    client library's ``ack()``/``nack()`` so existing callbacks keep working.
+
+    ``ack()`` does nothing: the decorator acks after the effect is recorded (an ack before
+    that could lose it). ``nack()`` raises :class:`NackRequested`: the key is released and
+    Pub/Sub delivers the message again.
+    """
+
+    def ack(self) -> None:
+        """Nothing to do: the decorator acks once the effect is recorded."""
+
+    def nack(self) -> None:
+        """Ask for a redelivery (raises NackRequested; the decorator nacks)."""
+        raise NackRequested(f"the handler nacked message {self.message_id}")
+
+
+def idempotent(
+    consumer: str | None = None,
+    *,
+    key: KeyFunction | None = None,
+    on_missing_key: MissingKey = "dead_letter",
+    settings: Settings | None = None,
+    consumer_settings: ConsumerSettings | None = None,
+) -> Callable[[Callable[..., Any]], Guarded]:
+    """Make a CloudEvent function or a subscriber callback run once per key (see the module).
+
+    ``consumer`` names this consumer's dedup namespace and FIFO state (default: CONSUMER_ID).
+    The result is a plain function (functions-framework accepts nothing else) with a
+    ``close()`` that stops the FIFO sweeper of a subscriber callback.
+    """
+    if on_missing_key not in ("dead_letter", "run"):
+        raise ValueError(f"on_missing_key={on_missing_key!r} is not 'dead_letter' or 'run'")
+
+    def decorate(handler: Callable[..., Any]) -> Guarded:
+        guard = Idempotent(
+            handler,
+            consumer=consumer,
+            key=key,
+            on_missing_key=on_missing_key,
+            settings=settings,
+            consumer_settings=consumer_settings,
+        )
+
+        @functools.wraps(handler)
+        def guarded(delivery: Any) -> Any:
+            return guard(delivery)
+
+        guarded.close = guard.close  # type: ignore[attr-defined]
+        return cast(Guarded, guarded)
+
+    return decorate
+
+
+class Guarded(Protocol):
+    """What :func:`idempotent` returns: the handler's own call shape, plus ``close()``."""
+
+    def __call__(self, delivery: Any) -> Any: ...
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the FIFO sweeper (if one started)."""
+
+
+class Idempotent:
+    """The guard behind a decorated handler; called as the platform calls the original."""
+
+    def __init__(
+        self,
+        handler: Callable[..., Any],
+        *,
+        consumer: str | None,
+        key: KeyFunction | None,
+        on_missing_key: MissingKey,
+        settings: Settings | None,
+        consumer_settings: ConsumerSettings | None,
+        sweep_interval: float = 1.0,
+    ) -> None:
+        self._handler = handler
+        self._consumer = consumer
+        self._key = key
+        self._on_missing_key = on_missing_key
+        self._settings = settings
+        self._consumer_settings = consumer_settings
+        self._sweep_interval = sweep_interval
+        self._lock = threading.Lock()
+        self._processor: Any = None  # MessageProcessor, built on the first delivery
+        self._closing = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    # --- the two call shapes -------------------------------------------------------------
+
+    def __call__(self, delivery: Any) -> Any:
+        if callable(getattr(delivery, "ack", None)) and callable(getattr(delivery, "nack", None)):
+            self._on_pubsub_message(delivery)
+            return None
+        return self._on_cloud_event(delivery)
+
+    def _on_cloud_event(self, cloud_event: Any) -> Any:
+        """functions-framework: returning acks, raising redelivers, 503 is a quiet retry."""
+        processor = self._get_processor()
+        try:
+            message = message_from_event_data(cloud_event.data)
+        except PermanentError as exc:
+            processor.reject(Message(repr(cloud_event.data).encode()), exc)
+            return None
+        keyed = self._with_key(message)
+        if keyed is None:
+            return self._handler(cloud_event) if self._run_unguarded(message, processor) else None
+        outcome: dict[str, Any] = {}
+
+        def effect() -> str | None:
+            outcome["value"] = self._handler(cloud_event)
+            return None if outcome["value"] is None else str(outcome["value"])
+
+        try:
+            processed = processor.dedup_once(keyed, effect)
+        except ClaimInProgressError:
+            import flask  # functions-framework runs on Flask
+
+            # Any non-2xx makes Pub/Sub deliver again; an HTTPException is answered without
+            # Flask's ERROR traceback (the dedup decision log said "in_progress" at INFO).
+            flask.abort(503, description="being processed elsewhere; deliver again later")
+        return outcome.get("value", processed.result)
+
+    def _on_pubsub_message(self, received: Any) -> None:
+        """A streaming-pull callback: ack when handled, deduplicated or dead-lettered."""
+        from pubsub_toolkit.consumer.subscriber import to_message
+
+        try:
+            processor = self._get_processor()
+            message = to_message(received)
+            keyed = self._with_key(message)
+            if keyed is None:
+                if self._run_unguarded(message, processor):
+                    self._handler(_delivered(message))
+            else:
+                if attr.FIFO_GROUP in keyed.attributes:
+                    self._start_sweeper(processor)
+                processor.process(keyed)
+        except TransientError as exc:
+            logger.info("redelivering %s: %s", received.message_id, exc)
+            received.nack()
+        except Exception:
+            logger.exception("handler error on %s; redelivering", received.message_id)
+            received.nack()
+        else:
+            received.ack()
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def _with_key(self, message: Message) -> Message | None:
+        """``message`` with its dedup key stamped in, or None when it has none."""
+        found = message.attributes.get(attr.DEDUP_KEY)
+        if not found and self._key is not None:
+            found = self._key(message)
+        found = found or message.message_id
+        if not found:
+            return None
+        return replace(message, attributes={**message.attributes, attr.DEDUP_KEY: found})
+
+    def _run_unguarded(self, message: Message, processor: Any) -> bool:
+        """For a message without a key: True to run it anyway (the user opted out), else it
+        is dead-lettered (never run without a guard by default)."""
+        if self._on_missing_key == "run":
+            logger.warning("message without a dedup key runs unguarded (on_missing_key='run')")
+            return True
+        detail = "no dedup_key attribute, no key from the key function and no message id"
+        processor.reject(message, PermanentError(attr.REASON_INVALID_DEDUP_KEY, detail))
+        return False
+
+    # --- wiring --------------------------------------------------------------------------
+
+    def _get_processor(self) -> Any:
+        with self._lock:
+            if self._processor is None:
+                from pubsub_toolkit.consumer.processor import MessageProcessor
+
+                settings = self._settings or Settings.from_env()
+                consumer = self._consumer_settings
+                if consumer is None:
+                    consumer = (
+                        ConsumerSettings(consumer_id=self._consumer)
+                        if self._consumer
+                        else ConsumerSettings.from_env()
+                    )
+                elif self._consumer:
+                    consumer = replace(consumer, consumer_id=self._consumer)
+                self._processor = MessageProcessor.from_settings(
+                    settings, consumer, lambda message: self._handler(_delivered(message))
+                )
+            return self._processor
+
+    def _start_sweeper(self, processor: Any) -> None:
+        with self._lock:
+            if self._sweeper is None and not self._closing.is_set():
+                self._sweeper = threading.Thread(
+                    target=self._sweep_loop,
+                    args=(processor.gate,),
+                    name="fifo-sweeper",
+                    daemon=True,
+                )
+                self._sweeper.start()
+
+    def _sweep_loop(self, gate: Any) -> None:
+        # Parked heads whose backoff ran out and gap timeouts happen between messages.
+        while not self._closing.wait(self._sweep_interval):
+            try:
+                for group in gate.groups():
+                    gate.sweep(group)
+            except Exception:
+                logger.exception("FIFO sweep failed; trying again next interval")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the FIFO sweeper (if one started)."""
+        self._closing.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=timeout)
+
+
+def _delivered(message: Message) -> DeliveredMessage:
+    return DeliveredMessage(
+        data=message.data,
+        attributes=message.attributes,
+        message_id=message.message_id,
+        publish_time=message.publish_time,
+        ordering_key=message.ordering_key,
+    )
