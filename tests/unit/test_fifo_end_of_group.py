@@ -420,3 +420,17 @@ def test_the_consumer_dead_letters_a_fifo_end_other_than_true(
     )
     assert processor.process(keyed(1, **{attr.FIFO_END: "false"})) == "dead_lettered"
     assert dead_letters(sink) == [("1", attr.REASON_INVALID_FIFO_END)]
+
+
+def test_after_the_tombstone_expired_a_store_rollback_is_caught_again(
+    gate: FifoGate, store: MemoryFifoStore, handler: Recorder, clock: ManualClock
+) -> None:
+    # The expired tombstone must not stay this process's memory of the group, or a later loss
+    # of writes under the same name would go unseen (the expired record excuses every read).
+    for message in (keyed(1), keyed(2), keyed(3, end=True)):
+        deliver(gate, message)
+    clock.advance(RETENTION)
+    assert deliver(gate, keyed(1, "k-new")) is GateOutcome.PROCESSED  # behind the old end
+    del store._states[(CONSUMER, "g")]  # the store loses the group's record
+    assert deliver(gate, keyed(1, "k-new")) is GateOutcome.DUPLICATE
+    assert handler.seen == [1, 2, 3, 1]  # the new group's #1 once
