@@ -12,6 +12,7 @@
 | ``error_reason``, ``error_detail`` | whoever dead-letters (ingress drops a producer's) | why |
 | ``replay_id`` | ``dlq replay`` only (minted in the dedup store) | a dead-letter replay |
 | ``fifo_filler`` | ingress only (drops a producer's) | this number carries no new message |
+| ``fifo_end`` | producer (``Publisher(end_of_group=True)``) | ``"true"``: the group's last number |
 
 Numbers have one canonical ASCII form, and anything else is refused rather than normalised: a
 lenient parser would let ``"01"``, ``"+1"`` and an Arabic-Indic one all mean 1 here while later
@@ -53,6 +54,9 @@ ERROR_DETAIL = "error_detail"
 REPLAY_ID = "replay_id"  # set by `pubsub-toolkit dlq replay`: the dead-letter copy's message id
 # set by ingress only: this fifo number carries no new message; value = why
 FIFO_FILLER = "fifo_filler"
+# set by the producer: this fifo number is the group's last (the only value is FIFO_END_TRUE)
+FIFO_END = "fifo_end"
+FIFO_END_TRUE = "true"
 
 # Attributes the toolkit stamps itself; they are not part of the content fingerprint, so a
 # message replayed from the dead-letter topic keeps its fingerprint, and a producer's retry that
@@ -120,6 +124,8 @@ REASON_CONFLICTING_DELAY = "conflicting_delay"
 REASON_INVALID_FIFO_GROUP = "invalid_fifo_group"
 REASON_INVALID_FIFO_SEQ = "invalid_fifo_seq"
 REASON_SEQ_WITHOUT_GROUP = "fifo_seq_without_group"
+REASON_INVALID_FIFO_END = "invalid_fifo_end"
+REASON_END_WITHOUT_GROUP = "fifo_end_without_group"
 REASON_FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 REASON_MALFORMED_EVENT = "malformed_event"
 
@@ -144,6 +150,25 @@ def parse_fifo_seq(raw: str) -> int:
             f"fifo_seq {_shown(raw)} is out of range: at most 2**53 - 1 ({MAX_FIFO_SEQ})",
         )
     return int(raw)
+
+
+def parse_fifo_end(raw: str | None) -> bool:
+    """Whether ``fifo_end`` marks the group's last number; ContractViolation(``invalid_fifo_end``)
+    for any value but ``"true"`` (a lenient reading could end a group at one hop, not another)."""
+    if raw is None:
+        return False
+    if raw != FIFO_END_TRUE:
+        raise ContractViolation(
+            REASON_INVALID_FIFO_END,
+            f"fifo_end {_shown(raw)} is not {FIFO_END_TRUE!r} (leave it out on every message "
+            "but a group's last)",
+        )
+    return True
+
+
+def is_end_of_group(message: Message) -> bool:
+    """True when ``message`` says it is its group's last number (see :func:`parse_fifo_end`)."""
+    return message.attributes.get(FIFO_END) == FIFO_END_TRUE
 
 
 def parse_delay_seconds(raw: str) -> float:

@@ -22,6 +22,7 @@ from pubsub_toolkit.attributes import (
     DELIVER_AT,
     ERROR_DETAIL,
     ERROR_REASON,
+    FIFO_END,
     FIFO_FILLER,
     FIFO_GROUP,
     FIFO_SEQ,
@@ -35,6 +36,7 @@ from pubsub_toolkit.attributes import (
     REASON_ATTRIBUTE_TOO_LARGE,
     REASON_CONFLICTING_DELAY,
     REASON_EMPTY_DATA,
+    REASON_END_WITHOUT_GROUP,
     REASON_INVALID_DEDUP_KEY,
     REASON_INVALID_DELAY,
     REASON_INVALID_FIFO_GROUP,
@@ -48,6 +50,7 @@ from pubsub_toolkit.attributes import (
     message_size,
     parse_delay_seconds,
     parse_deliver_at,
+    parse_fifo_end,
     parse_fifo_seq,
 )
 from pubsub_toolkit.errors import ContractViolation
@@ -74,6 +77,8 @@ class Envelope:
     deliver_at: datetime | None
     fifo_group: str | None
     fifo_seq: int | None
+    # The producer marked this number as its group's last (``fifo_end="true"``).
+    fifo_end: bool = False
 
     def stamped_attributes(self, *, replay: bool = False) -> dict[str, str]:
         """The attributes to forward: the producer's, plus dedup key, fingerprint, provenance.
@@ -111,6 +116,7 @@ class _Fields:
     fifo_seq: int | None
     deliver_at: datetime | None
     delay: float | None
+    fifo_end: bool = False
 
 
 def parse_envelope(message: Message, *, now: datetime) -> Envelope:
@@ -143,6 +149,7 @@ def parse_envelope(message: Message, *, now: datetime) -> Envelope:
         deliver_at=deliver_at,
         fifo_group=fields.fifo_group,
         fifo_seq=fields.fifo_seq,
+        fifo_end=fields.fifo_end,
     )
 
 
@@ -158,7 +165,8 @@ def check_publishable(
     For a message rebuilt from stored state rather than received from a producer (the relay's
     task bodies): what Pub/Sub would refuse (more than ``max_attributes``, reserved names, key
     and value sizes, ``max_bytes`` in all, neither data nor attributes) and what the contract
-    forbids (a blank ``dedup_key`` or ``fifo_group``, a ``fifo_seq`` without a group, and any
+    forbids (a blank ``dedup_key`` or ``fifo_group``, a ``fifo_seq`` or ``fifo_end`` without a
+    group, a ``fifo_end`` other than ``"true"``, and any
     ``fifo_seq``, ``deliver_at`` or ``delay_seconds`` not in its canonical form). Ingress's
     checks of a producer's message are the same rules, with room left for its own attributes.
     """
@@ -180,6 +188,10 @@ def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
     seq = None if raw_seq is None else parse_fifo_seq(raw_seq)
     if seq is not None and group is None:
         raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
+    end = parse_fifo_end(attrs.get(FIFO_END))
+    if end and group is None:
+        # An end of no group ends nothing: refused, so the producer learns its mark was lost.
+        raise ContractViolation(REASON_END_WITHOUT_GROUP, "fifo_end is set but fifo_group is not")
     raw_at, raw_delay = attrs.get(DELIVER_AT), attrs.get(DELAY_SECONDS)
     if raw_at is not None and raw_delay is not None:
         raise ContractViolation(
@@ -190,6 +202,7 @@ def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
         fifo_seq=seq,
         deliver_at=None if raw_at is None else parse_deliver_at(raw_at),
         delay=None if raw_delay is None else parse_delay_seconds(raw_delay),
+        fifo_end=end,
     )
 
 

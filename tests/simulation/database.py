@@ -45,7 +45,7 @@ class Database:
     def __init__(self, clock: CallerClock, *, keep_history: bool) -> None:
         self.clock = clock
         self.dedup = MemoryDedupStore(clock=clock)  # type: ignore[arg-type]
-        self.fifo = MemoryFifoStore()
+        self.fifo = MemoryFifoStore(clock=clock)  # type: ignore[arg-type]
         self.counter = MemorySequenceCounter()
         self.writes = 0
         self._keep_history = keep_history

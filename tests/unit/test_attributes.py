@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.envelope import Envelope, parse_envelope
+from pubsub_toolkit.envelope import Envelope, check_publishable, parse_envelope
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import Message
 
@@ -285,3 +285,42 @@ def test_forged_toolkit_attributes_do_not_change_the_fingerprint() -> None:
     forged = parse_envelope(Message(b"x", {"a": "1", **FORGED}, message_id="2"), now=NOW)
     assert plain.fingerprint == forged.fingerprint
     assert attr.FIFO_FILLER in attr.TOOLKIT_STAMPED
+
+
+# --- fifo_end: the end of a group ---------------------------------------------------------------
+
+
+def test_fifo_end_true_with_a_group_marks_the_envelope_and_is_forwarded() -> None:
+    envelope = parse(fifo_group="g", fifo_seq="3", fifo_end="true")
+    assert envelope.fifo_end is True
+    assert envelope.stamped_attributes()["fifo_end"] == "true"  # every hop keeps it
+    assert parse(fifo_group="g", fifo_seq="3").fifo_end is False
+
+
+def test_fifo_end_without_a_group_is_refused_with_its_own_reason() -> None:
+    with pytest.raises(ContractViolation) as info:
+        parse(fifo_end="true")
+    assert info.value.reason == attr.REASON_END_WITHOUT_GROUP == "fifo_end_without_group"
+    assert "fifo_group" in info.value.detail
+
+
+@pytest.mark.parametrize("raw", ["false", "True", "TRUE", "1", "yes", "", " true", "true\n"])
+def test_fifo_end_has_one_value(raw: str) -> None:
+    with pytest.raises(ContractViolation) as info:
+        parse(fifo_group="g", fifo_seq="1", fifo_end=raw)
+    assert info.value.reason == attr.REASON_INVALID_FIFO_END == "invalid_fifo_end"
+    with pytest.raises(ContractViolation):
+        check_publishable(b"x", {"fifo_group": "g", "fifo_seq": "1", "fifo_end": raw})
+
+
+def test_check_publishable_applies_the_end_rules_too() -> None:
+    check_publishable(b"x", {"fifo_group": "g", "fifo_seq": "1", "fifo_end": "true"})
+    with pytest.raises(ContractViolation) as info:
+        check_publishable(b"x", {"fifo_end": "true"})
+    assert info.value.reason == attr.REASON_END_WITHOUT_GROUP
+
+
+def test_the_end_mark_is_part_of_the_fingerprint() -> None:
+    # A producer's mark is content: the same key re-sent with a different end is a mismatch.
+    marked = attr.content_fingerprint(b"x", {"fifo_group": "g", "fifo_end": "true"})
+    assert marked != attr.content_fingerprint(b"x", {"fifo_group": "g"})

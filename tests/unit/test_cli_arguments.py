@@ -118,3 +118,9 @@ def test_a_due_time_within_the_limit_is_accepted() -> None:
     assert args.deliver_at.year == 2000  # in the past: due at once, which ingress accepts
     args = build_parser().parse_args(["publish", "--delay", "364d", "x"])
     assert args.delay.days == 364
+
+
+def test_publish_end_of_group_is_a_flag_off_by_default() -> None:
+    args = build_parser().parse_args(["publish", "--fifo-group", "g", "--end-of-group", "x"])
+    assert args.end_of_group is True and args.fifo_group == "g"
+    assert build_parser().parse_args(["publish", "--fifo-group", "g", "x"]).end_of_group is False

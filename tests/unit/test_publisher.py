@@ -19,6 +19,7 @@ from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from tests.support.sinks import RecordingSink
 
 TOPIC = "projects/p/topics/origin"
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 class CountingCounter:
@@ -240,3 +241,62 @@ def test_one_invalid_batch_item_rejects_the_whole_batch(
 def test_empty_topic_is_rejected(sink: RecordingSink) -> None:
     with pytest.raises(ValueError, match="topic"):
         Publisher(sink, "")
+
+
+# --- end_of_group: a group's last message -----------------------------------------------------
+
+
+def test_end_of_group_stamps_fifo_end_on_the_numbered_message(
+    publisher: Publisher, sink: RecordingSink
+) -> None:
+    publisher.publish(b"first", fifo_group="g")
+    publisher.publish(b"last", fifo_group="g", end_of_group=True)
+    first, last = sink.on(TOPIC)
+    assert attr.FIFO_END not in first.attributes
+    assert last.attributes[attr.FIFO_END] == "true" and last.attributes[attr.FIFO_SEQ] == "2"
+    envelope = parse_envelope(Message(last.data, last.attributes, message_id="m"), now=NOW)
+    assert envelope.fifo_end  # what ingress will read
+
+
+def test_end_of_group_without_a_group_is_refused_before_anything_is_published(
+    publisher: Publisher, sink: RecordingSink, counter: CountingCounter
+) -> None:
+    with pytest.raises(ValueError, match="needs fifo_group"):
+        publisher.publish(b"x", end_of_group=True)
+    assert sink.on(TOPIC) == [] and counter.calls == []
+
+
+def test_end_of_group_must_be_a_bool(publisher: Publisher, sink: RecordingSink) -> None:
+    with pytest.raises(TypeError, match="bool"):
+        publisher.publish(b"x", fifo_group="g", end_of_group="false")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bool"):
+        publisher.publish_batch("g", [(b"x", {})], end_of_group=1)  # type: ignore[arg-type]
+    assert sink.on(TOPIC) == []
+
+
+def test_fifo_end_by_hand_is_refused_in_favour_of_the_keyword(
+    publisher: Publisher, sink: RecordingSink, counter: CountingCounter
+) -> None:
+    with pytest.raises(ValueError, match="end_of_group=True"):
+        publisher.publish(b"x", {attr.FIFO_END: "true"}, fifo_group="g")
+    with pytest.raises(ValueError, match="end_of_group=True"):
+        publisher.publish_batch("g", [(b"x", {attr.FIFO_END: "true"})])
+    assert sink.on(TOPIC) == [] and counter.calls == []
+
+
+def test_a_batch_with_end_of_group_marks_only_its_last_item(
+    publisher: Publisher, sink: RecordingSink, counter: CountingCounter
+) -> None:
+    publisher.publish_batch("g", [(b"a", {}), (b"b", {}), (b"c", {})], end_of_group=True)
+    assert counter.calls == [("g", 3)]
+    marks = [m.attributes.get(attr.FIFO_END) for m in sink.on(TOPIC)]
+    assert marks == [None, None, "true"]
+    assert sink.on(TOPIC)[-1].attributes[attr.FIFO_SEQ] == "3"
+    publisher.publish_batch("h", [(b"a", {}), (b"b", {})])
+    assert all(attr.FIFO_END not in m.attributes for m in sink.on(TOPIC)[3:])
+
+
+def test_an_empty_batch_cannot_end_a_group(publisher: Publisher, counter: CountingCounter) -> None:
+    with pytest.raises(ValueError, match="has none"):
+        publisher.publish_batch("g", [], end_of_group=True)
+    assert counter.calls == []

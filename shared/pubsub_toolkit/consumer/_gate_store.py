@@ -78,7 +78,12 @@ class SeenStore:
         for _ in range(MAX_CAS_ROUNDS):
             state = self._store.load(self._consumer, group)
             seen = self._witness.get(group)
-            if seen is None or not rules.went_back(seen, state):
+            if seen is not None and seen.expired(self._clock.now()):
+                # A complete group's tombstone, gone by design after its retention: whatever the
+                # store holds now is the group (no repair, and no stale memory kept of it).
+                self._witness.put(group, state)
+                return state
+            if seen is None or not rules.went_back(seen, state, now=self._clock.now()):
                 return self.witnessed(state, group)
             if self._repair(group, seen, state):
                 return self._store.load(self._consumer, group)

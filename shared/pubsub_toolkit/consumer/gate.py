@@ -30,16 +30,23 @@ Two markers keep a group from stalling or losing messages:
   numbers, a counter rolled back by its store) - is dead-lettered with
   ``fifo_sequence_reused`` and an ALERT, never acked as a duplicate (``GroupState.keys``).
 
+A group ends where its producer said (``fifo_end="true"`` on its last number): once the gate
+is past that number the group is **complete** - its record keeps the end and becomes a
+tombstone that expires after ``completed_retention`` (the consumer passes ``DEDUP_TTL``) - and
+a later number is dead-lettered ``fifo_after_end`` instead of being parked for ever (copies
+parked past the end before it ran included), unless it is a copy of a message that already ran
+(a renumbered retry: a duplicate, acked) or a filler (nothing to keep).
+
 Every state change is a compare-and-set on the group's record, under a fencing lease, so two
 consumer processes on one subscription keep each group in order and run nothing twice.
 
 This module is the orchestration and I/O only: the policies, outcomes and every state
 transition are pure functions in :mod:`.gate_rules`, and the store is read and written through
 :class:`~._gate_store.SeenStore` (which repairs a group a store handed back older). It is still
-about 650 lines because what remains is one state machine - deliver, sweep, the operator's
-skip and replay, the run loop, failure handling and the advance - whose steps share the lease
-token and the compare-and-set loop of ``_update``; split further, a step would be read away
-from the loop it runs in.
+about 800 lines because what remains is one state machine - deliver, sweep, the operator's
+skip and replay, the run loop, failure handling, the advance and a group's end - whose steps
+share the lease token and the compare-and-set loop of ``_update``; split further, a step
+would be read away from the loop it runs in.
 """
 
 from __future__ import annotations
@@ -54,9 +61,11 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
 from pubsub_toolkit.consumer.gate_rules import (
+    REASON_AFTER_END,
     REASON_LATE_AFTER_SKIP,
     REASON_POISON,
     REASON_SEQUENCE_REUSED,
+    EndVerdict,
     GapPolicy,
     GateOutcome,
     GatePolicy,
@@ -183,6 +192,11 @@ class FifoGate:
                     return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
                 self._decision("duplicate", group, seq, "already processed")
                 return GateResult(GateOutcome.DUPLICATE, group, seq)
+            verdict = rules.after_end(state, seq, message)
+            if verdict is not EndVerdict.OPEN:
+                if stored_copy:  # parked by an earlier turn of this loop, then the group ended
+                    self._store.unpark(self.consumer, group, seq)
+                return self._after_end(message, group, seq, state, verdict)
             at_head = seq == state.head
             waiting = at_head and (state.lease_live(now) or state.backing_off(now))
             if seq > state.head or state.blocked_at is not None or waiting:
@@ -203,6 +217,11 @@ class FifoGate:
     def sweep(self, group: str) -> GateResult:
         """Periodic work for one group: run a parked head, act on an expired gap."""
         state = self._seen.load(group)
+        if state.complete:
+            # Nothing runs in a complete group; copies parked past its end (a crash between
+            # the end and their dead-lettering) are settled here.
+            self._settle_after_end(group, state)
+            return GateResult(GateOutcome.IDLE, group, state.head)
         now = self._clock.now()
         busy = state.lease_live(now) or state.backing_off(now)
         if state.blocked_at is not None or busy or not state.parked:
@@ -250,14 +269,25 @@ class FifoGate:
     def skip(self, group: str, seq: int, *, run: bool = True) -> GroupState:
         """Pass over ``seq`` (a poison or lost message) with a tombstone; then, with ``run``,
         resume the group here (an operator's CLI leaves that to the consumer's sweeper)."""
+        # Skipping the marked end ends the group all the same (the number's copy says so).
+        parked = self._store.parked_message(self.consumer, group, seq)
+        end = parked is not None and attr.is_end_of_group(parked)
         while True:
             state = self._seen.load(group)
+            if state.complete:
+                raise ValueError(f"group {group!r} is complete (ended at {state.end_seq})")
             if seq != state.head:
                 raise ValueError(f"group {group!r} waits for {state.head}; cannot skip {seq}")
             if state.blocked_at is None and state.lease_live(self._clock.now()):
                 raise ValueError(f"{group!r} #{seq} is being processed right now; not skipped")
             # A new lease token fences any worker that still thinks it runs this number.
-            new = rules.operator_skipped(state, seq)
+            new = rules.operator_skipped(
+                state,
+                seq,
+                end=end,
+                now=self._clock.now(),
+                retention=self.policy.completed_retention,
+            )
             if self._seen.save(group, new, state):
                 break
         self._store.unpark(self.consumer, group, seq)
@@ -327,6 +357,62 @@ class FifoGate:
         self._decision("sequence_reused", group, seq, f"ALERT: {detail}", level=logging.ERROR)
         self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _after_end(
+        self, message: Message, group: str, seq: int, state: GroupState, verdict: EndVerdict
+    ) -> GateResult:
+        """A delivery numbered past the end of a complete group (``verdict`` says which kind)."""
+        end = state.last_processed
+        if verdict is EndVerdict.DUPLICATE:
+            self._decision(
+                "duplicate",
+                group,
+                seq,
+                f"past the group's end ({end}), but a copy of a message "
+                "that already ran (a renumbered retry)",
+            )
+            return GateResult(GateOutcome.DUPLICATE, group, seq)
+        if verdict is EndVerdict.FILLER:
+            self._decision("filled", group, seq, f"a filler past the group's end ({end})")
+            return GateResult(GateOutcome.FILLED, group, seq)
+        detail = f"{group}#{seq} arrived after the group had ended at {end} (fifo_end)"
+        self._decision("after_end", group, seq, detail, level=logging.WARNING)
+        self._dead_letter(message, group, seq, REASON_AFTER_END, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _settle_after_end(self, group: str, state: GroupState) -> None:
+        """The copies parked past a complete group's end: each judged as a delivery would be
+        (dead-lettered, or dropped as a duplicate or a filler), then unlisted.
+
+        Dead letter first, unpark next, the state last: a crash in between leaves the number
+        listed, and the next sweep settles it again (the dead letter happens once per copy
+        through ``rejections``).
+        """
+        pending = tuple(s for s in state.parked if s > state.last_processed)
+        if not pending:
+            return
+        for seq in pending:
+            copy = self._store.parked_message(self.consumer, group, seq)
+            if copy is not None:
+                try:
+                    self._after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
+                except PermanentError:
+                    # No dead-letter topic, and the copy was acked when parked: say so loudly.
+                    self._decision(
+                        "after_end_dropped",
+                        group,
+                        seq,
+                        "ALERT: a message parked past the group's end could not be "
+                        "dead-lettered (no dead-letter topic)",
+                        level=logging.ERROR,
+                        alert="after_end_dropped",
+                    )
+            self._store.unpark(self.consumer, group, seq)
+        for _ in range(MAX_CAS_ROUNDS):
+            current = self._seen.load(group)
+            if self._seen.save(group, rules.without_after_end(current, pending), current):
+                return
+        raise TransientError(f"{group}: the state kept changing; settled again at the next sweep")
 
     def _park_copy(self, group: str, seq: int, message: Message, digest: str | None = None) -> bool:
         """Park ``message``; with ``digest``, True only if the stored copy is this message
@@ -404,6 +490,11 @@ class FifoGate:
                     self._decision("filled", group, seq, f"no new message at this number ({why})")
                 else:
                     self._decision("processed", group, seq, "processed in order")
+            if state.complete:
+                # The marked end is behind the group: nothing after it runs (its lease is free).
+                self._decision("completed", group, seq, "the group's last number (fifo_end)")
+                self._settle_after_end(group, state)
+                return GateResult(first_outcome, group, first, released)
             if state.lease_until is None:
                 return GateResult(first_outcome, group, first, released)  # lease freed
             next_message = self._store.parked_message(self.consumer, group, state.head)
@@ -450,7 +541,14 @@ class FifoGate:
         if self._dead_letters is not None and self.policy.poison is PoisonPolicy.SKIP:
             self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")
             poisoned = POISON_MARK + key_digest(message_key(message))
-            state = self._advance(group, token, seq, skipped=(seq,), digest=poisoned)
+            state = self._advance(
+                group,
+                token,
+                seq,
+                skipped=(seq,),
+                digest=poisoned,
+                end=attr.is_end_of_group(message),  # a poison end still ends the group
+            )
             self._store.unpark(self.consumer, group, seq)
             self._decision("poison_skipped", group, seq, detail, level=logging.ERROR)
             return state, None  # go on with the parked successors
@@ -513,7 +611,10 @@ class FifoGate:
                     group,
                     token=token,
                     change=self._advance_change(
-                        seq, skipped=(), digest=key_digest(message_key(message))
+                        seq,
+                        skipped=(),
+                        digest=key_digest(message_key(message)),
+                        end=attr.is_end_of_group(message),
                     ),
                     writes=lambda transaction: handler(message, transaction),
                 )
@@ -535,7 +636,16 @@ class FifoGate:
         skipped = (seq,) if filler.startswith(attr.FILLER_DEAD_LETTERED) else ()
         displaced: list[str] = []
         recorded = FILLER_MARK + digest if filler else digest
-        state = self._advance_recorded(group, token, seq, recorded, skipped, displaced, known)
+        state = self._advance_recorded(
+            group,
+            token,
+            seq,
+            recorded,
+            skipped,
+            displaced,
+            known,
+            end=attr.is_end_of_group(message),
+        )
         if displaced:
             self._dead_letter_displaced(group, seq, digest)
         return state
@@ -549,6 +659,8 @@ class FifoGate:
         skipped: tuple[int, ...],
         displaced: list[str],
         known: GroupState,
+        *,
+        end: bool,
     ) -> GroupState:
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
@@ -560,7 +672,7 @@ class FifoGate:
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost
                 change = self._advance_change(
-                    seq, skipped=skipped, digest=digest, displaced=displaced
+                    seq, skipped=skipped, digest=digest, displaced=displaced, end=end
                 )
                 # A retry reads the record: the first attempt may have applied.
                 return self._update(group, token, change, known=None if attempt else known)
@@ -606,6 +718,7 @@ class FifoGate:
         skipped: tuple[int, ...],
         digest: str | None = None,
         displaced: list[str] | None = None,
+        end: bool = False,
     ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
             other = s.key_of(seq) if seq in s.parked else None
@@ -622,6 +735,8 @@ class FifoGate:
                 digest=digest,
                 now=self._clock.now(),
                 lease=self.policy.lease,
+                end=end,
+                retention=self.policy.completed_retention,
             )
 
         return advance
@@ -634,8 +749,11 @@ class FifoGate:
         *,
         skipped: tuple[int, ...],
         digest: str | None = None,
+        end: bool = False,
     ) -> GroupState:
-        return self._update(group, token, self._advance_change(seq, skipped=skipped, digest=digest))
+        return self._update(
+            group, token, self._advance_change(seq, skipped=skipped, digest=digest, end=end)
+        )
 
     def _release_lease(self, group: str, token: int, *, known: GroupState | None = None) -> None:
         self._update(group, token, rules.lease_released, known=known)

@@ -13,7 +13,13 @@ the group waits for):
 * :func:`failure_counted`, :func:`retry_later`, :func:`blocked` - a failed handler run;
 * :func:`operator_skipped`, :func:`replayed` - an operator's ``fifo skip`` / ``fifo replay``;
 * :func:`gap_expired`, :func:`gap_skipped` - the gap policy;
-* :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back.
+* :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back;
+* :func:`ended`, :func:`after_end`, :func:`without_after_end` - the end of a group: the number
+  marked ``fifo_end`` behind it, the group is complete, its record a tombstone that expires,
+  and a later number is refused (``fifo_after_end``) unless it is a copy of a message that ran.
+
+(About 330 lines: one small function per state change the gate makes, kept in one module so
+every rule over a ``GroupState`` is read - and tested - side by side.)
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
     POISON_MARK,
@@ -34,6 +41,7 @@ from pubsub_toolkit.stores.fifo_state.base import (
 REASON_POISON = "fifo_poison"
 REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
 REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
+REASON_AFTER_END = "fifo_after_end"
 
 
 class PoisonPolicy(enum.StrEnum):
@@ -56,6 +64,11 @@ class GatePolicy:
     park: bool = True
     retry_backoff: timedelta = timedelta(seconds=5)  # first wait after a failure; doubles
     max_backoff: timedelta = timedelta(minutes=5)
+    # How long a complete group's record outlives its end: while it exists a redelivery is a
+    # duplicate and a later number is refused; once gone, a redelivery of #1 would run again.
+    # So it must exceed the subscription's redelivery window (Pub/Sub keeps an unacked
+    # message at most 7 days): the consumer passes DEDUP_TTL, default 8 days.
+    completed_retention: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
 
     def backoff(self, failures: int) -> timedelta:
         """How long to wait after the ``failures``-th failure in a row (5 s, 10 s, 20 s, ...)."""
@@ -91,9 +104,13 @@ def message_key(message: Message) -> str:
     return message.attributes.get(attr.DEDUP_KEY) or message.message_id
 
 
-def went_back(seen: GroupState, state: GroupState) -> bool:
+def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
     """True when ``state`` is older than what this process saw: positions never go back, and a
-    parked number only leaves the list when the group moves past it."""
+    parked number only leaves the list when the group moves past it. A complete group whose
+    record has expired is gone by design (its tombstone outlived the redelivery window), not
+    lost: that is no going back."""
+    if seen.expired(now):
+        return False
     lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
     return (
         state.last_processed < seen.last_processed
@@ -119,6 +136,34 @@ def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
     # A filler's digest carries FILLER_MARK, so it never equals a plain one: no message ran there.
     taken = (digest, POISON_MARK + digest)
     return next((s for s, d in state.keys if d in taken and s < seq and s <= last), None)
+
+
+class EndVerdict(enum.StrEnum):
+    """What a delivery numbered past a group's end is (see :func:`after_end`)."""
+
+    OPEN = "open"  # not past an end: the usual rules decide
+    DUPLICATE = "duplicate"  # a renumbered copy of a message that already ran: ack it
+    FILLER = "filler"  # a filler: it carries no message, there is nothing to keep
+    REFUSED = "refused"  # a new message after the end: dead-letter it (REASON_AFTER_END)
+
+
+def after_end(state: GroupState, seq: int, message: Message) -> EndVerdict:
+    """How the gate treats ``seq`` of a group that may be complete.
+
+    Only a number *past* the end is special (one at or before it is a duplicate, a late
+    arrival after a skip, a reused number - as for any group). There the dedup question comes
+    first: a producer's retry that the counter numbered again (the end message's publish timed
+    out although Pub/Sub had it) lands past the end, and it is the same message - a
+    duplicate, acked. Only a message that never ran is a producer's error, kept on the
+    dead-letter topic rather than parked forever for a turn that will never come.
+    """
+    if not state.complete or seq <= state.last_processed:
+        return EndVerdict.OPEN
+    if ran_earlier(state, seq, message) is not None:
+        return EndVerdict.DUPLICATE
+    if attr.is_filler(message):
+        return EndVerdict.FILLER
+    return EndVerdict.REFUSED
 
 
 # --- transitions ----------------------------------------------------------------------------
@@ -150,15 +195,46 @@ def advanced(
     digest: str | None,
     now: datetime,
     lease: timedelta,
+    end: bool = False,
+    retention: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
 ) -> GroupState:
-    """Past ``seq``; the lease renewed while a parked successor is ready to run next."""
+    """Past ``seq``; the lease renewed while a parked successor is ready to run next - unless
+    ``seq`` was the group's marked end (``end``): then the group is complete (:func:`ended`)."""
     new = state.advanced_to(seq, skipped=skipped, digest=digest)
+    if end:
+        return ended(new, now=now, retention=retention)
     if new.head in new.parked:
         # Renewed, not kept: a long backlog must not outlive the lease it started with.
         return replace(new, lease_until=now + lease)
     if new.parked:
         return replace(new, gap_since=now)
     return new
+
+
+def ended(state: GroupState, *, now: datetime, retention: timedelta) -> GroupState:
+    """The group complete at ``state.last_processed`` (its marked end, just passed): the lease
+    freed and no gap clock - nothing will run here again - and the record a tombstone until
+    ``now + retention``. Numbers parked past the end stay listed until the gate has dead-
+    lettered them (:func:`without_after_end`), so a crash in between loses none."""
+    return replace(
+        state,
+        end_seq=state.last_processed,
+        expire_at=now + retention,
+        lease_until=None,
+        gap_since=None,
+    )
+
+
+def without_after_end(state: GroupState, seqs: tuple[int, ...]) -> GroupState:
+    """A complete group with ``seqs`` (parked past its end, now settled) no longer listed, nor
+    their keys: such a number never becomes the group's, so a later delivery of it is judged
+    afresh by :func:`after_end`, not as a reuse of the number."""
+    gone = set(seqs)
+    return replace(
+        state,
+        parked=tuple(s for s in state.parked if s not in gone),
+        keys=tuple((s, d) for s, d in state.keys if s not in gone),
+    )
 
 
 def lease_released(state: GroupState) -> GroupState:
@@ -180,10 +256,23 @@ def blocked(state: GroupState, seq: int, digest: str) -> GroupState:
     return replace(state.with_parked(seq, digest), blocked_at=seq, lease_until=None)
 
 
-def operator_skipped(state: GroupState, seq: int) -> GroupState:
+def operator_skipped(
+    state: GroupState,
+    seq: int,
+    *,
+    end: bool = False,
+    now: datetime | None = None,
+    retention: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
+) -> GroupState:
     """``seq`` passed over with a tombstone; a new lease token fences any worker that still
-    thinks it runs this number."""
-    return replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
+    thinks it runs this number. Skipping the marked end (``end``, at ``now``) completes the
+    group all the same: the producer's numbers stop there whatever became of the message."""
+    new = replace(state.advanced_to(seq, skipped=(seq,)), lease_token=state.lease_token + 1)
+    if end:
+        if now is None:
+            raise ValueError("skipping a group's end needs now= to date its tombstone")
+        return ended(new, now=now, retention=retention)
+    return new
 
 
 def replayed(state: GroupState) -> GroupState:
@@ -235,4 +324,9 @@ def repaired(
         skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
         # One key per number, this process's word first: it saw what really ran there.
         keys=tuple(sorted({**dict(state.keys), **dict(seen.keys)}.items())),
+        # A completion the store lost is this process's word too: the end stays an end.
+        end_seq=seen.end_seq if seen.complete and seen.last_processed == last else state.end_seq,
+        expire_at=seen.expire_at
+        if seen.complete and seen.last_processed == last
+        else state.expire_at,
     )

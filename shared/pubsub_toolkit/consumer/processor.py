@@ -12,7 +12,8 @@ Shared by the streaming :class:`~pubsub_toolkit.consumer.subscriber.Consumer` an
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
@@ -40,18 +41,25 @@ def fifo_address(message: Message) -> FifoAddress | None:
 
     The number is parsed by the same contract rule as at ingress (one canonical form, at most
     ``MAX_FIFO_SEQ``), so a number ingress would refuse is dead-lettered here too instead of
-    crash-looping on a store that cannot hold it.
+    crash-looping on a store that cannot hold it. So is a ``fifo_end`` other than ``"true"``:
+    the gate must never guess whether a group ended.
     """
     group = message.attributes.get(attr.FIFO_GROUP)
     raw_seq = message.attributes.get(attr.FIFO_SEQ)
     if group is None or raw_seq is None:
         return None
-    return FifoAddress(group, attr.parse_fifo_seq(raw_seq))
+    address = FifoAddress(group, attr.parse_fifo_seq(raw_seq))
+    attr.parse_fifo_end(message.attributes.get(attr.FIFO_END))
+    return address
 
 
-def gate_policy(consumer: ConsumerSettings) -> GatePolicy:
-    """The FIFO gate's policy from a consumer's settings."""
-    return GatePolicy(
+def gate_policy(
+    consumer: ConsumerSettings, *, completed_retention: timedelta | None = None
+) -> GatePolicy:
+    """The FIFO gate's policy from a consumer's settings; ``completed_retention`` (how long a
+    complete group's tombstone lasts) is the deployment's ``DEDUP_TTL``, which already has to
+    outlive the redelivery window - None keeps the default (8 days, DEDUP_TTL's default)."""
+    policy = GatePolicy(
         max_attempts=consumer.max_attempts,
         poison=PoisonPolicy(consumer.poison_policy),
         gap_timeout=consumer.gap_timeout,
@@ -60,6 +68,9 @@ def gate_policy(consumer: ConsumerSettings) -> GatePolicy:
         park=consumer.park,
         retry_backoff=consumer.retry_backoff,
     )
+    if completed_retention is None:
+        return policy
+    return replace(policy, completed_retention=completed_retention)
 
 
 class MessageProcessor:
@@ -100,7 +111,7 @@ class MessageProcessor:
             consumer=consumer.consumer_id,
             handler=handler,
             dead_letters=dead_letters,
-            policy=gate_policy(consumer),
+            policy=gate_policy(consumer, completed_retention=settings.dedup_ttl),
             log=log,
         )
         dedup = IdempotentProcessor(

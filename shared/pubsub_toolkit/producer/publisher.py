@@ -5,6 +5,8 @@
 
 * ``fifo_group`` -> ``fifo_group`` + ``fifo_seq`` (the next number from a
   :class:`~pubsub_toolkit.stores.counters.base.SequenceCounter`) + the Pub/Sub ordering key;
+* ``end_of_group=True`` -> ``fifo_end="true"``: this is the group's last message (the consumer
+  then records the group as complete and dead-letters any later number);
 * ``dedup_key`` -> ``dedup_key``;
 * ``deliver_at`` (aware datetime) -> ``deliver_at`` in RFC 3339 UTC, or ``delay`` (timedelta)
   -> ``delay_seconds``.
@@ -31,8 +33,13 @@ from pubsub_toolkit.stores.counters.base import SequenceCounter
 
 logger = logging.getLogger(__name__)
 
-# Only the Publisher may write these: a group's numbers must all come from its counter.
-_OWNED_BY_PUBLISHER = (attr.FIFO_GROUP, attr.FIFO_SEQ)
+# Only the Publisher may write these: a group's numbers must all come from its counter, and its
+# end mark sits on a number the Publisher reserved (the keyword to pass instead of each).
+_OWNED_BY_PUBLISHER = {
+    attr.FIFO_GROUP: "fifo_group=",
+    attr.FIFO_SEQ: "fifo_group=",
+    attr.FIFO_END: "end_of_group=True",
+}
 
 
 class Publisher:
@@ -59,13 +66,23 @@ class Publisher:
         dedup_key: str | None = None,
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
+        end_of_group: bool = False,
     ) -> str:
         """Publish one message and return its message id once Pub/Sub has accepted it.
+
+        ``end_of_group=True`` (with ``fifo_group``) marks it as the group's last message: once
+        the consumer is past it, any later number of the group is dead-lettered
+        (``fifo_after_end``) - publish nothing more to this group.
 
         Raises ValueError (TypeError for wrong types) for arguments that break the contract,
         before anything is reserved or published; sink and counter errors propagate.
         """
         stamped = _stamp(attributes, dedup_key=dedup_key, delay=delay, deliver_at=deliver_at)
+        _check_end(end_of_group)
+        if end_of_group:
+            if fifo_group is None:
+                raise ValueError("end_of_group=True needs fifo_group: only a group can end")
+            stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
         if fifo_group is None:
             _validate(data, stamped)
             return self._sink.publish(self._topic, OutboundMessage(data, stamped))
@@ -77,21 +94,32 @@ class Publisher:
         return self._publish_numbered(data, stamped, fifo_group, block.first)
 
     def publish_batch(
-        self, group: str, items: Sequence[tuple[bytes, Mapping[str, str]]]
+        self,
+        group: str,
+        items: Sequence[tuple[bytes, Mapping[str, str]]],
+        *,
+        end_of_group: bool = False,
     ) -> list[str]:
         """Publish ``items`` in order in FIFO ``group``, numbered from ONE reserved block.
 
         One counter round trip for the whole batch. Items may carry ``dedup_key`` and
-        ``deliver_at``/``delay_seconds`` in their attributes. Every item is validated before
-        the block is reserved; if a publish fails, the error propagates and the numbers of the
-        items not yet published become a gap. Returns the message ids in order.
+        ``deliver_at``/``delay_seconds`` in their attributes. ``end_of_group=True`` marks the
+        batch's last item as the group's last message (see :meth:`publish`); an empty batch
+        has nothing to mark, so that is a ValueError. Every item is validated before the block
+        is reserved; if a publish fails, the error propagates and the numbers of the items not
+        yet published become a gap. Returns the message ids in order.
         """
         counter = self._require_counter()
         _check_group(group)
+        _check_end(end_of_group)
+        if end_of_group and not items:
+            raise ValueError("end_of_group=True marks the batch's last item, but it has none")
         prepared: list[tuple[bytes, dict[str, str]]] = []
-        for data, attributes in items:
+        for index, (data, attributes) in enumerate(items):
             stamped = _stamp(attributes, dedup_key=None, delay=None, deliver_at=None)
             stamped[attr.FIFO_GROUP] = group
+            if end_of_group and index == len(items) - 1:
+                stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
             _validate(data, stamped)
             prepared.append((data, stamped))
         if not prepared:
@@ -135,9 +163,9 @@ def _stamp(
     for key, value in stamped.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"attribute keys and values must be str, got {key!r}: {value!r}")
-    for owned in _OWNED_BY_PUBLISHER:
+    for owned, keyword in _OWNED_BY_PUBLISHER.items():
         if owned in stamped:
-            raise ValueError(f"attribute {owned!r} is set by the Publisher: pass fifo_group=")
+            raise ValueError(f"attribute {owned!r} is set by the Publisher: pass {keyword}")
     if dedup_key is not None:
         if attr.DEDUP_KEY in stamped:
             raise ValueError("dedup_key given both as an argument and as an attribute")
@@ -166,6 +194,12 @@ def _format_delay(delay: timedelta) -> str:
     if delay < timedelta(0):
         raise ValueError(f"delay must not be negative, got {delay}")
     return f"{delay.total_seconds():.6f}".rstrip("0").rstrip(".")
+
+
+def _check_end(end_of_group: object) -> None:
+    # A bool only: a truthy string such as "false" must not end a group by accident.
+    if not isinstance(end_of_group, bool):
+        raise TypeError(f"end_of_group must be a bool, got {type(end_of_group).__name__}")
 
 
 def _check_group(group: str) -> None:

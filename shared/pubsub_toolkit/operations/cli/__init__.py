@@ -122,6 +122,12 @@ def _add_publish_command(commands: Any) -> None:
         metavar="GROUP",
         help="number the message within this FIFO group (from the configured counter)",
     )
+    publish.add_argument(
+        "--end-of-group",
+        action="store_true",
+        help="mark it as the FIFO group's last message (with --fifo-group): the consumer then "
+        "records the group as complete and dead-letters any later number (fifo_after_end)",
+    )
     publish.set_defaults(func=cmd_publish)
 
 

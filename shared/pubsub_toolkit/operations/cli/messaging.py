@@ -40,6 +40,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             dedup_key=args.dedup_key,
             delay=args.delay,
             deliver_at=args.deliver_at,
+            end_of_group=args.end_of_group,
         )
     except ValueError as exc:
         raise ToolkitError(str(exc)) from exc

@@ -43,9 +43,9 @@ def gate_and_counter(
 
     from pubsub_toolkit.consumer.processor import gate_policy
 
-    gate = FifoGate(
-        store, consumer=consumer.consumer_id, handler=refuse, policy=gate_policy(consumer)
-    )
+    # The same tombstone retention as the consumer's: skipping a group's end completes it.
+    policy = gate_policy(consumer, completed_retention=settings.dedup_ttl)
+    gate = FifoGate(store, consumer=consumer.consumer_id, handler=refuse, policy=policy)
     return gate, store, counter_from_settings(settings)
 
 

@@ -17,7 +17,14 @@ One small record per ``(consumer, group)`` holds everything the gate decides on:
 * ``keys`` - a short digest of the dedup key of each parked number and of the last
   ``KEY_WINDOW`` processed ones, so a *different* message carrying a number already taken
   (a producer reusing numbers, a counter rolled back by its store) is detected instead of
-  being acked as a duplicate.
+  being acked as a duplicate;
+* ``end_seq`` / ``expire_at`` - set once the number the producer marked as the group's last
+  (``fifo_end``) is behind the group: the group is **complete** (``last_processed`` stays at
+  ``end_seq``, a later number is dead-lettered), and the record is a tombstone the store may
+  delete after ``expire_at`` (Redis ``PEXPIREAT``; Firestore's TTL policy on the state
+  document's ``expire_at`` field; the memory store on its clock). Until then it refuses late
+  numbers and acks redeliveries as duplicates, so ``expire_at`` must lie beyond the
+  subscription's redelivery window (the gate keeps it ``DEDUP_TTL`` away).
 
 Every change is a compare-and-set on the record's version, so two consumer processes can work
 the same subscription and only one advance of ``last`` ever wins.
@@ -70,7 +77,18 @@ class GroupState:
     skipped: tuple[Range, ...] = ()
     next_attempt_at: datetime | None = None
     keys: tuple[tuple[int, str], ...] = ()
+    end_seq: int | None = None
+    expire_at: datetime | None = None
     version: object = field(default=None, compare=False)
+
+    @property
+    def complete(self) -> bool:
+        """True once the group's marked last number is behind it: nothing may follow."""
+        return self.end_seq is not None
+
+    def expired(self, now: datetime) -> bool:
+        """True once a store may forget this record (only a complete group's ever expires)."""
+        return self.expire_at is not None and now >= self.expire_at
 
     @property
     def head(self) -> int:
@@ -149,6 +167,8 @@ class GroupState:
                 "lease_until": _time(self.lease_until),
                 "skipped": [list(r) for r in self.skipped],
                 "keys": [[s, d] for s, d in self.keys],
+                "end": self.end_seq,
+                "expire_at": _time(self.expire_at),
             },
             separators=(",", ":"),
         )
@@ -167,6 +187,9 @@ class GroupState:
             lease_until=_parse(doc["lease_until"]),
             skipped=_ranges(doc["skipped"]),
             keys=tuple((int(s), str(d)) for s, d in doc.get("keys", [])),
+            # .get: records written before groups could end have neither field.
+            end_seq=None if doc.get("end") is None else int(doc["end"]),
+            expire_at=_parse(doc.get("expire_at")),
             version=version,
         )
 
@@ -236,6 +259,10 @@ class FifoStore(Protocol):
         Returns ``state`` as now stored, carrying its new version (so the writer can
         compare-and-set its next change against it without reading the record again), or
         None if the expected version was stale.
+
+        A ``state.expire_at`` (a complete group's tombstone) lets the store delete the record
+        - and any parked copies left beside it - at that time, never before; a state without
+        one is kept for good.
         """
         ...
 

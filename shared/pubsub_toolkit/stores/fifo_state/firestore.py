@@ -20,6 +20,14 @@ Two details keep the CAS strict:
   fail its precondition. Only in that case the store reads ``write_id`` back and reports the
   save as won, rather than leaving the gate to think someone else holds a lease it took.
 
+A complete group's state document also carries ``expire_at`` (a timestamp; null while the
+group is open), the field a Firestore **TTL policy on the collection group
+``pubsub_toolkit_fifo_state``** deletes on: the deploy must declare that policy, or finished
+groups stay for good (harmless, but never cleaned up). Firestore deletes expired documents
+some time after ``expire_at`` (typically within a day), never before, so the tombstone lasts at
+least as long as the gate asked. A TTL deletion does not reach subcollections: parked copies
+are unparked before a group completes (or settled by the next sweep), so none should remain.
+
 Parked messages are documents in the subcollection ``parked`` of the state document, id = the
 zero-padded seq (so they list in order), created with ``create()``: AlreadyExists means the
 first copy is kept. Every call has a bounded retry and fails closed (StoreUnavailableError).
@@ -54,6 +62,8 @@ DEFAULT_COLLECTION = "pubsub_toolkit_fifo_state"
 PARKED_COLLECTION = "parked"
 STATE_FIELD = "state"
 WRITE_ID_FIELD = "write_id"
+# A complete group's tombstone time: the deploy's TTL policy on this collection deletes on it.
+EXPIRE_AT_FIELD = "expire_at"
 _TIMEOUT = TIMEOUT
 _RETRY = bounded_retry()
 # A lost CAS answers AlreadyExists (create) or FailedPrecondition (update); NotFound if the
@@ -101,6 +111,8 @@ class FirestoreFifoStore:
             "last_processed": state.last_processed,
             STATE_FIELD: state.to_json(),
             WRITE_ID_FIELD: write_id,
+            # Always written (null while open): an update leaves unnamed fields as they were.
+            EXPIRE_AT_FIELD: state.expire_at,
         }
         option = (
             None
@@ -224,6 +236,7 @@ class FirestoreFifoStore:
                 "last_processed": new.last_processed,
                 STATE_FIELD: new.to_json(),
                 WRITE_ID_FIELD: write_id,
+                EXPIRE_AT_FIELD: new.expire_at,
             }
             transaction.update(ref, document, option=unchanged)
             # Its new version is the commit's, which the transaction does not hand back: the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 
@@ -13,22 +14,28 @@ class MemoryFifoStore:
     """Dicts behind one lock. A version is a fresh object per write, equal only to itself: a
     store handed back an older state (the simulation rolls this one back) can never issue a
     version again, so a compare-and-set against a version from before the loss fails (no ABA),
-    as with the Redis store's write ids."""
+    as with the Redis store's write ids.
 
-    def __init__(self) -> None:
+    A record whose ``expire_at`` has passed on ``clock`` (a complete group's tombstone) is
+    forgotten with its parked copies, as Redis's ``PEXPIREAT`` would: a long-running consumer
+    must not keep every group it ever finished.
+    """
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._states: dict[tuple[str, str], GroupState] = {}
         self._parked: dict[tuple[str, str, int], Message] = {}
 
     def load(self, consumer: str, group: str) -> GroupState:
         with self._lock:
-            return self._states.get((consumer, group), GroupState())
+            return self._current(consumer, group)
 
     def save(
         self, consumer: str, group: str, state: GroupState, expected: GroupState
     ) -> GroupState | None:
         with self._lock:
-            current = self._states.get((consumer, group), GroupState())
+            current = self._current(consumer, group)
             if current.version != expected.version:
                 return None
             stored = replace(state, version=_Version())
@@ -49,7 +56,24 @@ class MemoryFifoStore:
 
     def groups(self, consumer: str) -> list[str]:
         with self._lock:
-            return sorted(g for c, g in self._states if c == consumer)
+            now = self._clock.now()
+            return sorted(
+                g
+                for (c, g), state in self._states.items()
+                if c == consumer and not state.expired(now)
+            )
+
+    def _current(self, consumer: str, group: str) -> GroupState:
+        """The record (under the lock), an expired one deleted first with its parked copies."""
+        state = self._states.get((consumer, group))
+        if state is None:
+            return GroupState()
+        if state.expired(self._clock.now()):
+            del self._states[(consumer, group)]
+            for key in [k for k in self._parked if k[:2] == (consumer, group)]:
+                del self._parked[key]
+            return GroupState()
+        return state
 
 
 class _Version:

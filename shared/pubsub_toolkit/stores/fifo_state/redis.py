@@ -8,6 +8,12 @@ Per ``(consumer, group)`` there are two keys, and one more per consumer:
 * ``{prefix}p:{len(consumer)}:{consumer}:{group}`` - a hash of parked messages, field = seq.
 * ``{prefix}g:{len(consumer)}:{consumer}`` - a set of the consumer's group names.
 
+A complete group's state carries ``expire_at``: the save script sets ``PEXPIREAT`` at that time
+on the state hash and on the parked hash (a copy left there by a crash goes with it), and takes
+the group out of the groups set once nothing is parked (there is nothing left to sweep, and a
+set member would outlive the expired hash for good). A state without ``expire_at`` is made
+persistent again (``PERSIST``), so only a tombstone ever expires.
+
 The consumer is length-prefixed so ``("a:b", "c")`` and ``("a", "b:c")`` never share a key.
 
 ``save`` is one ``EVALSHA`` of a small script that checks ``w`` and replaces it atomically, so a
@@ -41,6 +47,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pubsub_toolkit.errors import ConfigurationError
@@ -64,9 +71,11 @@ DEFAULT_PREFIX = "pubsub_toolkit:fifo_state:"
 
 _CLUSTER_WHY = "its compare-and-set script writes two keys (state hash, groups set) at once"
 
-# KEYS[1] = state hash, KEYS[2] = the consumer's groups set.
+# KEYS[1] = state hash, KEYS[2] = the consumer's groups set, KEYS[3] = the parked hash.
 # ARGV[1] = expected write id ('' = the record must not exist yet), ARGV[2] = state JSON,
-# ARGV[3] = this save's write id (unique per save call), ARGV[4] = group name.
+# ARGV[3] = this save's write id (unique per save call), ARGV[4] = group name,
+# ARGV[5] = expire_at in Unix milliseconds ('' = keep for good), ARGV[6] = '1' while the
+# group must stay listed (something parked), else '0' (read only with ARGV[5]).
 # Returns 1 if the state is (now) ours, 0 if the expected version is stale.
 _SAVE_IF_VERSION = """
 local current = redis.call('HMGET', KEYS[1], 'v', 'w')
@@ -78,7 +87,18 @@ elseif current[2] ~= ARGV[1] then
 end
 local version = (tonumber(current[1]) or 0) + 1
 redis.call('HSET', KEYS[1], 'v', version, 's', ARGV[2], 'w', ARGV[3])
-if version == 1 then redis.call('SADD', KEYS[2], ARGV[4]) end
+if ARGV[5] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[5])
+  redis.call('PEXPIREAT', KEYS[3], ARGV[5])
+  if ARGV[6] == '1' then
+    redis.call('SADD', KEYS[2], ARGV[4])
+  else
+    redis.call('SREM', KEYS[2], ARGV[4])
+  end
+else
+  redis.call('PERSIST', KEYS[1])
+  if version == 1 then redis.call('SADD', KEYS[2], ARGV[4]) end
+end
 return 1
 """
 
@@ -134,8 +154,14 @@ class RedisFifoStore:
         with its new version, or None if the expected version was stale."""
         expected_version = "" if expected.version is None else str(expected.version)
         write_id = uuid.uuid4().hex
-        keys = [self._state_key(consumer, group), self._groups_key(consumer)]
-        args = [expected_version, state.to_json(), write_id, group]
+        keys = [
+            self._state_key(consumer, group),
+            self._groups_key(consumer),
+            self._parked_key(consumer, group),
+        ]
+        expire_ms = "" if state.expire_at is None else str(_unix_ms(state.expire_at))
+        listed = "1" if state.parked else "0"
+        args = [expected_version, state.to_json(), write_id, group, expire_ms, listed]
         if not self._call(lambda: self._save_script(keys=keys, args=args)):
             return None
         return replace(state, version=write_id)
@@ -174,3 +200,9 @@ class RedisFifoStore:
     def _call(self, operation: Callable[[], T]) -> T:
         # Fail closed: without the store the gate cannot know the group's position.
         return fail_closed(self._redis_module, operation)
+
+
+def _unix_ms(at: datetime) -> int:
+    """``at`` as Unix milliseconds, rounded up: a tombstone never expires before its time."""
+    micros = round(at.timestamp() * 1_000_000)
+    return -(-micros // 1000)
