@@ -5,13 +5,15 @@
 #   pubsub_toolkit_fifo_state     one document per (consumer, group); the only query is
 #                                 `consumer == X` (FirestoreGateStore.groups). A single-field
 #                                 equality is served by Firestore's automatic single-field index:
-#                                 no composite index is needed, so none is declared.
+#                                 no composite index is needed, so none is declared. A group
+#                                 completed by its end-of-group message carries expire_at (its
+#                                 tombstone outlives the redelivery window) -> TTL below.
 #   .../parked (subcollection)    read by document id (zero-padded seq): no query, no index.
 #   pubsub_toolkit_fifo_counters  read and incremented by document id: no query, no index.
 #   pubsub_toolkit_stats          one document per ingress instance (status page counters);
 #                                 read whole (a few documents), carries expire_at -> TTL below.
-# The FIFO documents are live state (a group's last number must outlive any message), so they
-# have no expire_at and no TTL policy.
+# An open group's state is live (its last number must outlive any message): expire_at stays null
+# until the group is complete. The counters and the parked subcollection get no TTL policy.
 
 resource "google_firestore_database" "this" {
   count = var.create_firestore_database ? 1 : 0

@@ -68,7 +68,7 @@ locals {
   # those of instances long gone are removed.
   # Firestore only: TTL policies need a Firestore database (apply fails without one).
   ttl_collection_groups = !local.firestore ? {} : merge(
-    { dedup = local.dedup_collection, stats = "pubsub_toolkit_stats" },
+    { dedup = local.dedup_collection, stats = "pubsub_toolkit_stats", fifo_state = "pubsub_toolkit_fifo_state" },
     var.extra_ttl_collection_groups,
   )
 

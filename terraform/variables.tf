@@ -299,7 +299,7 @@ variable "dedup_collection" {
 
 variable "extra_ttl_collection_groups" {
   type        = map(string)
-  description = "More collection groups whose `expire_at` gets a TTL policy, keyed by purpose (e.g. another DEDUP_COLLECTION). The FIFO collections hold live state and get none."
+  description = "More collection groups whose `expire_at` gets a TTL policy, keyed by purpose (e.g. another DEDUP_COLLECTION). The FIFO counters hold live state and get none."
   default     = {}
 }
 

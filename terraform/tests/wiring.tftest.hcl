@@ -319,6 +319,13 @@ run "dedup_records_have_a_ttl_on_expire_at" {
     error_message = "the ingress stats documents (status page) need a TTL policy on expire_at."
   }
   assert {
+    condition = (
+      google_firestore_field.ttl["fifo_state"].collection == "pubsub_toolkit_fifo_state" &&
+      google_firestore_field.ttl["fifo_state"].field == "expire_at"
+    )
+    error_message = "a FIFO group completed by its end-of-group message expires: TTL on pubsub_toolkit_fifo_state.expire_at."
+  }
+  assert {
     condition     = google_firestore_field.ttl["dedup"].database == "(default)"
     error_message = "the TTL policy belongs to FIRESTORE_DATABASE."
   }

@@ -248,6 +248,8 @@ def test_firestore_ttl_then_index_on_each_field_never_async(full: DryRun) -> Non
         ("indexes", "pubsub_toolkit_dedup"),
         ("fields", "pubsub_toolkit_stats"),
         ("indexes", "pubsub_toolkit_stats"),
+        ("fields", "pubsub_toolkit_fifo_state"),  # completed groups' tombstones expire
+        ("indexes", "pubsub_toolkit_fifo_state"),
     ]
 
 
@@ -507,7 +509,11 @@ def test_name_prefix_on_every_name(prefixed: DryRun) -> None:
     assert accounts and all(a.startswith("ptk-blue-") for a in accounts)
     assert all(6 <= len(a) <= 30 for a in accounts)
     groups = {flag(c, "collection-group") for c in gcloud(cmds, "firestore", "fields", "ttls")}
-    assert groups == {"blue_pubsub_toolkit_dedup", "pubsub_toolkit_stats"}
+    assert groups == {
+        "blue_pubsub_toolkit_dedup",
+        "pubsub_toolkit_stats",
+        "pubsub_toolkit_fifo_state",
+    }
     envs = prefixed.env_files()
     for name, env in envs.items():
         assert (env["FINAL_TOPIC"], env["DEAD_LETTER_TOPIC"]) == ("blue-final", "blue-dead-letter")
