@@ -245,8 +245,8 @@ class Settings:
             # A claim's work is a publish plus, at worst, a dead-letter publish: the lease must
             # outlast both, or another worker could take over while the first still publishes.
             raise ConfigurationError(
-                f"{SETTING_NAMES['dedup_lease']} ({_secs(self.dedup_lease)}) must be at least "
-                f"twice {SETTING_NAMES['publish_timeout']} ({_secs(self.publish_timeout)})"
+                f"{SETTING_NAMES['dedup_lease']} is {_secs(self.dedup_lease)}: it must be at "
+                f"least twice {SETTING_NAMES['publish_timeout']}, {_secs(self.publish_timeout)}"
             )
         if self.delay is not None:
             if not isinstance(self.delay, DelaySettings):

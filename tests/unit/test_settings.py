@@ -237,8 +237,8 @@ SETTINGS_CASES: list[tuple[str, dict[str, str], dict[str, Any], str]] = [
         "lease shorter than two publishes",
         {"DEDUP_LEASE_SECONDS": "30", "PUBLISH_TIMEOUT_SECONDS": "20"},
         {"dedup_lease": timedelta(seconds=30), "publish_timeout": timedelta(seconds=20)},
-        "dedup_lease (DEDUP_LEASE_SECONDS) (30 s) must be at least twice publish_timeout "
-        "(PUBLISH_TIMEOUT_SECONDS) (20 s)",
+        "dedup_lease (DEDUP_LEASE_SECONDS) is 30 s: it must be at least twice publish_timeout "
+        "(PUBLISH_TIMEOUT_SECONDS), 20 s",
     ),
     (
         "negative stats flush",
