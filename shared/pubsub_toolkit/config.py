@@ -1,7 +1,17 @@
-"""Settings, read from the environment only at the edges (functions, relay, CLI).
+"""Settings: the same values, checked the same way, from code or from the environment.
 
-Nothing in the library reads ``os.environ`` at import time; entry points call
-:meth:`Settings.from_env` once and pass the frozen value down.
+Every setting is a constructor argument of a frozen dataclass, and the dataclass checks it in
+``__post_init__``: that is the one validation path. :meth:`Settings.from_env` (and
+:meth:`ConsumerSettings.from_env`, :meth:`DelaySettings.from_env`) only turn the environment's
+strings into those values and call the constructor, so a bad value is refused with the same
+message either way. Messages name the setting by both of its names, the argument and the
+variable (``dedup_lease (DEDUP_LEASE_SECONDS)``), so one string serves both.
+
+Nothing in the library reads ``os.environ`` at import time; entry points call ``from_env`` once
+and pass the frozen value down.
+
+(About 480 lines: the three settings classes, each check beside the parsing of the variable it
+names, so that one module shows that both paths meet in the constructor.)
 """
 
 from __future__ import annotations
@@ -10,7 +20,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
@@ -19,62 +29,161 @@ from pubsub_toolkit.errors import ConfigurationError
 StoreBackend = Literal["firestore", "redis", "memory"]
 TasksTarget = Literal["http", "appengine"]
 RelayAuth = Literal["oidc", "appengine"]
+PoisonPolicy = Literal["skip", "block"]
+GapPolicy = Literal["wait", "skip"]
 _BACKENDS: tuple[StoreBackend, ...] = ("firestore", "redis", "memory")
+_TARGETS: tuple[TasksTarget, ...] = ("http", "appengine")
+_RELAY_AUTHS: tuple[RelayAuth, ...] = ("oidc", "appengine")
+_POISON_POLICIES: tuple[PoisonPolicy, ...] = ("skip", "block")
+_GAP_POLICIES: tuple[GapPolicy, ...] = ("wait", "skip")
 
 # Pub/Sub retains unacked messages for up to 7 days, so a key must outlive that window or a
 # late redelivery would look new. Default: 8 days.
 DEFAULT_TTL_SECONDS = 8 * 24 * 3600
 DEFAULT_LEASE_SECONDS = 90
+DEFAULT_DEDUP_COLLECTION = "pubsub_toolkit_dedup"
+DEFAULT_FIRESTORE_DATABASE = "(default)"
+
+# Each setting by its two names: the constructor argument and the environment variable.
+SETTING_NAMES: Mapping[str, str] = {
+    # Settings
+    "project": "project (GOOGLE_CLOUD_PROJECT)",
+    "final_topic": "final_topic (FINAL_TOPIC)",
+    "dead_letter_topic": "dead_letter_topic (DEAD_LETTER_TOPIC)",
+    "store_backend": "store_backend (STORE_BACKEND, or its older name DEDUP_BACKEND)",
+    "redis_url": "redis_url (REDIS_URL)",
+    "redis_url_secret": "redis_url_secret (REDIS_URL_SECRET)",
+    "redis_ca_cert_secret": "redis_ca_cert_secret (REDIS_CA_CERT_SECRET)",
+    "dedup_ttl": "dedup_ttl (DEDUP_TTL_SECONDS)",
+    "dedup_lease": "dedup_lease (DEDUP_LEASE_SECONDS)",
+    "dedup_collection": "dedup_collection (DEDUP_COLLECTION)",
+    "firestore_database": "firestore_database (FIRESTORE_DATABASE)",
+    "publish_timeout": "publish_timeout (PUBLISH_TIMEOUT_SECONDS)",
+    "stats_flush": "stats_flush (STATS_FLUSH_SECONDS)",
+    # DelaySettings
+    "queue": "queue (TASKS_QUEUE)",
+    "location": "location (TASKS_LOCATION)",
+    "target": "target (TASKS_TARGET)",
+    "relay_url": "relay_url (RELAY_URL)",
+    "invoker_email": "invoker_email (TASKS_SERVICE_ACCOUNT)",
+    "audience": "audience (RELAY_AUDIENCE)",
+    "appengine_service": "appengine_service (RELAY_SERVICE)",
+    "tasks_emulator_host": "tasks_emulator_host (CLOUD_TASKS_EMULATOR_HOST)",
+    "relay_auth": "relay_auth (RELAY_AUTH)",
+    "oidc_certs_url": "oidc_certs_url (OIDC_CERTS_URL)",
+    # ConsumerSettings
+    "consumer_id": "consumer_id (CONSUMER_ID)",
+    "max_attempts": "max_attempts (FIFO_MAX_ATTEMPTS)",
+    "poison_policy": "poison_policy (FIFO_POISON_POLICY)",
+    "gap_timeout": "gap_timeout (FIFO_GAP_TIMEOUT_SECONDS)",
+    "gap_policy": "gap_policy (FIFO_GAP_POLICY)",
+    "lease": "lease (FIFO_LEASE_SECONDS)",
+    "park": "park (FIFO_PARK)",
+    "retry_backoff": "retry_backoff (FIFO_RETRY_BACKOFF_SECONDS)",
+}
 
 
 @dataclass(frozen=True)
 class DelaySettings:
-    """Where due-later messages wait (Cloud Tasks) and how the relay is reached and trusts it."""
+    """Where due-later messages wait (Cloud Tasks) and how the relay is reached and trusts it.
 
-    queue: str  # projects/P/locations/L/queues/Q
+    ``queue`` is ``projects/P/locations/L/queues/Q``, or a short name with ``location``: a
+    :class:`Settings` holding this resolves it against its project. ``relay_auth`` defaults to
+    ``"oidc"`` for an HTTP target and ``"appengine"`` for App Engine; ``audience`` to
+    ``relay_url``.
+    """
+
+    queue: str
     target: TasksTarget = "http"
     relay_url: str | None = None  # HTTP target: the relay's base URL
     invoker_email: str | None = None  # the service account Cloud Tasks signs OIDC tokens as
     audience: str | None = None  # OIDC audience; defaults to relay_url
     appengine_service: str = "default"
     tasks_emulator_host: str | None = None  # host:port of the local Cloud Tasks emulator
-    relay_auth: RelayAuth = "oidc"
+    relay_auth: RelayAuth | None = None  # None: oidc for target http, appengine for appengine
     oidc_certs_url: str | None = None  # local stack only: the emulator's signing certificates
+    location: str | None = None  # for a short queue name
+
+    def __post_init__(self) -> None:
+        for name in ("relay_url", "invoker_email", "audience", "tasks_emulator_host"):
+            _set(self, name, _optional_text(self, name))
+        _set(self, "oidc_certs_url", _optional_text(self, "oidc_certs_url"))
+        _set(self, "location", _optional_text(self, "location"))
+        _set(self, "target", _one_of(self, "target", _TARGETS))
+        if self.relay_auth is None:
+            _set(self, "relay_auth", "oidc" if self.target == "http" else "appengine")
+        _set(self, "relay_auth", _one_of(self, "relay_auth", _RELAY_AUTHS))
+        if self.relay_url is not None:
+            _set(self, "relay_url", self.relay_url.rstrip("/"))
+        if self.audience is None:
+            _set(self, "audience", self.relay_url)
+        if not isinstance(self.appengine_service, str) or not self.appengine_service.strip():
+            raise ConfigurationError(f"{SETTING_NAMES['appengine_service']} must not be empty")
+        queue = _text(self, "queue")
+        if queue.startswith("projects/"):
+            parts = queue.split("/")
+            if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
+                raise ConfigurationError(
+                    f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
+                    "(or a short queue name with location (TASKS_LOCATION))"
+                )
+        elif not queue or "/" in queue:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
+                "(or a short queue name with location (TASKS_LOCATION))"
+            )
+        elif self.location is None:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['location']} is required when {SETTING_NAMES['queue']} is a "
+                "short name"
+            )
+        _set(self, "queue", queue)
+        if self.target == "http" and self.relay_url is None:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['relay_url']} is required when {SETTING_NAMES['target']} is 'http'"
+            )
+        if self.relay_auth == "oidc" and self.invoker_email is None:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['invoker_email']} is required when {SETTING_NAMES['relay_auth']}"
+                " is 'oidc'"
+            )
+
+    def resolved(self, project: str) -> DelaySettings:
+        """This, with a short ``queue`` made the full path in ``project``."""
+        if self.queue.startswith("projects/"):
+            return self
+        return replace(self, queue=queue_path(project, self.location or "", self.queue))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], project: str) -> DelaySettings | None:
         """None when TASKS_QUEUE is unset (delayed delivery off)."""
-        raw_queue = env.get("TASKS_QUEUE", "").strip()
-        if not raw_queue:
+        queue = env.get("TASKS_QUEUE", "").strip()
+        if not queue:
             return None
-        target = env.get("TASKS_TARGET", "http").strip().lower()
-        if target not in ("http", "appengine"):
-            raise ConfigurationError(f"TASKS_TARGET={target!r} is not one of http, appengine")
-        relay_auth = env.get("RELAY_AUTH", "oidc" if target == "http" else "appengine")
-        if relay_auth not in ("oidc", "appengine"):
-            raise ConfigurationError(f"RELAY_AUTH={relay_auth!r} is not one of oidc, appengine")
-        relay_url = env.get("RELAY_URL", "").strip().rstrip("/") or None
-        invoker = env.get("TASKS_SERVICE_ACCOUNT", "").strip() or None
-        if target == "http" and relay_url is None:
-            raise ConfigurationError("RELAY_URL is required when TASKS_TARGET=http")
-        if relay_auth == "oidc" and invoker is None:
-            raise ConfigurationError("TASKS_SERVICE_ACCOUNT is required for OIDC (RELAY_AUTH=oidc)")
+        target = env.get("TASKS_TARGET", "").strip().lower() or "http"
+        relay_auth = env.get("RELAY_AUTH", "").strip().lower() or None
         return cls(
-            queue=queue_path(project, env.get("TASKS_LOCATION", ""), raw_queue),
-            target=target,  # type: ignore[arg-type]  # checked above
-            relay_url=relay_url,
-            invoker_email=invoker,
-            audience=env.get("RELAY_AUDIENCE", "").strip() or relay_url,
-            appengine_service=env.get("RELAY_SERVICE", "default"),
-            tasks_emulator_host=env.get("CLOUD_TASKS_EMULATOR_HOST", "").strip() or None,
-            relay_auth=relay_auth,  # type: ignore[arg-type]  # checked above
-            oidc_certs_url=env.get("OIDC_CERTS_URL", "").strip() or None,
-        )
+            queue=queue,
+            location=env.get("TASKS_LOCATION", ""),
+            target=target,  # type: ignore[arg-type]  # __post_init__ checks it
+            relay_url=env.get("RELAY_URL"),
+            invoker_email=env.get("TASKS_SERVICE_ACCOUNT"),
+            audience=env.get("RELAY_AUDIENCE"),
+            appengine_service=env.get("RELAY_SERVICE", "").strip() or "default",
+            tasks_emulator_host=env.get("CLOUD_TASKS_EMULATOR_HOST"),
+            relay_auth=relay_auth,  # type: ignore[arg-type]  # __post_init__ checks it
+            oidc_certs_url=env.get("OIDC_CERTS_URL"),
+        ).resolved(project)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything the deployed parts need to know. Build with :meth:`from_env`."""
+    """Everything the deployed parts need to know: build it in code, or with :meth:`from_env`.
+
+    Topics are short names (resolved against ``project``) or ``projects/P/topics/T`` paths;
+    durations are :class:`~datetime.timedelta`. A bad value is a ConfigurationError naming the
+    setting by argument and variable, the same from code as from the environment.
+    """
 
     project: str
     final_topic: str
@@ -84,73 +193,108 @@ class Settings:
     redis_url: str | None = None
     # Deployed parts keep the URL (it carries the AUTH string) and the server CA in Secret
     # Manager: version names, read once when the first Redis client is made (stores/factory).
+    # ``projects/P/secrets/S`` means its latest version.
     redis_url_secret: str | None = None
     redis_ca_cert_secret: str | None = None
     dedup_ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
     dedup_lease: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
-    dedup_collection: str = "pubsub_toolkit_dedup"
-    firestore_database: str = "(default)"
+    dedup_collection: str = DEFAULT_DEDUP_COLLECTION
+    firestore_database: str = DEFAULT_FIRESTORE_DATABASE
     publish_timeout: timedelta = timedelta(seconds=30)
     delay: DelaySettings | None = None
     # How often ingress adds its counters to the stats store (the status page); None: never.
     stats_flush: timedelta | None = timedelta(seconds=5)
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read settings from ``env`` (default ``os.environ``); name any missing variable."""
-        env = os.environ if env is None else env
-        project = _required(env, "GOOGLE_CLOUD_PROJECT")
-        name, backend = store_backend_from_env(env)
-        redis_url = env.get("REDIS_URL") or None
-        url_secret = _secret_version(env, "REDIS_URL_SECRET")
-        ca_secret = _secret_version(env, "REDIS_CA_CERT_SECRET")
-        if redis_url and url_secret:
-            raise ConfigurationError("set REDIS_URL or REDIS_URL_SECRET, not both")
-        if backend == "redis" and redis_url is None and url_secret is None:
+    def __post_init__(self) -> None:
+        project = _text(self, "project")
+        if not project or "/" in project:
             raise ConfigurationError(
-                f"REDIS_URL (or REDIS_URL_SECRET) is required when {name}=redis"
+                f"{SETTING_NAMES['project']} is required"
+                if not project
+                else f"{SETTING_NAMES['project']} {project!r} is not a project id"
             )
-        lease = _seconds(env, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
-        publish_timeout = _seconds(env, "PUBLISH_TIMEOUT_SECONDS", 30)
-        if lease < 2 * publish_timeout:
+        _set(self, "project", project)
+        for name in ("final_topic", "dead_letter_topic"):
+            _set(self, name, topic_path(project, _text(self, name), setting=name))
+        _set(self, "store_backend", _one_of(self, "store_backend", _BACKENDS))
+        for name in ("redis_url", "redis_url_secret", "redis_ca_cert_secret"):
+            _set(self, name, _optional_text(self, name))
+        _set(self, "redis_url_secret", _secret_version(self, "redis_url_secret"))
+        _set(self, "redis_ca_cert_secret", _secret_version(self, "redis_ca_cert_secret"))
+        if self.redis_url is not None and self.redis_url_secret is not None:
+            raise ConfigurationError(
+                f"set {SETTING_NAMES['redis_url']} or {SETTING_NAMES['redis_url_secret']}, not both"
+            )
+        if (
+            self.store_backend == "redis"
+            and self.redis_url is None
+            and self.redis_url_secret is None
+        ):
+            raise ConfigurationError(
+                "redis_url or redis_url_secret (REDIS_URL or REDIS_URL_SECRET) is required when "
+                f"{SETTING_NAMES['store_backend']} is 'redis'"
+            )
+        for name in ("dedup_ttl", "dedup_lease", "publish_timeout"):
+            _positive_duration(self, name)
+        if self.stats_flush is not None:
+            _positive_duration(self, "stats_flush", none_means="never")
+        for name in ("dedup_collection", "firestore_database"):
+            if not _text(self, name):
+                raise ConfigurationError(f"{SETTING_NAMES[name]} must not be empty")
+        if self.dedup_lease < 2 * self.publish_timeout:
             # A claim's work is a publish plus, at worst, a dead-letter publish: the lease must
             # outlast both, or another worker could take over while the first still publishes.
             raise ConfigurationError(
-                f"DEDUP_LEASE_SECONDS ({lease.total_seconds():g}) must be at least twice "
-                f"PUBLISH_TIMEOUT_SECONDS ({publish_timeout.total_seconds():g})"
+                f"{SETTING_NAMES['dedup_lease']} is {_secs(self.dedup_lease)}: it must be at "
+                f"least twice {SETTING_NAMES['publish_timeout']}, {_secs(self.publish_timeout)}"
             )
+        if self.delay is not None:
+            if not isinstance(self.delay, DelaySettings):
+                raise ConfigurationError(
+                    f"delay must be a DelaySettings or None, not {type(self.delay).__name__}"
+                )
+            _set(self, "delay", self.delay.resolved(project))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from ``env`` (default ``os.environ``): the same checks and messages as
+        the constructor's, each naming the variable."""
+        env = os.environ if env is None else env
+        project = env.get("GOOGLE_CLOUD_PROJECT", "").strip()
         return cls(
             project=project,
-            final_topic=topic_path(project, _required(env, "FINAL_TOPIC")),
-            dead_letter_topic=topic_path(project, _required(env, "DEAD_LETTER_TOPIC")),
-            store_backend=backend,
-            redis_url=redis_url,
-            redis_url_secret=url_secret,
-            redis_ca_cert_secret=ca_secret,
-            dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", DEFAULT_TTL_SECONDS),
-            dedup_lease=lease,
-            dedup_collection=env.get("DEDUP_COLLECTION", "pubsub_toolkit_dedup"),
-            firestore_database=env.get("FIRESTORE_DATABASE", "(default)"),
-            publish_timeout=publish_timeout,
-            delay=DelaySettings.from_env(env, project),
+            final_topic=env.get("FINAL_TOPIC", "").strip(),
+            dead_letter_topic=env.get("DEAD_LETTER_TOPIC", "").strip(),
+            store_backend=store_backend_from_env(env)[1],
+            redis_url=env.get("REDIS_URL"),
+            redis_url_secret=env.get("REDIS_URL_SECRET"),
+            redis_ca_cert_secret=env.get("REDIS_CA_CERT_SECRET"),
+            dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", "dedup_ttl", DEFAULT_TTL_SECONDS),
+            dedup_lease=_seconds(env, "DEDUP_LEASE_SECONDS", "dedup_lease", DEFAULT_LEASE_SECONDS),
+            dedup_collection=env.get("DEDUP_COLLECTION", "").strip() or DEFAULT_DEDUP_COLLECTION,
+            firestore_database=env.get("FIRESTORE_DATABASE", "").strip()
+            or DEFAULT_FIRESTORE_DATABASE,
+            publish_timeout=_seconds(env, "PUBLISH_TIMEOUT_SECONDS", "publish_timeout", 30),
+            # With no project the constructor's "project is required" is the one to see.
+            delay=DelaySettings.from_env(env, project) if project else None,
             stats_flush=None
             if env.get("STATS_FLUSH_SECONDS", "").strip() == "0"
-            else _seconds(env, "STATS_FLUSH_SECONDS", 5),
+            else _seconds(env, "STATS_FLUSH_SECONDS", "stats_flush", 5),
         )
 
 
 _SECRET_VERSION = re.compile(r"projects/[^/]+/secrets/[^/]+(/versions/[^/]+)?")
 
 
-def _secret_version(env: Mapping[str, str], name: str) -> str | None:
-    """A Secret Manager version name from ``env[name]`` (``projects/P/secrets/S`` means its
-    latest version), or None when unset; a malformed one is a ConfigurationError."""
-    value = env.get(name, "").strip()
-    if not value:
+def _secret_version(settings: object, name: str) -> str | None:
+    """A Secret Manager version name (``projects/P/secrets/S`` means its latest version), or
+    None; a malformed one is a ConfigurationError."""
+    value: str | None = getattr(settings, name)
+    if value is None:
         return None
     if not _SECRET_VERSION.fullmatch(value):
         raise ConfigurationError(
-            f"{name}={value!r} is not a Secret Manager secret "
+            f"{SETTING_NAMES[name]} {value!r} is not a Secret Manager secret "
             "(projects/PROJECT/secrets/NAME[/versions/VERSION])"
         )
     return value if "/versions/" in value else f"{value}/versions/latest"
@@ -161,7 +305,7 @@ def store_backend_from_env(env: Mapping[str, str]) -> tuple[str, StoreBackend]:
 
     The one backend holds every store (not only dedup records), hence the new name; the old one
     is still read so existing deployments keep working. Both set to different values is an
-    error rather than a silent choice.
+    error rather than a silent choice. The value is checked by :class:`Settings`.
     """
     values = {
         name: env[name].strip().lower()
@@ -176,99 +320,167 @@ def store_backend_from_env(env: Mapping[str, str]) -> tuple[str, StoreBackend]:
         )
     name = next(iter(values), "STORE_BACKEND")
     backend = values.get(name, "firestore")
-    for candidate in _BACKENDS:
-        if backend == candidate:
-            return name, candidate
-    raise ConfigurationError(f"{name}={backend!r} is not one of {', '.join(_BACKENDS)}")
+    return name, backend  # type: ignore[return-value]  # Settings checks it
 
 
-def topic_path(project: str, topic: str) -> str:
-    """Accept a short topic name or a full ``projects/P/topics/T`` path; return the full path."""
+def topic_path(project: str, topic: str, *, setting: str | None = None) -> str:
+    """Accept a short topic name or a full ``projects/P/topics/T`` path; return the full path.
+
+    ``setting`` (a :class:`Settings` field name) is named in the error.
+    """
+    what = f"{SETTING_NAMES[setting]} " if setting else ""
+    if setting and not topic:
+        raise ConfigurationError(f"{SETTING_NAMES[setting]} is required")
     if topic.startswith("projects/"):
         parts = topic.split("/")
         if len(parts) != 4 or parts[2] != "topics" or not parts[3]:
-            raise ConfigurationError(f"{topic!r} is not a topic path projects/P/topics/T")
+            raise ConfigurationError(f"{what}{topic!r} is not a topic path projects/P/topics/T")
         return topic
     if not topic or "/" in topic:
-        raise ConfigurationError(f"{topic!r} is not a valid topic name")
+        raise ConfigurationError(
+            f"{what}{topic!r} is not a topic name or a path projects/P/topics/T"
+        )
     return f"projects/{project}/topics/{topic}"
 
 
 @dataclass(frozen=True)
 class ConsumerSettings:
-    """A consumer's identity and its FIFO policies (the gate's knobs)."""
+    """A consumer's identity and its FIFO policies (the gate's knobs): in code, or from_env."""
 
     consumer_id: str
     max_attempts: int = 5
-    poison_policy: Literal["skip", "block"] = "skip"
+    poison_policy: PoisonPolicy = "skip"
     gap_timeout: timedelta = timedelta(minutes=5)
-    gap_policy: Literal["wait", "skip"] = "wait"
+    gap_policy: GapPolicy = "wait"
     lease: timedelta = timedelta(seconds=60)
     park: bool = True
     # First wait after a handler failure, doubling per counted failure (capped at 5 minutes):
     # with 5 attempts a message becomes poison after about 75 s of failures, not 5 s.
     retry_backoff: timedelta = timedelta(seconds=5)
 
+    def __post_init__(self) -> None:
+        consumer_id = _text(self, "consumer_id")
+        if not consumer_id:
+            raise ConfigurationError(f"{SETTING_NAMES['consumer_id']} is required")
+        _set(self, "consumer_id", consumer_id)
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['max_attempts']} must be an integer >= 1, not {attempts!r}"
+            )
+        _set(self, "poison_policy", _one_of(self, "poison_policy", _POISON_POLICIES))
+        _set(self, "gap_policy", _one_of(self, "gap_policy", _GAP_POLICIES))
+        for name in ("gap_timeout", "lease", "retry_backoff"):
+            _positive_duration(self, name)
+        if not isinstance(self.park, bool):
+            raise ConfigurationError(
+                f"{SETTING_NAMES['park']} must be true or false, not {self.park!r}"
+            )
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
+        """Read the consumer's settings from ``env`` (default ``os.environ``)."""
         env = os.environ if env is None else env
-        poison = env.get("FIFO_POISON_POLICY", "skip").strip().lower()
-        if poison not in ("skip", "block"):
-            raise ConfigurationError(f"FIFO_POISON_POLICY={poison!r} is not one of skip, block")
-        gap = env.get("FIFO_GAP_POLICY", "wait").strip().lower()
-        if gap not in ("wait", "skip"):
-            raise ConfigurationError(f"FIFO_GAP_POLICY={gap!r} is not one of wait, skip")
-        raw_attempts = env.get("FIFO_MAX_ATTEMPTS", "5")
+        raw_attempts = env.get("FIFO_MAX_ATTEMPTS", "").strip() or "5"
         try:
             attempts = int(raw_attempts)
         except ValueError:
-            attempts = 0
-        if attempts < 1:
-            raise ConfigurationError(f"FIFO_MAX_ATTEMPTS={raw_attempts!r} must be an integer >= 1")
-        park = env.get("FIFO_PARK", "true").strip().lower()
+            raise ConfigurationError(
+                f"{SETTING_NAMES['max_attempts']} must be an integer >= 1, not {raw_attempts!r}"
+            ) from None
+        park = env.get("FIFO_PARK", "").strip().lower() or "true"
         if park not in ("true", "false"):
-            raise ConfigurationError(f"FIFO_PARK={park!r} must be true or false")
+            raise ConfigurationError(f"{SETTING_NAMES['park']} must be true or false, not {park!r}")
         return cls(
-            consumer_id=_required(env, "CONSUMER_ID"),
+            consumer_id=env.get("CONSUMER_ID", "").strip(),
             max_attempts=attempts,
-            poison_policy=poison,  # type: ignore[arg-type]  # checked above
-            gap_timeout=_seconds(env, "FIFO_GAP_TIMEOUT_SECONDS", 300),
-            gap_policy=gap,  # type: ignore[arg-type]  # checked above
-            lease=_seconds(env, "FIFO_LEASE_SECONDS", 60),
+            poison_policy=env.get("FIFO_POISON_POLICY", "").strip().lower()  # type: ignore[arg-type]
+            or "skip",
+            gap_timeout=_seconds(env, "FIFO_GAP_TIMEOUT_SECONDS", "gap_timeout", 300),
+            gap_policy=env.get("FIFO_GAP_POLICY", "").strip().lower()  # type: ignore[arg-type]
+            or "wait",
+            lease=_seconds(env, "FIFO_LEASE_SECONDS", "lease", 60),
             park=park == "true",
-            retry_backoff=_seconds(env, "FIFO_RETRY_BACKOFF_SECONDS", 5),
+            retry_backoff=_seconds(env, "FIFO_RETRY_BACKOFF_SECONDS", "retry_backoff", 5),
         )
 
 
 def queue_path(project: str, location: str, queue: str) -> str:
-    """Accept ``projects/P/locations/L/queues/Q``, or a short name with TASKS_LOCATION."""
+    """Accept ``projects/P/locations/L/queues/Q``, or a short name with a location."""
     if queue.startswith("projects/"):
         parts = queue.split("/")
         if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
             raise ConfigurationError(
-                f"TASKS_QUEUE={queue!r} is not projects/P/locations/L/queues/Q"
+                f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
+                "(or a short queue name with location (TASKS_LOCATION))"
             )
         return queue
     if not location.strip():
-        raise ConfigurationError("TASKS_LOCATION is required when TASKS_QUEUE is a short name")
+        raise ConfigurationError(
+            f"{SETTING_NAMES['location']} is required when {SETTING_NAMES['queue']} is a short name"
+        )
     return f"projects/{project}/locations/{location.strip()}/queues/{queue}"
 
 
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise ConfigurationError(f"environment variable {name} is required but not set")
-    return value
+# --- the one validation path's pieces --------------------------------------------------------
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> timedelta:
-    raw = env.get(name)
+def _set(settings: object, name: str, value: object) -> None:
+    object.__setattr__(settings, name, value)  # frozen: __post_init__ normalises in place
+
+
+def _text(settings: object, name: str) -> str:
+    value = getattr(settings, name)
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"{SETTING_NAMES[name]} must be a string, not {type(value).__name__}"
+        )
+    return value.strip()
+
+
+def _optional_text(settings: object, name: str) -> str | None:
+    """A string setting that may be absent: None, or blank (an empty variable), is absent."""
+    if getattr(settings, name) is None:
+        return None
+    return _text(settings, name) or None
+
+
+def _one_of(settings: object, name: str, choices: tuple[str, ...]) -> str:
+    value = getattr(settings, name)
+    if value not in choices:
+        raise ConfigurationError(
+            f"{SETTING_NAMES[name]} {value!r} is not one of {', '.join(choices)}"
+        )
+    return str(value)
+
+
+def _positive_duration(settings: object, name: str, *, none_means: str | None = None) -> None:
+    value = getattr(settings, name)
+    kind = "a positive timedelta" + (f" or None ({none_means})" if none_means else "")
+    if not isinstance(value, timedelta):
+        raise ConfigurationError(
+            f"{SETTING_NAMES[name]} must be {kind}, not {type(value).__name__} {value!r}"
+        )
+    if value <= timedelta(0):
+        raise ConfigurationError(f"{SETTING_NAMES[name]} must be {kind}, not {_secs(value)}")
+
+
+def _secs(value: timedelta) -> str:
+    return f"{value.total_seconds():g} s"
+
+
+def _seconds(env: Mapping[str, str], variable: str, name: str, default: float) -> timedelta:
+    """``env[variable]`` as a duration; only a string that is no number is refused here (the
+    constructor checks the duration itself)."""
+    raw = env.get(variable)
     if raw is None or not raw.strip():
         return timedelta(seconds=default)
     try:
         value = float(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name}={raw!r} is not a number of seconds") from exc
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name}={raw!r} must be a positive number of seconds")
-    return timedelta(seconds=value)
+        if not math.isfinite(value):
+            raise ValueError(raw)
+        return timedelta(seconds=value)
+    except (ValueError, OverflowError) as exc:
+        raise ConfigurationError(
+            f"{SETTING_NAMES[name]} {raw!r} is not a number of seconds"
+        ) from exc

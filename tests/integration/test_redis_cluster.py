@@ -26,6 +26,7 @@ from redis.crc import key_slot
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.errors import ConfigurationError, StaleClaimError
+from pubsub_toolkit.stores.backends.redis import RedisBackend
 from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 from pubsub_toolkit.stores.dedup.base import ClaimStatus, RecordState
 from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
@@ -151,3 +152,25 @@ def test_from_url_keeps_a_plain_client_for_a_standalone_server(redis_url: str) -
     counter = RedisSequenceCounter.from_url(redis_url)
     assert not isinstance(store._client, RedisCluster)
     assert not isinstance(counter._client, RedisCluster)
+
+
+def test_a_redis_backend_on_a_cluster_node_gets_a_cluster_client(cluster_url: str) -> None:
+    """One client for every store, and still a cluster client where the stores get one: the
+    one-key stores run on it, the FIFO gate store refuses it by name."""
+    backend = RedisBackend.from_url(cluster_url)
+    try:
+        assert isinstance(backend.client, RedisCluster)
+        unique = uuid.uuid4().hex[:8]
+        dedup = backend.dedup_store(prefix=f"backend-{unique}:")
+        assert dedup.claim("ns", "k", "fp", lease=LEASE, ttl=TTL).status is ClaimStatus.ACQUIRED
+        counter = backend.counter(prefix=f"backend-{unique}:")
+        assert list(counter.reserve("g", 2).numbers()) == [1, 2]
+        stats = backend.stats_store(scope=f"backend-{unique}")
+        stats.add({"published": 2})
+        assert stats.totals() == {"published": 2}
+        with pytest.raises(ConfigurationError) as refused:
+            backend.fifo_store()
+        assert "Redis Cluster" in str(refused.value)
+        assert "Basic or Standard tier" in str(refused.value)
+    finally:
+        backend.close()

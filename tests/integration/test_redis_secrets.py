@@ -198,11 +198,13 @@ def test_without_the_ca_the_tls_connection_is_refused(tls_redis: TlsRedis) -> No
 
 
 def test_settings_name_what_is_wrong_and_never_echo_the_url() -> None:
-    with pytest.raises(ConfigurationError, match="REDIS_URL \\(or REDIS_URL_SECRET\\)"):
+    with pytest.raises(ConfigurationError, match="\\(REDIS_URL or REDIS_URL_SECRET\\) is required"):
         settings()
     with pytest.raises(ConfigurationError, match="not both"):
         settings(REDIS_URL="redis://x", REDIS_URL_SECRET=URL_SECRET)
-    with pytest.raises(ConfigurationError, match="REDIS_URL_SECRET='redis-url' is not a Secret"):
+    with pytest.raises(
+        ConfigurationError, match="\\(REDIS_URL_SECRET\\) 'redis-url' is not a Secret"
+    ):
         settings(REDIS_URL_SECRET="redis-url")
     configured = settings(REDIS_URL_SECRET=URL_SECRET, REDIS_CA_CERT_SECRET=CA_SECRET)
     not_a_url = DictSecrets({URL_SECRET: f"{PASSWORD}".encode()})

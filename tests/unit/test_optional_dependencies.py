@@ -132,6 +132,14 @@ def test_using_an_optional_part_names_its_extra() -> None:
         attempt("redis", lambda: RedisDedupStore.from_url("redis://127.0.0.1:9/0"))
         from pubsub_toolkit._secrets import read_secret_manager
         attempt("secrets", lambda: read_secret_manager("projects/p/secrets/s/versions/1"))
+        from pubsub_toolkit.stores.backends.redis import RedisBackend
+        attempt("redis backend", lambda: RedisBackend.from_url("redis://127.0.0.1:9/0"))
+        from pubsub_toolkit.config import Settings
+        from pubsub_toolkit.stores.factory import backend_from_settings
+        memory = backend_from_settings(
+            Settings(project="p", final_topic="t", dead_letter_topic="d", store_backend="memory")
+        )
+        said["memory"] = memory.name  # the memory backend needs no extra
         print(json.dumps(said))
         """
     )
@@ -139,6 +147,10 @@ def test_using_an_optional_part_names_its_extra() -> None:
     said = json.loads(run.stdout.strip().splitlines()[-1])
     for extra in ("tasks", "dashboard", "redis", "secrets"):
         assert f"pip install 'pubsub-toolkit[{extra}]'" in said.get(extra, ""), said
+    assert said["redis backend"] == (
+        "the Redis backend needs redis: pip install 'pubsub-toolkit[redis]'"
+    )
+    assert said["memory"] == "memory"
 
 
 def test_the_local_commands_say_how_to_install_the_local_stack() -> None:

@@ -99,15 +99,13 @@ class MessageProcessor:
     ) -> MessageProcessor:
         """Wire the store, gate, dead-lettering and dedup from settings (clients made once)."""
         from pubsub_toolkit.producer.sink import PubSubSink
-        from pubsub_toolkit.stores.factory import (
-            dedup_store_from_settings,
-            fifo_store_from_settings,
-        )
+        from pubsub_toolkit.stores.factory import backend_from_settings
 
+        backend = backend_from_settings(settings)  # one client for both stores
         log = DecisionLog(consumer.consumer_id)
         dead_letters = DeadLetterer(PubSubSink(), settings.dead_letter_topic, log)
         gate = FifoGate(
-            fifo_store_from_settings(settings),
+            backend.fifo_store(),
             consumer=consumer.consumer_id,
             handler=handler,
             dead_letters=dead_letters,
@@ -115,7 +113,7 @@ class MessageProcessor:
             log=log,
         )
         dedup = IdempotentProcessor(
-            dedup_store_from_settings(settings),
+            backend.dedup_store(),
             namespace=consumer.consumer_id,
             lease=settings.dedup_lease,
             ttl=settings.dedup_ttl,

@@ -1,6 +1,8 @@
-"""Build every store on the configured backend: one backend for dedup records, FIFO state,
-sequence counters and stats.
+"""Build the configured backend from settings: one backend, on one client, for dedup
+records, FIFO state, sequence counters and stats.
 
+:func:`backend_from_settings` is the one place settings become a backend; the
+``*_from_settings`` functions are thin wrappers over it for callers that need one store.
 Backends are imported here only when selected, so the memory and Firestore backends work
 without the ``redis`` extra; the Redis modules themselves say which extra to install.
 """
@@ -20,8 +22,7 @@ from pubsub_toolkit.errors import ConfigurationError
 from pubsub_toolkit.stores.stats.base import INGRESS_SCOPE
 
 if TYPE_CHECKING:
-    from google.cloud import firestore
-
+    from pubsub_toolkit.stores.backends.base import Backend
     from pubsub_toolkit.stores.counters.base import SequenceCounter
     from pubsub_toolkit.stores.dedup.base import DedupStore
     from pubsub_toolkit.stores.fifo_state.base import FifoStore
@@ -42,7 +43,8 @@ def redis_url_from_settings(settings: Settings, *, read_secret: SecretReader | N
     """
     if settings.redis_url is None and settings.redis_url_secret is None:
         raise ConfigurationError(
-            "REDIS_URL (or REDIS_URL_SECRET) is required for STORE_BACKEND=redis"
+            "redis_url or redis_url_secret (REDIS_URL or REDIS_URL_SECRET) is required for the "
+            "Redis backend"
         )
     cache_key = (settings.redis_url, settings.redis_url_secret, settings.redis_ca_cert_secret)
     with _secret_lock:
@@ -80,73 +82,47 @@ def _resolve_redis_url(settings: Settings, read_secret: SecretReader) -> str:
     return f"{url}{separator}{urllib.parse.urlencode({'ssl_ca_certs': path})}"
 
 
-def _redis_url(settings: Settings) -> str:
-    return redis_url_from_settings(settings)
+def backend_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Backend:
+    """The backend ``settings.store_backend`` names, on one client every store it makes
+    shares: Redis at :func:`redis_url_from_settings`, Firestore in ``settings.project`` and
+    ``settings.firestore_database``, or memory. Only the selected backend is imported."""
+    if settings.store_backend == "memory":
+        from pubsub_toolkit.stores.backends.memory import MemoryBackend
+
+        return MemoryBackend(clock=clock)
+    if settings.store_backend == "redis":
+        from pubsub_toolkit.stores.backends.redis import RedisBackend
+
+        return RedisBackend.from_url(redis_url_from_settings(settings), clock=clock)
+    from pubsub_toolkit.stores.backends.firestore import FirestoreBackend
+
+    return FirestoreBackend(
+        project=settings.project,
+        database=settings.firestore_database,
+        dedup_collection=settings.dedup_collection,
+        clock=clock,
+    )
 
 
-def _firestore_client(settings: Settings) -> firestore.Client:
-    from google.cloud import firestore
-
-    return firestore.Client(project=settings.project, database=settings.firestore_database)
+# One store each, on a backend of its own (a new client per call, as before backends). A
+# process that needs several stores makes one backend with backend_from_settings instead.
 
 
 def dedup_store_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> DedupStore:
-    """The dedup store ``settings.store_backend`` names, with a client created once."""
-    if settings.store_backend == "memory":
-        from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
-
-        return MemoryDedupStore(clock)
-    if settings.store_backend == "redis":
-        from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
-
-        return RedisDedupStore.from_url(_redis_url(settings), clock=clock)
-    from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
-
-    return FirestoreDedupStore(
-        _firestore_client(settings), collection=settings.dedup_collection, clock=clock
-    )
+    """The dedup store ``settings.store_backend`` names."""
+    return backend_from_settings(settings, clock=clock).dedup_store()
 
 
 def fifo_store_from_settings(settings: Settings) -> FifoStore:
     """The FIFO gate's state store on ``settings.store_backend``."""
-    if settings.store_backend == "memory":
-        from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
-
-        return MemoryFifoStore()
-    if settings.store_backend == "redis":
-        from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
-
-        return RedisFifoStore.from_url(_redis_url(settings))
-    from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
-
-    return FirestoreFifoStore(_firestore_client(settings))
+    return backend_from_settings(settings).fifo_store()
 
 
 def counter_from_settings(settings: Settings) -> SequenceCounter:
     """The sequence counter (the producer side of FIFO) on ``settings.store_backend``."""
-    if settings.store_backend == "memory":
-        from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
-
-        return MemorySequenceCounter()
-    if settings.store_backend == "redis":
-        from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
-
-        return RedisSequenceCounter.from_url(_redis_url(settings))
-    from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
-
-    return FirestoreSequenceCounter(_firestore_client(settings))
+    return backend_from_settings(settings).counter()
 
 
 def stats_store_from_settings(settings: Settings, *, scope: str = INGRESS_SCOPE) -> StatsStore:
     """The stats store (the dashboard's counters) on ``settings.store_backend``."""
-    if settings.store_backend == "memory":
-        from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
-
-        return MemoryStatsStore()
-    if settings.store_backend == "redis":
-        from pubsub_toolkit.stores.stats.redis import RedisStatsStore
-
-        return RedisStatsStore.from_url(_redis_url(settings), scope=scope)
-    from pubsub_toolkit.stores.stats.firestore import FirestoreStatsStore
-
-    return FirestoreStatsStore(_firestore_client(settings), scope=scope)
+    return backend_from_settings(settings).stats_store(scope=scope)

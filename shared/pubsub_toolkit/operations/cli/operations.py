@@ -29,14 +29,15 @@ def gate_and_counter(
 ) -> tuple[FifoGate, FifoStore, SequenceCounter]:
     from pubsub_toolkit.config import ConsumerSettings, Settings
     from pubsub_toolkit.consumer.gate import FifoGate
-    from pubsub_toolkit.stores.factory import counter_from_settings, fifo_store_from_settings
+    from pubsub_toolkit.stores.factory import backend_from_settings
 
     env = dict(os.environ)
     if consumer_id:
         env["CONSUMER_ID"] = consumer_id
     env.setdefault("CONSUMER_ID", "cli")
     settings, consumer = Settings.from_env(env), ConsumerSettings.from_env(env)
-    store = fifo_store_from_settings(settings)
+    backend = backend_from_settings(settings)  # one client for the gate store and the counter
+    store = backend.fifo_store()
 
     def refuse(_message: object) -> None:
         raise ToolkitError("operator commands do not run handlers")
@@ -46,7 +47,7 @@ def gate_and_counter(
     # The same tombstone retention as the consumer's: skipping a group's end completes it.
     policy = gate_policy(consumer, completed_retention=settings.dedup_ttl)
     gate = FifoGate(store, consumer=consumer.consumer_id, handler=refuse, policy=policy)
-    return gate, store, counter_from_settings(settings)
+    return gate, store, backend.counter()
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -57,14 +57,11 @@ class LiveStatusSource:
     ) -> LiveStatusSource:
         """Clients for the pipeline ``env`` describes (default ``os.environ``)."""
         from pubsub_toolkit.emulator import subscriber_client
-        from pubsub_toolkit.stores.factory import (
-            counter_from_settings,
-            fifo_store_from_settings,
-            stats_store_from_settings,
-        )
+        from pubsub_toolkit.stores.factory import backend_from_settings
 
         env = os.environ if env is None else env
         settings = Settings.from_env(env)
+        backend = backend_from_settings(settings)  # one client for the three stores
         consumer = consumer or env.get("CONSUMER_ID", "").strip() or "cli"
         subscription = dead_letter_subscription
         if not subscription.startswith("projects/"):
@@ -78,11 +75,11 @@ class LiveStatusSource:
             tasks = tasks_client(env.get("CLOUD_TASKS_EMULATOR_HOST") or None)
         return cls(
             consumer=consumer,
-            fifo_store=fifo_store_from_settings(settings),
-            counter=counter_from_settings(settings),
+            fifo_store=backend.fifo_store(),
+            counter=backend.counter(),
             subscriber=subscriber_client(),  # dead letters can be 10 MB
             dead_letter_subscription=subscription,
-            stats=stats_store_from_settings(settings),
+            stats=backend.stats_store(),
             tasks_client=tasks,
             queue=queue,
         )
