@@ -41,11 +41,12 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-from pubsub_toolkit import Publisher, PubSubSink, Settings, ToolkitError
+from pubsub_toolkit import Publisher, PubSubSink, Settings
 from pubsub_toolkit.attributes import parse_time
 from pubsub_toolkit.config import topic_path
 from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler, tasks_client
+from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit.stores.factory import dedup_store_from_settings
 
 logger = logging.getLogger("delayed_and_cancel")

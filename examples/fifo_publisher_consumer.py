@@ -53,9 +53,9 @@ from pubsub_toolkit import (
     Publisher,
     PubSubSink,
     Settings,
-    ToolkitError,
     TransientError,
 )
+from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit.stores.factory import counter_from_settings
 
 logger = logging.getLogger("fifo_publisher_consumer")

@@ -2,13 +2,28 @@
 
 The public surface, importable from here::
 
-    from pubsub_toolkit import Consumer, MessageProcessor, Publisher, Settings
+    from pubsub_toolkit import idempotent                   # dedup for code you already have
+    from pubsub_toolkit import Publisher, PubSubSink        # publish, numbered per FIFO group
+    from pubsub_toolkit import Consumer, MessageProcessor   # consume: dedup + FIFO gate
+    from pubsub_toolkit import RedisBackend, Settings       # every store on one client
 
-Names load on first use (PEP 562), so ``import pubsub_toolkit`` - which every submodule import
-runs first - costs nothing and never needs an extra. The packages, by role: ``producer``,
-``ingress``, ``delay``, ``consumer``, ``dedup``, ``dead_letters``, ``operations`` and
-``stores`` (one subpackage per pluggable kind); the attribute contract is
-:mod:`pubsub_toolkit.attributes`.
+* publishing: :class:`Publisher`, :class:`PubSubSink`;
+* consuming: :func:`idempotent` (a decorator for a functions-framework function or a
+  subscriber callback), :class:`Consumer` (streaming pull, groups in parallel),
+  :class:`MessageProcessor` and :class:`IdempotentProcessor` for a loop of your own,
+  :class:`Message` (what a handler receives);
+* stores: :class:`RedisBackend`, :class:`FirestoreBackend`, :class:`MemoryBackend` - each
+  makes the dedup store, FIFO state, sequence counter and stats store on one client;
+* settings: :class:`Settings` and :class:`ConsumerSettings`, in code or ``from_env()``;
+* errors a handler raises or a caller catches: :class:`PermanentError` (dead-letter, ack),
+  :class:`TransientError` (redeliver), :class:`ConfigurationError` (a bad setting, named).
+
+Everything else is internal and may move: the packages, by role, are ``producer``,
+``ingress``, ``delay``, ``consumer``, ``dedup``, ``dead_letters``, ``operations`` and ``stores``
+(one subpackage per pluggable kind); the attribute contract is :mod:`pubsub_toolkit.attributes`,
+every error :mod:`pubsub_toolkit.errors`. Names load on first use (PEP 562), so
+``import pubsub_toolkit`` - which every submodule import runs first - costs nothing and never
+needs an extra.
 """
 
 from __future__ import annotations
@@ -20,45 +35,37 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it
 _EXPORTS = {
+    "idempotent": "pubsub_toolkit.decorators",
     "Publisher": "pubsub_toolkit.producer.publisher",
     "PubSubSink": "pubsub_toolkit.producer.sink",
     "Consumer": "pubsub_toolkit.consumer.subscriber",
     "MessageProcessor": "pubsub_toolkit.consumer.processor",
-    "FifoGate": "pubsub_toolkit.consumer.gate",
-    "GatePolicy": "pubsub_toolkit.consumer.gate_rules",
     "IdempotentProcessor": "pubsub_toolkit.dedup.idempotent",
-    "idempotent": "pubsub_toolkit.decorators",
     "Message": "pubsub_toolkit.message",
-    "OutboundMessage": "pubsub_toolkit.message",
+    "RedisBackend": "pubsub_toolkit.stores.backends.redis",
+    "FirestoreBackend": "pubsub_toolkit.stores.backends.firestore",
+    "MemoryBackend": "pubsub_toolkit.stores.backends.memory",
     "Settings": "pubsub_toolkit.config",
     "ConsumerSettings": "pubsub_toolkit.config",
-    "ToolkitError": "pubsub_toolkit.errors",
-    "ConfigurationError": "pubsub_toolkit.errors",
-    "MissingDependencyError": "pubsub_toolkit.errors",
     "PermanentError": "pubsub_toolkit.errors",
-    "ContractViolation": "pubsub_toolkit.errors",
     "TransientError": "pubsub_toolkit.errors",
-    "StoreUnavailableError": "pubsub_toolkit.errors",
+    "ConfigurationError": "pubsub_toolkit.errors",
 }
 
 __all__ = [
     "ConfigurationError",
     "Consumer",
     "ConsumerSettings",
-    "ContractViolation",
-    "FifoGate",
-    "GatePolicy",
+    "FirestoreBackend",
     "IdempotentProcessor",
+    "MemoryBackend",
     "Message",
     "MessageProcessor",
-    "MissingDependencyError",
-    "OutboundMessage",
     "PermanentError",
     "PubSubSink",
     "Publisher",
+    "RedisBackend",
     "Settings",
-    "StoreUnavailableError",
-    "ToolkitError",
     "TransientError",
     "__version__",
     "idempotent",
@@ -66,24 +73,17 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ loads them
     from pubsub_toolkit.config import ConsumerSettings, Settings
-    from pubsub_toolkit.consumer.gate import FifoGate
-    from pubsub_toolkit.consumer.gate_rules import GatePolicy
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
     from pubsub_toolkit.decorators import idempotent
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
-    from pubsub_toolkit.errors import (
-        ConfigurationError,
-        ContractViolation,
-        MissingDependencyError,
-        PermanentError,
-        StoreUnavailableError,
-        ToolkitError,
-        TransientError,
-    )
-    from pubsub_toolkit.message import Message, OutboundMessage
+    from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
+    from pubsub_toolkit.message import Message
     from pubsub_toolkit.producer.publisher import Publisher
     from pubsub_toolkit.producer.sink import PubSubSink
+    from pubsub_toolkit.stores.backends.firestore import FirestoreBackend
+    from pubsub_toolkit.stores.backends.memory import MemoryBackend
+    from pubsub_toolkit.stores.backends.redis import RedisBackend
 
 
 def __getattr__(name: str) -> Any:
