@@ -12,6 +12,7 @@
 | ``error_reason``, ``error_detail`` | whoever dead-letters (ingress drops a producer's) | why |
 | ``replay_id`` | ``dlq replay`` only (minted in the dedup store) | a dead-letter replay |
 | ``fifo_filler`` | ingress only (drops a producer's) | this number carries no new message |
+| ``retry_attempt``, ``retry_consumer`` | consumer on ``RetryLater`` (not a producer) | attempt |
 
 Numbers have one canonical ASCII form, and anything else is refused rather than normalised: a
 lenient parser would let ``"01"``, ``"+1"`` and an Arabic-Indic one all mean 1 here while later
@@ -53,6 +54,11 @@ ERROR_DETAIL = "error_detail"
 REPLAY_ID = "replay_id"  # set by `pubsub-toolkit dlq replay`: the dead-letter copy's message id
 # set by ingress only: this fifo number carries no new message; value = why
 FIFO_FILLER = "fifo_filler"
+# set by a consumer re-scheduling a message on RetryLater: the attempt number of the copy
+# (2 for the first retry) and the consumer id whose count it is (other consumers ignore it);
+# ingress drops a producer's
+RETRY_ATTEMPT = "retry_attempt"
+RETRY_CONSUMER = "retry_consumer"
 
 # Attributes the toolkit stamps itself; they are not part of the content fingerprint, so a
 # message replayed from the dead-letter topic keeps its fingerprint, and a producer's retry that
@@ -69,6 +75,8 @@ TOOLKIT_STAMPED = frozenset(
         FIFO_SEQ,
         REPLAY_ID,  # a replay is the same content as its original
         FIFO_FILLER,  # a filler stands for a number, not for content
+        RETRY_ATTEMPT,  # a retry is the same content as the first attempt
+        RETRY_CONSUMER,
     }
 )
 
@@ -122,6 +130,7 @@ REASON_INVALID_FIFO_SEQ = "invalid_fifo_seq"
 REASON_SEQ_WITHOUT_GROUP = "fifo_seq_without_group"
 REASON_FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 REASON_MALFORMED_EVENT = "malformed_event"
+REASON_INVALID_RETRY_ATTEMPT = "invalid_retry_attempt"
 
 
 def parse_fifo_seq(raw: str) -> int:
@@ -142,6 +151,17 @@ def parse_fifo_seq(raw: str) -> int:
         raise ContractViolation(
             REASON_INVALID_FIFO_SEQ,
             f"fifo_seq {_shown(raw)} is out of range: at most 2**53 - 1 ({MAX_FIFO_SEQ})",
+        )
+    return int(raw)
+
+
+def parse_retry_attempt(raw: str) -> int:
+    """``retry_attempt`` as an int (the same canonical form as ``fifo_seq``, at least 2);
+    ContractViolation(``invalid_retry_attempt``) otherwise."""
+    if not _FIFO_SEQ_FORM.fullmatch(raw) or len(raw) > 9 or int(raw) < 2:
+        raise ContractViolation(
+            REASON_INVALID_RETRY_ATTEMPT,
+            f"retry_attempt {_shown(raw)} is not an integer from 2 in canonical form",
         )
     return int(raw)
 
