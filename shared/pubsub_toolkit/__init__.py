@@ -16,7 +16,8 @@ The public surface, importable from here::
   makes the dedup store, FIFO state, sequence counter and stats store on one client;
 * settings: :class:`Settings` and :class:`ConsumerSettings`, in code or ``from_env()``;
 * errors a handler raises or a caller catches: :class:`PermanentError` (dead-letter, ack),
-  :class:`TransientError` (redeliver), :class:`ConfigurationError` (a bad setting, named).
+  :class:`TransientError` (redeliver), :class:`RetryLater` (deliver again after a delay of
+  your choice), :class:`ConfigurationError` (a bad setting, named).
 
 Everything else is internal and may move: the packages, by role, are ``producer``,
 ``ingress``, ``delay``, ``consumer``, ``dedup``, ``dead_letters``, ``operations`` and ``stores``
@@ -49,6 +50,7 @@ _EXPORTS = {
     "ConsumerSettings": "pubsub_toolkit.config",
     "PermanentError": "pubsub_toolkit.errors",
     "TransientError": "pubsub_toolkit.errors",
+    "RetryLater": "pubsub_toolkit.errors",
     "ConfigurationError": "pubsub_toolkit.errors",
 }
 
@@ -65,6 +67,7 @@ __all__ = [
     "PubSubSink",
     "Publisher",
     "RedisBackend",
+    "RetryLater",
     "Settings",
     "TransientError",
     "__version__",
@@ -77,7 +80,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ lo
     from pubsub_toolkit.consumer.subscriber import Consumer
     from pubsub_toolkit.decorators import idempotent
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
-    from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
+    from pubsub_toolkit.errors import (
+        ConfigurationError,
+        PermanentError,
+        RetryLater,
+        TransientError,
+    )
     from pubsub_toolkit.message import Message
     from pubsub_toolkit.producer.publisher import Publisher
     from pubsub_toolkit.producer.sink import PubSubSink

@@ -13,6 +13,7 @@
 | ``replay_id`` | ``dlq replay`` only (minted in the dedup store) | a dead-letter replay |
 | ``fifo_filler`` | ingress only (drops a producer's) | this number carries no new message |
 | ``fifo_end`` | producer (``Publisher(end_of_group=True)``) | ``"true"``: the group's last number |
+| ``retry_attempt``, ``retry_consumer`` | consumer on ``RetryLater`` (not a producer) | attempt |
 
 Numbers have one canonical ASCII form, and anything else is refused rather than normalised: a
 lenient parser would let ``"01"``, ``"+1"`` and an Arabic-Indic one all mean 1 here while later
@@ -28,6 +29,9 @@ A value that breaks the contract raises :class:`~pubsub_toolkit.errors.ContractV
 a short ``reason`` code; callers dead-letter it and ack. Whole messages are checked in
 :mod:`pubsub_toolkit.envelope`. A *filler* (:func:`filler_message`) stands for a FIFO number
 that carries no new message.
+
+(About 320 lines: the contract is one table of names, a parser per attribute and the reasons,
+kept together so a reader sees every rule of one attribute in one place.)
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ FIFO_FILLER = "fifo_filler"
 # set by the producer: this fifo number is the group's last (the only value is FIFO_END_TRUE)
 FIFO_END = "fifo_end"
 FIFO_END_TRUE = "true"
+# set by a consumer re-scheduling a message on RetryLater: the attempt number of the copy
+# (2 for the first retry) and the consumer id whose count it is (other consumers ignore it);
+# ingress drops a producer's
+RETRY_ATTEMPT = "retry_attempt"
+RETRY_CONSUMER = "retry_consumer"
 
 # Attributes the toolkit stamps itself; they are not part of the content fingerprint, so a
 # message replayed from the dead-letter topic keeps its fingerprint, and a producer's retry that
@@ -73,6 +82,8 @@ TOOLKIT_STAMPED = frozenset(
         FIFO_SEQ,
         REPLAY_ID,  # a replay is the same content as its original
         FIFO_FILLER,  # a filler stands for a number, not for content
+        RETRY_ATTEMPT,  # a retry is the same content as the first attempt
+        RETRY_CONSUMER,
     }
 )
 
@@ -128,6 +139,7 @@ REASON_INVALID_FIFO_END = "invalid_fifo_end"
 REASON_END_WITHOUT_GROUP = "fifo_end_without_group"
 REASON_FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 REASON_MALFORMED_EVENT = "malformed_event"
+REASON_INVALID_RETRY_ATTEMPT = "invalid_retry_attempt"
 
 
 def parse_fifo_seq(raw: str) -> int:
@@ -169,6 +181,17 @@ def parse_fifo_end(raw: str | None) -> bool:
 def is_end_of_group(message: Message) -> bool:
     """True when ``message`` says it is its group's last number (see :func:`parse_fifo_end`)."""
     return message.attributes.get(FIFO_END) == FIFO_END_TRUE
+
+
+def parse_retry_attempt(raw: str) -> int:
+    """``retry_attempt`` as an int (the same canonical form as ``fifo_seq``, at least 2);
+    ContractViolation(``invalid_retry_attempt``) otherwise."""
+    if not _FIFO_SEQ_FORM.fullmatch(raw) or len(raw) > 9 or int(raw) < 2:
+        raise ContractViolation(
+            REASON_INVALID_RETRY_ATTEMPT,
+            f"retry_attempt {_shown(raw)} is not an integer from 2 in canonical form",
+        )
+    return int(raw)
 
 
 def parse_delay_seconds(raw: str) -> float:

@@ -168,21 +168,21 @@ class Idempotent:
         keyed = self._with_key(message)
         if keyed is None:
             return self._handler(cloud_event) if self._run_unguarded(message, processor) else None
-        outcome: dict[str, Any] = {}
+        ran: dict[str, Any] = {}
 
-        def effect() -> str | None:
-            outcome["value"] = self._handler(cloud_event)
-            return None if outcome["value"] is None else str(outcome["value"])
+        def call() -> object:
+            ran["value"] = self._handler(cloud_event)
+            return ran["value"]
 
         try:
-            processed = processor.dedup_once(keyed, effect)
+            _, stored = processor.run_once(keyed, call)
         except ClaimInProgressError:
             import flask  # functions-framework runs on Flask
 
             # Any non-2xx makes Pub/Sub deliver again; an HTTPException is answered without
             # Flask's ERROR traceback (the dedup decision log said "in_progress" at INFO).
             flask.abort(503, description="being processed elsewhere; deliver again later")
-        return outcome.get("value", processed.result)
+        return ran.get("value", stored)
 
     def _on_pubsub_message(self, received: Any) -> None:
         """A streaming-pull callback: ack when handled, deduplicated or dead-lettered."""

@@ -44,6 +44,8 @@ from pubsub_toolkit.attributes import (
     REASON_SEQ_WITHOUT_GROUP,
     REASON_TOO_LARGE,
     REASON_TOO_MANY_ATTRIBUTES,
+    RETRY_ATTEMPT,
+    RETRY_CONSUMER,
     content_fingerprint,
     format_time,
     is_reserved_attribute,
@@ -60,7 +62,9 @@ from pubsub_toolkit.message import Message
 # absolute ``deliver_at``; the others only the toolkit may set, and a producer's copy would be
 # taken downstream for the toolkit's word (a fake "why dead-lettered", a number that "carries no
 # message" so the consumer skips a real one).
-_DROPPED_AT_INGRESS = frozenset({DELAY_SECONDS, ERROR_REASON, ERROR_DETAIL, FIFO_FILLER})
+_DROPPED_AT_INGRESS = frozenset(
+    {DELAY_SECONDS, ERROR_REASON, ERROR_DETAIL, FIFO_FILLER, RETRY_ATTEMPT, RETRY_CONSUMER}
+)
 
 
 # Ingress adds at most these attributes, so the producer's must leave room for them.

@@ -6,11 +6,14 @@ The retry meaning is explicit, because a Pub/Sub handler only has two answers:
   and has been written to the dead-letter topic with a reason (:class:`PermanentError`).
 * **raise** - the message should come again: something transient failed
   (:class:`TransientError`); Pub/Sub redelivers it, or a push endpoint answers 5xx.
+  :class:`RetryLater` says *when*: the consumer re-schedules the message for then and acks.
 
 Anything else is a bug or a misconfiguration and should surface loudly.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 
 class ToolkitError(Exception):
@@ -63,3 +66,35 @@ class StaleClaimError(TransientError):
     the newer holder's outcome is the one recorded. Transient: the redelivery finds the newer
     holder's record (a duplicate) and is acked.
     """
+
+
+# Far beyond any real retry; keeps ``now + delay`` well inside datetime's range.
+MAX_RETRY_DELAY = timedelta(days=3650)
+
+
+class RetryLater(TransientError):
+    """Raised by a handler: "deliver this message again in ``delay``" (any length, also far
+    beyond Pub/Sub's 600-s maximum backoff).
+
+    Unlike other transient errors it is the handler's own decision, so it **counts** as an
+    attempt: after the consumer's ``max_attempts`` the message is poison, as for any failure.
+
+    * In a FIFO group the gate parks the head and its next attempt is exactly ``delay`` from
+      now (instead of the exponential backoff); later numbers wait parked behind it.
+    * Any other message is re-scheduled through the delay path (Cloud Tasks and the relay) with
+      its attempt count, acked now, and delivered again at the due time (its dedup claim is
+      released). Where no delay path is configured it is nacked with a WARNING, as a plain
+      :class:`TransientError` would be: the delay cannot be honoured, Pub/Sub's backoff applies.
+
+    A TransientError subclass, so any path that does not know it still delivers again.
+    ``reason`` is an optional short text for the logs and the dead-letter detail.
+    """
+
+    def __init__(self, delay: timedelta, reason: str = "") -> None:
+        if not isinstance(delay, timedelta):
+            raise TypeError(f"RetryLater needs a timedelta, not {type(delay).__name__}")
+        if delay < timedelta(0) or delay > MAX_RETRY_DELAY:
+            raise ValueError(f"RetryLater delay {delay} is not between 0 and {MAX_RETRY_DELAY}")
+        super().__init__(f"retry in {delay}" + (f": {reason}" if reason else ""))
+        self.delay = delay
+        self.reason = reason

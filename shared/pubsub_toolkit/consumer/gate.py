@@ -14,11 +14,14 @@ A failing handler is retried with exponential backoff (a copy is parked; ``next_
 in the group's state says when the sweeper may try again, so an outage of the handler's
 dependency costs attempts slowly, not one a second). A handler that raises
 :class:`~pubsub_toolkit.errors.TransientError` says "not my fault, try later": it backs off but
-never counts toward poison. After ``max_attempts`` counted failures the message is **poison**: it
-goes to the dead-letter topic with its attributes and the reason, and the group either skips it
-(a tombstone) or blocks until an operator skips or replays it. Without a dead-letter topic a
-poison message always blocks: a skip is never silent. A gap older than ``gap_timeout`` logs an
-alert and, with the ``skip`` gap policy, is passed over with tombstones.
+never counts toward poison; a :class:`~pubsub_toolkit.errors.RetryLater` counts, and its next
+attempt is exactly its delay away (the delivery is acked: the parked copy is the retry, and the
+group's later numbers wait parked behind it). After ``max_attempts`` counted failures the
+message is **poison**: it goes to the dead-letter topic with its attributes and the reason,
+and the group either skips it (a tombstone) or blocks until an operator skips or replays it.
+Without a dead-letter topic a poison message always blocks: a skip is never silent. A gap older
+than ``gap_timeout`` logs an alert and, with the ``skip`` gap policy, is passed over with
+tombstones.
 
 Two markers keep a group from stalling or losing messages:
 
@@ -78,6 +81,7 @@ from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import (
     PermanentError,
+    RetryLater,
     StaleClaimError,
     StoreUnavailableError,
     TransientError,
@@ -515,28 +519,34 @@ class FifoGate:
         exc: Exception,
         from_park: bool,
     ) -> tuple[GroupState, GateOutcome | None]:
-        """Count the failure; poison past the limit. Returns (state, outcome if we stop)."""
-        counts = not isinstance(exc, TransientError)  # "try later" is never the message's fault
+        """Count the failure; poison past the limit. Returns (state, outcome if we stop).
+
+        A handler's ``RetryLater`` is a counted attempt whose next one is exactly its delay
+        away; its delivery is acked (the parked copy is the retry, the group holds its place).
+        """
+        counts = rules.counts_as_attempt(exc)
         state = self._update(group, token, lambda s: rules.failure_counted(s, counts=counts))
         if state.attempts < self.policy.max_attempts:
-            wait = self.policy.backoff(max(state.attempts, 1))
+            now = self._clock.now()
+            retry_at = rules.next_attempt_at(self.policy, state.attempts, now=now, exc=exc)
+            asked = isinstance(exc, RetryLater)
             self._decision(
-                "handler_failed",
+                "retry_later" if asked else "handler_failed",
                 group,
                 seq,
-                f"attempt {state.attempts} of {self.policy.max_attempts} failed "
+                f"attempt {state.attempts} of {self.policy.max_attempts} "
+                f"{'asked to retry later' if asked else 'failed'} "
                 f"({'counted' if counts else 'transient, not counted'}); next in "
-                f"{wait.total_seconds():.0f}s: {exc}",
-                level=logging.WARNING,
+                f"{(retry_at - now).total_seconds():.0f}s: {exc}",
+                level=logging.INFO if asked else logging.WARNING,
             )
-            retry_at = self._clock.now() + wait
             if not from_park:
                 self._park_copy(group, seq, message)  # kept for the sweeper
             digest = key_digest(message_key(message))
             self._update(group, token, lambda s: rules.retry_later(s, seq, digest, at=retry_at))
-            if not from_park:
+            if not from_park and not asked:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
-            return state, GateOutcome.RETRYING  # the sweeper retries after the backoff
+            return state, GateOutcome.RETRYING  # the sweeper retries when it is due
         detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
         if self._dead_letters is not None and self.policy.poison is PoisonPolicy.SKIP:
             self._dead_letters.send(message, REASON_POISON, detail, dedup_key=f"{group}#{seq}")

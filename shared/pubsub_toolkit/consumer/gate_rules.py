@@ -10,7 +10,9 @@ the group waits for):
 * :func:`leased` - take the group to run its head, recording which message runs there;
 * :func:`with_arrival_parked` - keep an early (or blocked, or in-progress) copy;
 * :func:`advanced` - past ``seq`` once its effect happened (or it was skipped or filled);
-* :func:`failure_counted`, :func:`retry_later`, :func:`blocked` - a failed handler run;
+* :func:`failure_counted`, :func:`retry_later`, :func:`blocked` - a failed handler run
+  (:func:`counts_as_attempt` and :func:`next_attempt_at` say whether it counts and when the
+  next attempt is: the backoff, or a handler's ``RetryLater`` delay);
 * :func:`operator_skipped`, :func:`replayed` - an operator's ``fifo skip`` / ``fifo replay``;
 * :func:`gap_expired`, :func:`gap_skipped` - the gap policy;
 * :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back;
@@ -18,7 +20,7 @@ the group waits for):
   marked ``fifo_end`` behind it, the group is complete, its record a tombstone that expires,
   and a later number is refused (``fifo_after_end``) unless it is a copy of a message that ran.
 
-(About 330 lines: one small function per state change the gate makes, kept in one module so
+(About 350 lines: one small function per state change the gate makes, kept in one module so
 every rule over a ``GroupState`` is read - and tested - side by side.)
 """
 
@@ -30,6 +32,7 @@ from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
+from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
     POISON_MARK,
@@ -239,6 +242,22 @@ def without_after_end(state: GroupState, seqs: tuple[int, ...]) -> GroupState:
 
 def lease_released(state: GroupState) -> GroupState:
     return replace(state, lease_until=None)
+
+
+def counts_as_attempt(exc: BaseException) -> bool:
+    """A failure counts toward poison unless it is transient ("not my fault, try later"); a
+    :class:`RetryLater` is the handler's own decision and counts, or a group could wait forever."""
+    return isinstance(exc, RetryLater) or not isinstance(exc, TransientError)
+
+
+def next_attempt_at(
+    policy: GatePolicy, attempts: int, *, now: datetime, exc: BaseException
+) -> datetime:
+    """When a failed head may run again: exactly the delay a :class:`RetryLater` asked for,
+    else the policy's exponential backoff after ``attempts`` failures."""
+    if isinstance(exc, RetryLater):
+        return now + exc.delay
+    return now + policy.backoff(max(attempts, 1))
 
 
 def failure_counted(state: GroupState, *, counts: bool) -> GroupState:

@@ -7,21 +7,45 @@ Shared by the streaming :class:`~pubsub_toolkit.consumer.subscriber.Consumer` an
   last-processed counter is also its dedup marker);
 * any other message is deduplicated by its ``dedup_key`` in the consumer's namespace;
 * the return value means "ack"; a TransientError means "deliver again".
+
+A handler that raises :class:`~pubsub_toolkit.errors.RetryLater` asks for the message again
+after a delay. In a FIFO group the gate does it (the head waits parked, the group holds its
+place). Any other message is re-scheduled through the delay path (:class:`RetryScheduler`,
+Cloud Tasks and the relay in production) as a copy with ``retry_attempt`` (its attempt number)
+and ``retry_consumer`` (this consumer), and acked: its dedup claim was released, so the copy
+runs when it is due. Its task and release record are keyed ``dedup_key#retry:CONSUMER:ATTEMPT``
+(:func:`~pubsub_toolkit.delay.cancel.fate_key`), never the message's own key, which a message
+delayed once has already used; the copy keeps its ``dedup_key``. At the consumer's
+``max_attempts`` it is dead-lettered ``retry_limit`` and recorded done. The relay publishes to
+the final topic, so other subscriptions of it see the copy too: a key they already handled, so
+their dedup acks it as a duplicate. Without a scheduler (no ``TASKS_QUEUE``) the delay cannot be
+honoured: the message is nacked with a WARNING (Pub/Sub's backoff applies, nothing is acked).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GapPolicy, GatePolicy, PoisonPolicy
+from pubsub_toolkit.consumer.retry import (
+    REASON_RETRY_LIMIT,
+    RETRY_SCHEDULED,
+    RetryScheduler,
+    SchedulerFromSettings,
+    retry_attempt,
+    retry_copy,
+)
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.envelope import check_publishable
+from pubsub_toolkit.errors import PermanentError, RetryLater
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 
@@ -83,11 +107,19 @@ class MessageProcessor:
         dedup: IdempotentProcessor,
         gate: FifoGate,
         dead_letters: DeadLetterer | None = None,
+        scheduler: RetryScheduler | None = None,
+        max_attempts: int = 5,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``scheduler`` re-schedules a plain message whose handler raised RetryLater (None:
+        such a message is nacked); ``max_attempts`` bounds those attempts (as the gate's)."""
         self._handler = handler
         self._dedup = dedup
         self.gate = gate
         self._dead_letters = dead_letters
+        self._scheduler = scheduler
+        self._max_attempts = max_attempts
+        self._clock = clock
         # Dead-letters a mismatching copy once, however often it is redelivered.
         self._rejections = dedup.sibling(f"{dedup.namespace}-rejected", log=dedup.log)
         if gate.rejections is None:
@@ -119,7 +151,14 @@ class MessageProcessor:
             ttl=settings.dedup_ttl,
             log=log,
         )
-        return cls(handler=handler, dedup=dedup, gate=gate, dead_letters=dead_letters)
+        return cls(
+            handler=handler,
+            dedup=dedup,
+            gate=gate,
+            dead_letters=dead_letters,
+            scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
+            max_attempts=consumer.max_attempts,
+        )
 
     def process(self, message: Message) -> str:
         """Handle ``message``; return the outcome (ack). Raises TransientError to nack."""
@@ -130,12 +169,82 @@ class MessageProcessor:
         if address is not None:
             return self.gate.deliver(message, address.group, address.seq).outcome.value
 
+        return self.run_once(message, lambda: self._handler(message))[0]
+
+    def run_once(self, message: Message, call: Callable[[], object]) -> tuple[str, str | None]:
+        """The plain (non-FIFO) path with ``call`` as the effect: once per dedup key, a
+        RetryLater re-scheduled (or poison at the limit). Returns (outcome, stored result)."""
+        limited: list[str] = []
+
         def effect() -> str | None:
-            result = self._handler(message)
+            try:
+                result = call()
+            except RetryLater as exc:
+                if not self._at_retry_limit(message):
+                    raise  # the claim is released; re-scheduled below
+                # The last attempt: poison, recorded done so no copy starts the count again.
+                limited.append(self._retry_limit(message, exc))
+                return None
             return None if result is None else str(result)
 
-        processed = self.dedup_once(message, effect)
-        return "dead_lettered" if processed.outcome is Outcome.MISMATCH else processed.outcome.value
+        try:
+            processed = self.dedup_once(message, effect)
+        except RetryLater as exc:
+            return self.retry_later(message, exc), None
+        if limited:
+            return limited[0], None
+        if processed.outcome is Outcome.MISMATCH:
+            return "dead_lettered", None
+        return processed.outcome.value, processed.result
+
+    def retry_later(self, message: Message, exc: RetryLater) -> str:
+        """Re-schedule a plain ``message`` whose handler raised ``exc`` (below the attempt
+        limit, its claim released): a copy due in ``exc.delay``; returns the outcome (ack).
+
+        Raises ``exc`` (nack) when no scheduler is configured; a copy Cloud Tasks cannot hold
+        (too large, too far ahead) is dead-lettered with the scheduler's reason.
+        """
+        consumer = self._dedup.namespace
+        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id
+        try:
+            attempt = retry_attempt(message, consumer) + 1
+        except PermanentError as error:
+            return self.reject(message, error)
+        log = self._dedup.log
+        if self._scheduler is None:
+            log.decision(
+                "retry_later_unscheduled",
+                f"RetryLater({exc.delay}) cannot be honoured: no delay path (TASKS_QUEUE unset); "
+                "nacked, Pub/Sub's retry backoff decides when it comes again",
+                dedup_key=key,
+                level=logging.WARNING,
+            )
+            raise exc
+        copy = retry_copy(message, key, consumer, attempt)
+        due = self._clock.now() + exc.delay
+        try:
+            check_publishable(copy.data, copy.attributes)  # the relay would refuse it
+            self._scheduler.schedule(copy, due, key)
+        except PermanentError as error:
+            return self.reject(message, error)
+        log.decision(
+            RETRY_SCHEDULED,
+            f"RetryLater: attempt {attempt} of {self._max_attempts} due "
+            f"{attr.format_time(due)} (in {exc.delay})" + (f": {exc.reason}" if exc.reason else ""),
+            dedup_key=key,
+            retry_attempt=attempt,
+        )
+        return RETRY_SCHEDULED
+
+    def _at_retry_limit(self, message: Message) -> bool:
+        try:
+            return retry_attempt(message, self._dedup.namespace) >= self._max_attempts
+        except PermanentError:
+            return False  # retry_later dead-letters the malformed count
+
+    def _retry_limit(self, message: Message, exc: RetryLater) -> str:
+        detail = f"RetryLater on attempt {self._max_attempts} of {self._max_attempts}: {exc}"
+        return self.reject(message, PermanentError(REASON_RETRY_LIMIT, detail))
 
     def dedup_once(self, message: Message, effect: Callable[[], str | None]) -> ProcessResult:
         """Run ``effect`` once per ``message``'s dedup key (no FIFO gate): a duplicate returns

@@ -17,7 +17,9 @@ a call; a FIFO message's task is left to fire (its name carries the number, so `
 not find it), because the relay must then publish a filler for its number.
 
 A replay from the dead-letter topic has its own fate record, ``dedup_key#replay:ID``
-(:func:`fate_key`): the original's record is already decided.
+(:func:`fate_key`): the original's record is already decided. So has a consumer's delayed
+retry (``RetryLater``), ``dedup_key#retry:CONSUMER:ATTEMPT``: a message that was delayed once
+already has a done record under its key, and each attempt of each consumer is released once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID
+from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID, RETRY_ATTEMPT, RETRY_CONSUMER
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.message import OutboundMessage
@@ -147,6 +149,13 @@ def released_message_id(result: str | None) -> str:
 
 
 def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
-    """The key of a message's fate record (and task): its own for a DLQ replay."""
+    """The key of a message's fate record (and task): its own for a DLQ replay, and for each
+    attempt of a consumer's delayed retry (``retry_consumer`` and ``retry_attempt``)."""
+    key = dedup_key
     replay_id = attributes.get(REPLAY_ID)
-    return dedup_key if not replay_id else f"{dedup_key}#replay:{replay_id}"
+    if replay_id:
+        key = f"{key}#replay:{replay_id}"
+    consumer, attempt = attributes.get(RETRY_CONSUMER), attributes.get(RETRY_ATTEMPT)
+    if consumer and attempt:
+        key = f"{key}#retry:{consumer}:{attempt}"
+    return key

@@ -189,10 +189,10 @@ class Relay:
         scheduler = self._scheduler
         hop = delayed.hop + 1
         seq = delayed.message.attributes.get(attr.FIFO_SEQ)
-        # Per FIFO number too: a renumbered copy of the key hops on its own (see cancel.py).
-        hop_key = (
-            f"{delayed.dedup_key}#{hop}" if seq is None else f"{delayed.dedup_key}#{seq}#{hop}"
-        )
+        # Per fate (a replay's, a retry attempt's: not the original's hops, already done) and
+        # per FIFO number too: a renumbered copy of the key hops on its own (see cancel.py).
+        key = fate_key(delayed.dedup_key, delayed.message.attributes)
+        hop_key = f"{key}#{hop}" if seq is None else f"{key}#{seq}#{hop}"
         self._hops.process(
             hop_key,
             delayed.message.attributes.get(attr.CONTENT_SHA256, ""),
