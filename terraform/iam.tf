@@ -3,7 +3,8 @@
 #
 #   ingress        publish final + dead-letter, Firestore records, create tasks (acting as invoker)
 #   relay          publish final + dead-letter, Firestore records, create tasks for long-delay hops
-#   consumer       publish dead-letter, Firestore records and FIFO state           (optional)
+#   consumer       publish dead-letter, Firestore records and FIFO state, create tasks for
+#                  RetryLater (acting as invoker)                                  (optional)
 #   tasks-invoker  the identity Cloud Tasks signs OIDC tokens as. On App Engine it holds no
 #                  roles: the relay is a public URL that checks token email and audience. On
 #                  Cloud Run it holds run.invoker on the relay's service only (cloudrun.tf)
@@ -44,8 +45,11 @@ locals {
     toset(["ingress", "relay", "consumer"]), toset(keys(local.components))
   ) : toset([])
 
-  # Components that create Cloud Tasks tasks.
-  enqueuers = local.delay ? toset(["ingress", "relay"]) : toset([])
+  # Components that create Cloud Tasks tasks (the consumer: a handler's RetryLater re-schedules
+  # a plain message through the delay path).
+  enqueuers = local.delay ? setintersection(
+    toset(["ingress", "relay", "consumer"]), toset(keys(local.components))
+  ) : toset([])
 }
 
 resource "google_service_account" "component" {

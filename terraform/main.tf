@@ -120,7 +120,8 @@ locals {
 
   relay_env = merge(local.common_env, local.delay_env)
 
-  consumer_env = var.consumer == null ? {} : merge(local.common_env, {
+  # delay_env: RetryLater re-schedules a plain message through the delay path.
+  consumer_env = var.consumer == null ? {} : merge(local.common_env, local.delay_env, {
     CONSUMER_ID = var.consumer.consumer_id
     HANDLER     = var.consumer.handler
   }, var.consumer.extra_env)

@@ -12,10 +12,12 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.cloud import firestore, pubsub_v1
 
+from pubsub_toolkit import Consumer, ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.dead_letters.send import DeadLetterer
@@ -29,6 +31,7 @@ from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from pubsub_toolkit_local.topology import drain
 from tests.support.pipeline import DelayChain, delay_chain
 from tests.support.sinks import RecordingSink
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator", "firestore_emulator")
 
@@ -109,3 +112,45 @@ def test_a_two_hour_retry_is_a_task_due_in_two_hours(chain: DelayChain, project_
     due = task.schedule_time - asked
     assert timedelta(hours=2) <= due < timedelta(hours=2, seconds=30)
     assert drain(chain.topology.final_sub, expected=0, quiet=1) == []  # nothing released yet
+
+
+def test_fifo_retry_later_holds_the_groups_place_on_the_real_consumer(
+    pubsub_emulator: str, redis_url: str, project_id: str
+) -> None:
+    """The Consumer on the Pub/Sub emulator with the Redis store: the head raises
+    RetryLater(1.5 s) once; its successors, published at once, wait for it and run after it,
+    in order, and nothing reaches the dead-letter topic. The same code path as a two-hour
+    delay (the gate parks the head until now + delay; unit-tested with a manual clock)."""
+    publisher = pubsub_v1.PublisherClient()
+    subscriber = pubsub_v1.SubscriberClient()
+    topic = publisher.create_topic(name=f"projects/{project_id}/topics/final").name
+    publisher.create_topic(name=f"projects/{project_id}/topics/dead-letter")
+    subscription = f"projects/{project_id}/subscriptions/final-sub"
+    subscriber.create_subscription(name=subscription, topic=topic, ack_deadline_seconds=30)
+    subscriber.close()
+    ran: list[tuple[str, float]] = []
+    retried: list[float] = []
+
+    def handle(message: Any) -> None:
+        if message.data == b"1" and not retried:
+            retried.append(time.monotonic())
+            raise RetryLater(timedelta(seconds=1.5), reason="the warehouse is closed")
+        ran.append((message.data.decode(), time.monotonic()))
+
+    settings = Settings(
+        project=project_id,
+        final_topic="final",
+        dead_letter_topic="dead-letter",
+        store_backend="redis",
+        redis_url=redis_url,
+    )
+    consumer = ConsumerSettings(consumer_id=f"retry-{project_id}")
+    processor = MessageProcessor.from_settings(settings, consumer, handle)
+    for seq in (1, 2, 3):
+        publisher.publish(
+            topic, str(seq).encode(), fifo_group="g", fifo_seq=str(seq), dedup_key=f"g-{seq}"
+        ).result(timeout=10)
+    with Consumer(subscription, processor, concurrency=4):
+        wait_until(lambda: len(ran) == 3, timeout=60, what="the group to finish")
+    assert [step for step, _ in ran] == ["1", "2", "3"]  # 2 and 3 waited for 1
+    assert ran[0][1] - retried[0] >= 1.5  # not before its delay
