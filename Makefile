@@ -88,6 +88,7 @@ bench: install ## benchmarks (each starts its own servers); JSON and a PNG chart
 	$(PY) -m bench.delay
 	$(PY) -m bench.fifo_sequencer
 	$(PY) -m bench.fifo
+	$(PY) -m bench.async_consumer
 	$(PY) -m bench.charts
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)

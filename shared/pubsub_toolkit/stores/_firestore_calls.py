@@ -11,8 +11,8 @@ transaction without trusting the exception type of a failed commit (see there).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.api_core import retry as retries
@@ -102,3 +102,20 @@ def run_in_transaction(
     if isinstance(failure, UNAVAILABLE):
         raise StoreUnavailableError(f"Firestore is unavailable: {failure}") from failure
     raise failure
+
+
+def bounded_async_retry(timeout: float = TIMEOUT) -> Any:
+    """:func:`bounded_retry` for the AsyncClient's calls."""
+    from google.api_core import retry_async
+
+    return retry_async.AsyncRetry(
+        predicate=retries.if_exception_type(*RETRYABLE), initial=0.1, maximum=1.0, timeout=timeout
+    )
+
+
+async def fail_closed_async(operation: Awaitable[T]) -> T:
+    """Await ``operation``; an unreachable Firestore becomes StoreUnavailableError."""
+    try:
+        return await operation
+    except UNAVAILABLE as exc:
+        raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc

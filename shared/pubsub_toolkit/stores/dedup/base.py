@@ -113,3 +113,26 @@ class DedupStore(Protocol):
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         """The current record, or None when absent or expired."""
         ...
+
+
+class AsyncDedupStore(Protocol):
+    """:class:`DedupStore` for asyncio: the same operations and guarantees, awaited
+    (``redis.asyncio``, Firestore's ``AsyncClient``, or memory for tests)."""
+
+    async def claim(
+        self,
+        namespace: str,
+        key: str,
+        fingerprint: str,
+        *,
+        lease: timedelta,
+        ttl: timedelta,
+    ) -> Claim: ...
+
+    async def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None: ...
+
+    async def release(self, namespace: str, key: str, claim: Claim) -> None: ...
+
+    async def get(self, namespace: str, key: str) -> DedupRecord | None: ...

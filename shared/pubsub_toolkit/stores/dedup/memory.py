@@ -74,3 +74,27 @@ class MemoryDedupStore:
         if record is None or record.is_expired(self._clock.now()):
             return None
         return record
+
+
+class AsyncMemoryDedupStore:
+    """The in-memory store behind the :class:`~.base.AsyncDedupStore` protocol (for tests and
+    single-process use): nothing to await, so each call runs at once under the store's lock."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, *, store: MemoryDedupStore | None = None):
+        self.sync = store or MemoryDedupStore(clock)
+
+    async def claim(
+        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
+    ) -> Claim:
+        return self.sync.claim(namespace, key, fingerprint, lease=lease, ttl=ttl)
+
+    async def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        self.sync.complete(namespace, key, claim, result, ttl=ttl)
+
+    async def release(self, namespace: str, key: str, claim: Claim) -> None:
+        self.sync.release(namespace, key, claim)
+
+    async def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return self.sync.get(namespace, key)

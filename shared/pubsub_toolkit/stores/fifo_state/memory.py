@@ -80,3 +80,31 @@ class _Version:
     """An opaque compare-and-set token: equal only to itself."""
 
     __slots__ = ()
+
+
+class AsyncMemoryFifoStore:
+    """The in-memory store behind the :class:`~.base.AsyncFifoStore` protocol (tests and
+    single-process use): nothing to await, so each call runs at once under the store's lock."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, *, store: MemoryFifoStore | None = None):
+        self.sync = store or MemoryFifoStore(clock)
+
+    async def load(self, consumer: str, group: str) -> GroupState:
+        return self.sync.load(consumer, group)
+
+    async def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        return self.sync.save(consumer, group, state, expected)
+
+    async def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
+        self.sync.park(consumer, group, seq, message)
+
+    async def parked_message(self, consumer: str, group: str, seq: int) -> Message | None:
+        return self.sync.parked_message(consumer, group, seq)
+
+    async def unpark(self, consumer: str, group: str, seq: int) -> None:
+        self.sync.unpark(consumer, group, seq)
+
+    async def groups(self, consumer: str) -> list[str]:
+        return self.sync.groups(consumer)

@@ -1,0 +1,160 @@
+"""Redis dedup store for asyncio (``redis.asyncio``): the same records, keys and Lua fencing
+script as :class:`~pubsub_toolkit.stores.dedup.redis.RedisDedupStore`, so sync and async
+workers share one store.
+
+A new key is one ``SET NX PX``; an existing one is read and, for an expired lease or record,
+taken over in a WATCH/MULTI transaction (exactly one contender wins); ``complete`` and
+``release`` run the shared token-checking script (``_REPLACE_IF_TOKEN``). Every decision is
+:mod:`pubsub_toolkit.dedup.rules`', every record encoding :mod:`._codec`'s. Round trips are not
+coalesced into pipelines as in the sync store: on one event loop the calls are already
+concurrent on the client's connection pool. Fails closed (StoreUnavailableError).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.dedup import rules
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.stores._redis_calls import SOCKET_TIMEOUT, import_redis
+from pubsub_toolkit.stores.dedup import _codec as codec
+from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
+from pubsub_toolkit.stores.dedup.redis import _REPLACE_IF_TOKEN, _ms
+
+T = TypeVar("T")
+
+
+class AsyncRedisDedupStore:
+    """Dedup records as JSON strings under ``{prefix}{namespace}:{key}`` (as the sync store)."""
+
+    def __init__(
+        self, client: Any, *, prefix: str = "pubsub_toolkit:dedup:", clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self._redis_module = import_redis("the async Redis dedup store")
+        self._client = client  # a redis.asyncio.Redis
+        self._prefix = prefix
+        self._clock = clock
+        self._script_sha = hashlib.sha1(_REPLACE_IF_TOKEN.encode()).hexdigest()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisDedupStore:
+        """A ``redis.asyncio`` client for ``url`` with short timeouts."""
+        return cls(connect_async(url, needed_by="the async Redis dedup store"), **kwargs)
+
+    async def claim(
+        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
+    ) -> Claim:
+        rkey = self._key(namespace, key)
+        now = self._clock.now()
+        fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
+        value, ttl_ms = codec.encode(fresh), _ms(fresh.expire_at, now)
+        if await self._call(self._client.set(rkey, value, nx=True, px=ttl_ms)):
+            return Claim(ClaimStatus.ACQUIRED, 1, fresh)
+        return await self._call(
+            self._claim_existing(
+                rkey, namespace=namespace, key=key, fingerprint=fingerprint, lease=lease, ttl=ttl
+            )
+        )
+
+    async def _claim_existing(
+        self,
+        rkey: str,
+        *,
+        namespace: str,
+        key: str,
+        fingerprint: str,
+        lease: timedelta,
+        ttl: timedelta,
+    ) -> Claim:
+        watch_error = self._redis_module.WatchError
+        async with self._client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(rkey)
+                    raw = await pipe.get(rkey)
+                    existing = None if raw is None else codec.decode(raw)
+                    now = self._clock.now()
+                    status = rules.evaluate_claim(existing, fingerprint, now)
+                    if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
+                        await pipe.unwatch()
+                        assert existing is not None
+                        return Claim(status, existing.token, existing)
+                    record = rules.pending_record(
+                        namespace,
+                        key,
+                        fingerprint,
+                        rules.next_token(existing),
+                        now=now,
+                        lease=lease,
+                        ttl=ttl,
+                    )
+                    pipe.multi()
+                    pipe.set(rkey, codec.encode(record), px=_ms(record.expire_at, now))
+                    await pipe.execute()
+                    return Claim(status, record.token, record)
+                except watch_error:
+                    continue  # the key changed between our read and write: re-evaluate
+
+    async def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        if claim.record is None:
+            raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
+        now = self._clock.now()
+        done = rules.done_record(claim.record, result, now=now, ttl=ttl)
+        args = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now), "1"]
+        if not await self._replace_if_token(self._key(namespace, key), args):
+            raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
+
+    async def release(self, namespace: str, key: str, claim: Claim) -> None:
+        if claim.record is None:
+            return
+        released = rules.released_record(claim.record, now=self._clock.now())
+        await self._replace_if_token(
+            self._key(namespace, key), [claim.token, codec.encode(released), "keep", 0, "0"]
+        )
+
+    async def get(self, namespace: str, key: str) -> DedupRecord | None:
+        raw = await self._call(self._client.get(self._key(namespace, key)))
+        if raw is None:
+            return None
+        record = codec.decode(raw)
+        return None if record.is_expired(self._clock.now()) else record
+
+    async def _replace_if_token(self, rkey: str, args: list[Any]) -> Any:
+        try:
+            return await self._call(self._client.evalsha(self._script_sha, 1, rkey, *args))
+        except self._redis_module.exceptions.NoScriptError:
+            # Redis restarted or flushed its scripts since we last used ours: load it, retry.
+            await self._call(self._client.script_load(_REPLACE_IF_TOKEN))
+            return await self._call(self._client.evalsha(self._script_sha, 1, rkey, *args))
+
+    def _key(self, namespace: str, key: str) -> str:
+        # The sync store's layout (tests check that both see each other's records).
+        return f"{self._prefix}{len(namespace)}:{namespace}:{key}"
+
+    async def _call(self, operation: Awaitable[T]) -> T:
+        return await fail_closed_async(self._redis_module, operation)
+
+
+async def fail_closed_async(redis_module: Any, operation: Awaitable[T]) -> T:
+    """Await ``operation``; a connection error or timeout becomes StoreUnavailableError."""
+    try:
+        return await operation
+    except (redis_module.ConnectionError, redis_module.TimeoutError) as exc:
+        raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+
+
+def connect_async(url: str, *, needed_by: str) -> Any:
+    """A ``redis.asyncio.Redis`` for ``url`` with the sync stores' short timeouts. (Redis
+    Cluster is not picked automatically here: pass a ``redis.asyncio.RedisCluster``.)"""
+    import_redis(needed_by)
+    from redis import asyncio as aioredis
+
+    return aioredis.Redis.from_url(
+        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+    )
