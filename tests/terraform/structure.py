@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,18 @@ def load(tf_dir: Path) -> dict[str, dict[str, Any]]:
     return _parse(tuple((path, path.stat().st_mtime_ns, path.stat().st_size) for path in files))
 
 
+# python-hcl2's parser is shared module state: two threads parsing at once (iac.run_many runs
+# checks two at a time) can hand one of them a wrongly shaped tree.
+_PARSE_LOCK = threading.Lock()
+
+
 @functools.cache
 def _parse(files: tuple[tuple[Path, int, int], ...]) -> dict[str, dict[str, Any]]:
     parsed = {}
-    for path, _, _ in files:
-        with path.open() as handle:
-            parsed[path.name] = hcl2.load(handle)
+    with _PARSE_LOCK:
+        for path, _, _ in files:
+            with path.open() as handle:
+                parsed[path.name] = hcl2.load(handle)
     return parsed
 
 
