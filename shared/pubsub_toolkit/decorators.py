@@ -31,7 +31,12 @@ key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` heade
 
 Stores, topics and policies come from the environment on the first delivery
 (:meth:`Settings.from_env`, :meth:`ConsumerSettings.from_env`), or from the ``settings`` and
-``consumer_settings`` you pass. (About 290 lines.)
+``consumer_settings`` you pass.
+
+**An ``async def``** gets an async guard (:mod:`pubsub_toolkit._idempotent_async`): awaited on
+the loop of ``functions_framework.aio`` for a CloudEvent function, or, for a subscriber
+callback, run on an event loop of the decorated object's own thread (``close()`` stops it),
+over the async stores. (About 310 lines.)
 """
 
 from __future__ import annotations
