@@ -56,6 +56,7 @@ def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
                 raise HTTPException(503, detail=IN_PROGRESS) from None
 
         guarded_event.close = guard.close  # type: ignore[attr-defined]
+        guarded_event.aclose = guard.aclose  # type: ignore[attr-defined]
         return cast(Guarded, guarded_event)
 
     @functools.wraps(handler)
@@ -184,6 +185,14 @@ class AsyncIdempotent(Idempotent):
             await asyncio.gather(self._sweep_task, return_exceptions=True)
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+        if self._async_processor is not None:
+            await self._async_processor.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store clients made on the caller's loop (a CloudEvent function's, e.g. at
+        the ASGI app's shutdown)."""
+        if self._async_processor is not None:
+            await self._async_processor.aclose()
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop taking messages, let running ones finish (up to ``timeout``), stop the loop."""

@@ -132,6 +132,7 @@ def test_async_cloud_event_duplicate_in_progress_and_error(
         assert await post("6", "k2", "b") == 500
         assert await post("6", "k2", "b") == 200
         assert module.RUNS == ["1", "a", "b"]
+        await module.charge_async.aclose()  # the async Redis client, on this loop
 
     asyncio.run(scenario())
 

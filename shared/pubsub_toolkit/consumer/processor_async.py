@@ -10,6 +10,7 @@ template, a hand-written loop) the sync processor's call shape on a loop of its 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ class AsyncMessageProcessor:
     ) -> None:
         """``scheduler`` re-schedules a RetryLater outside FIFO groups (its Cloud Tasks call is
         sync: one blocking call on the loop per such retry, like a dead-letter publish)."""
+        self._clients: list[Any] = []  # the store clients from_settings made (aclose closes)
         self.gate = gate
         self.dedup = dedup
         #: The sync processor this one drives (usable only inside ``run_sync``).
@@ -63,7 +65,7 @@ class AsyncMessageProcessor:
         """Wire the async stores (one client for both), gate, dead-lettering and dedup."""
         from pubsub_toolkit.producer.sink import PubSubSink
 
-        dedup_store, fifo_store = async_stores(settings)
+        dedup_store, fifo_store, client = async_stores(settings)
         log = DecisionLog(consumer.consumer_id)
         dead_letters = DeadLetterer(PubSubSink(), settings.dead_letter_topic, log)
         gate = AsyncFifoGate(
@@ -81,7 +83,7 @@ class AsyncMessageProcessor:
             ttl=settings.dedup_ttl,
             log=log,
         )
-        return cls(
+        processor = cls(
             handler=handler,
             dedup=dedup,
             gate=gate,
@@ -89,6 +91,8 @@ class AsyncMessageProcessor:
             scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
             max_attempts=consumer.max_attempts,
         )
+        processor._clients = [client] if client is not None else []
+        return processor
 
     async def process(self, message: Message) -> str:
         """Handle ``message``; return the outcome (ack). Raises TransientError to nack."""
@@ -97,6 +101,14 @@ class AsyncMessageProcessor:
     async def reject(self, message: Message, exc: PermanentError) -> str:
         """Dead-letter ``message`` with the error's reason (see MessageProcessor.reject)."""
         return await run_sync(self.sync.reject, message, exc)
+
+    async def aclose(self) -> None:
+        """Close the store clients :meth:`from_settings` made (on the loop that used them)."""
+        while self._clients:
+            client = self._clients.pop()
+            closed = client.aclose() if hasattr(client, "aclose") else client.close()
+            if inspect.isawaitable(closed):
+                await closed
 
     def blocking(self) -> BlockingProcessor:
         """This processor with :class:`MessageProcessor`'s sync call shape, run on a loop
@@ -123,7 +135,9 @@ class BlockingProcessor:
         return self.loop.run(self.processor.reject(message, exc))
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the background loop."""
+        """Close the store clients and stop the background loop."""
+        if self.loop.started:
+            self.loop.run(self.processor.aclose(), timeout)
         self.loop.stop(timeout)
 
 
@@ -138,8 +152,9 @@ class _BlockingGate:
         return self._loop.run(self._gate.groups())
 
 
-def async_stores(settings: Settings) -> tuple[Any, Any]:
-    """The async dedup store and FIFO store of ``settings.store_backend``, on one client."""
+def async_stores(settings: Settings) -> tuple[Any, Any, Any]:
+    """The async dedup store and FIFO store of ``settings.store_backend``, and the one client
+    they share (None for memory)."""
     if settings.store_backend == "redis":
         from pubsub_toolkit.stores.dedup.redis_async import AsyncRedisDedupStore, connect_async
         from pubsub_toolkit.stores.fifo_state.redis_async import AsyncRedisFifoStore
@@ -147,7 +162,7 @@ def async_stores(settings: Settings) -> tuple[Any, Any]:
         if not settings.redis_url:
             raise ConfigurationError("store_backend redis needs redis_url (REDIS_URL)")
         client = connect_async(settings.redis_url, needed_by="the async Redis stores")
-        return AsyncRedisDedupStore(client), AsyncRedisFifoStore(client)
+        return AsyncRedisDedupStore(client), AsyncRedisFifoStore(client), client
     if settings.store_backend == "firestore":
         from google.cloud import firestore
 
@@ -158,8 +173,9 @@ def async_stores(settings: Settings) -> tuple[Any, Any]:
         return (
             AsyncFirestoreDedupStore(client, collection=settings.dedup_collection),
             AsyncFirestoreFifoStore(client),
+            client,
         )
     from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
     from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore
 
-    return AsyncMemoryDedupStore(), AsyncMemoryFifoStore()
+    return AsyncMemoryDedupStore(), AsyncMemoryFifoStore(), None

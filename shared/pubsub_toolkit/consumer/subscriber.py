@@ -23,11 +23,12 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
@@ -73,13 +74,13 @@ class Consumer:
         self.subscription = subscription
         self._async: AsyncConsumer | None = None
         self._loop: LoopThread | None = None
-        if not isinstance(processor, MessageProcessor):  # an async handler's processor
+        if inspect.iscoroutinefunction(processor.process):  # an async handler's processor
             from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
 
             self._loop = LoopThread("consumer-loop")
             self._async = AsyncConsumer(
                 subscription,
-                processor,
+                cast("AsyncMessageProcessor", processor),
                 concurrency=concurrency,
                 max_outstanding=max_outstanding,
                 sweep_interval=sweep_interval,
@@ -133,6 +134,10 @@ class Consumer:
             try:
                 return self._loop.run(self._async.stop(timeout), timeout=2 * timeout + 5)
             finally:
+                # Its clients are bound to this loop, which ends here.
+                aclose = getattr(self._processor, "aclose", None)
+                if aclose is not None:
+                    self._loop.run(aclose(), timeout)
                 self._loop.stop(timeout)
         self._closing.set()
         finished = self._dispatcher.close(timeout=timeout)
@@ -175,8 +180,7 @@ class Consumer:
 
     def _process(self, received: Any, message: Message) -> None:
         try:
-            assert isinstance(self._processor, MessageProcessor)
-            outcome = self._processor.process(message)
+            outcome = cast(MessageProcessor, self._processor).process(message)
         except TransientError as exc:
             logger.info("redelivering %s: %s", message.message_id, exc)
             received.nack()
@@ -191,8 +195,7 @@ class Consumer:
             self._on_outcome(message, outcome)
 
     def _sweep_loop(self) -> None:
-        assert isinstance(self._processor, MessageProcessor)
-        gate = self._processor.gate
+        gate = cast(MessageProcessor, self._processor).gate
         while not self._closing.wait(self._sweep_interval):
             try:
                 for group in gate.groups():
