@@ -10,7 +10,7 @@ stream there delivers about 2k msg/s). Variants alternate round by round; the re
 median of the per-round ratios async / threaded (>1: async consumes faster), plus a
 machine-independent count: Redis commands per message for each variant.
 
-    python -m bench.async_consumer [--messages 640] [--rounds 3]
+    python -m bench.async_consumer [--messages 640] [--rounds 3] [--output DIR]
 """
 
 from __future__ import annotations
@@ -181,13 +181,14 @@ def bench(url: str, messages: int, rounds: int) -> dict[str, object]:
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print only (smoke runs)")
     parser.add_argument("--redis-url", help="use this redis-server instead of starting one")
-    args = parser.parse_args()
+    parser.add_argument("--output", type=Path, help="write the JSON here (default bench/results)")
+    args = parser.parse_args(argv)
     if args.redis_url:
         results = bench(args.redis_url, args.messages, args.rounds)
     else:
@@ -206,7 +207,7 @@ def main() -> None:
         "results": results,
     }
     if not args.no_write:
-        print(f"wrote {write_result('async_consumer', payload)}")
+        print(f"wrote {write_result('async_consumer', payload, args.output)}")
 
 
 if __name__ == "__main__":

@@ -62,10 +62,12 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def write_result(name: str, payload: dict[str, object]) -> Path:
-    """Write ``bench/results/<name>.json`` with the machine's description."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, payload: dict[str, object], directory: Path | None = None) -> Path:
+    """Write ``<directory>/<name>.json`` (default ``bench/results``) with the machine's
+    description."""
+    directory = RESULTS if directory is None else directory
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     document = {
         "benchmark": name,
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -13,6 +13,10 @@ and ``CONSUMER_ID``; the rest of the configuration is the README's. One HTTP ent
   timeouts of every group, which a serverless consumer cannot do between messages.
 
 (``sweep`` is still an entry point of its own, for deployments that scheduled it separately.)
+
+``HANDLER`` may name an ``async def`` function: it then runs on the async stores
+(``redis.asyncio``, Firestore's ``AsyncClient``) on one event loop per instance, which the
+requests' threads hand each message to (``AsyncMessageProcessor.blocking()``).
 """
 
 from __future__ import annotations
@@ -26,16 +30,17 @@ from flask import Request
 
 from pubsub_toolkit.cloudevent import message_from_push_body
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer.processor import Handler, MessageProcessor
+from pubsub_toolkit.consumer.processor import AsyncHandler, Handler, MessageProcessor
+from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor, BlockingProcessor
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import configure_logging
 
 _lock = threading.Lock()
-_processor: MessageProcessor | None = None
+_processor: MessageProcessor | BlockingProcessor | None = None
 
 
-def load_handler(spec: str) -> Handler:
+def load_handler(spec: str) -> Handler | AsyncHandler:
     """Import ``module:function``; a clear ConfigurationError if it is not there."""
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
@@ -49,7 +54,7 @@ def load_handler(spec: str) -> Handler:
     return handler  # type: ignore[no-any-return]
 
 
-def _get_processor() -> MessageProcessor:
+def _get_processor() -> MessageProcessor | BlockingProcessor:
     global _processor
     with _lock:
         if _processor is None:
@@ -59,9 +64,13 @@ def _get_processor() -> MessageProcessor:
                 raise ConfigurationError(
                     "environment variable HANDLER is required (module:function)"
                 )
-            _processor = MessageProcessor.from_settings(
+            processor = MessageProcessor.from_settings(
                 Settings.from_env(), ConsumerSettings.from_env(), load_handler(spec)
             )
+            if isinstance(processor, AsyncMessageProcessor):
+                _processor = processor.blocking()  # an async def handler, on its own loop
+            else:
+                _processor = processor
         return _processor
 
 

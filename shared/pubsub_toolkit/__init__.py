@@ -11,7 +11,8 @@ The public surface, importable from here::
 * consuming: :func:`idempotent` (a decorator for a functions-framework function or a
   subscriber callback), :class:`Consumer` (streaming pull, groups in parallel),
   :class:`MessageProcessor` and :class:`IdempotentProcessor` for a loop of your own,
-  :class:`Message` (what a handler receives);
+  :class:`Message` (what a handler receives); an ``async def`` handler works with the same
+  names (``idempotent``, ``MessageProcessor.from_settings``, ``Consumer``);
 * stores: :class:`RedisBackend`, :class:`FirestoreBackend`, :class:`MemoryBackend` - each
   makes the dedup store, FIFO state, sequence counter and stats store on one client;
 * settings: :class:`Settings` and :class:`ConsumerSettings`, in code or ``from_env()``;

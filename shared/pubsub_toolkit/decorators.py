@@ -31,12 +31,18 @@ key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` heade
 
 Stores, topics and policies come from the environment on the first delivery
 (:meth:`Settings.from_env`, :meth:`ConsumerSettings.from_env`), or from the ``settings`` and
-``consumer_settings`` you pass. (About 290 lines.)
+``consumer_settings`` you pass.
+
+**An ``async def``** gets an async guard (:mod:`pubsub_toolkit._idempotent_async`): awaited on
+the loop of ``functions_framework.aio`` for a CloudEvent function, or, for a subscriber
+callback, run on an event loop of the decorated object's own thread (``close()`` stops it),
+over the async stores. (About 310 lines.)
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -95,6 +101,17 @@ def idempotent(
         raise ValueError(f"on_missing_key={on_missing_key!r} is not 'dead_letter' or 'run'")
 
     def decorate(handler: Callable[..., Any]) -> Guarded:
+        if inspect.iscoroutinefunction(handler):
+            from pubsub_toolkit._idempotent_async import decorate_async
+
+            return decorate_async(
+                handler,
+                consumer=consumer,
+                key=key,
+                on_missing_key=on_missing_key,
+                settings=settings,
+                consumer_settings=consumer_settings,
+            )
         guard = Idempotent(
             handler,
             consumer=consumer,
@@ -232,21 +249,25 @@ class Idempotent:
 
     # --- wiring --------------------------------------------------------------------------
 
+    def _resolved_settings(self) -> tuple[Settings, ConsumerSettings]:
+        settings = self._settings or Settings.from_env()
+        consumer = self._consumer_settings
+        if consumer is None:
+            consumer = (
+                ConsumerSettings(consumer_id=self._consumer)
+                if self._consumer
+                else ConsumerSettings.from_env()
+            )
+        elif self._consumer:
+            consumer = replace(consumer, consumer_id=self._consumer)
+        return settings, consumer
+
     def _get_processor(self) -> Any:
         with self._lock:
             if self._processor is None:
                 from pubsub_toolkit.consumer.processor import MessageProcessor
 
-                settings = self._settings or Settings.from_env()
-                consumer = self._consumer_settings
-                if consumer is None:
-                    consumer = (
-                        ConsumerSettings(consumer_id=self._consumer)
-                        if self._consumer
-                        else ConsumerSettings.from_env()
-                    )
-                elif self._consumer:
-                    consumer = replace(consumer, consumer_id=self._consumer)
+                settings, consumer = self._resolved_settings()
                 self._processor = MessageProcessor.from_settings(
                     settings, consumer, lambda message: self._handler(_delivered(message))
                 )

@@ -13,12 +13,14 @@ from datetime import timedelta
 import pytest
 from google.cloud import pubsub_v1
 
+from pubsub_toolkit import Consumer, ConsumerSettings, MessageProcessor, Settings
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
 from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
 from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 from pubsub_toolkit.message import Message
 from tests.support.async_stores import async_dedup_factory, async_fifo_factory, loop
+from tests.support.waiting import wait_until
 
 __all__ = ["loop"]
 
@@ -108,4 +110,64 @@ def test_async_handler_end_to_end_in_order_once(
     assert seen == list(range(1, SEQS + 1))  # in order, each once (duplicates skipped)
     assert solo == ["solo"]
     assert handler_threads == {threading.get_ident()}  # on the loop's thread, not a pool
+    assert "duplicate" in outcomes
+
+
+@pytest.mark.parametrize("backend", ["redis", "firestore"])
+def test_consumer_runs_an_async_handler_from_settings_in_order_once(
+    request: pytest.FixtureRequest,
+    pubsub_emulator: str,
+    project_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+) -> None:
+    """The common case, with no Async* name: MessageProcessor.from_settings with an async def
+    handler, run by the ordinary Consumer (start/stop sync) on its own event loop."""
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", project_id)  # the Firestore AsyncClient's project
+    redis_url = request.getfixturevalue("redis_url") if backend == "redis" else None
+    if backend == "firestore":
+        request.getfixturevalue("firestore_emulator")
+    topic, subscription = _subscription(project_id)
+    seen: list[int] = []
+    solo: list[str] = []
+    loops: set[int] = set()
+    outcomes: list[str] = []
+
+    async def handler(message: Message) -> str:
+        loops.add(id(asyncio.get_running_loop()))
+        await asyncio.sleep(0.001)
+        if "fifo_group" in message.attributes:
+            seen.append(int(message.attributes["fifo_seq"]))
+        else:
+            solo.append(message.data.decode())
+        return "ok"
+
+    settings = Settings(
+        project=project_id,
+        final_topic="final",
+        dead_letter_topic="dead-letter",
+        store_backend=backend,  # type: ignore[arg-type]
+        redis_url=redis_url,
+        dedup_collection=f"dedup-{project_id}",
+    )
+    consumer_settings = ConsumerSettings(consumer_id=f"c-{project_id}")
+    processor = MessageProcessor.from_settings(settings, consumer_settings, handler)
+    assert not isinstance(processor, MessageProcessor)  # the async path, chosen for the user
+    consumer = Consumer(
+        subscription,
+        processor,
+        concurrency=8,
+        sweep_interval=timedelta(milliseconds=200),
+        on_outcome=lambda message, outcome: outcomes.append(outcome),
+    )
+    with consumer:
+        _publish(topic)
+        wait_until(
+            lambda: len(seen) >= SEQS and len(outcomes) >= SEQS + 5 + 2,
+            timeout=60,
+            what="every delivery answered and the group run",
+        )
+    assert seen == list(range(1, SEQS + 1))  # in order, each once
+    assert solo == ["solo"]
+    assert len(loops) == 1  # one event loop ran every handler
     assert "duplicate" in outcomes

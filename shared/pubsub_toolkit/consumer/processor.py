@@ -24,10 +24,12 @@ honoured: the message is nacked with a WARNING (Pub/Sub's backoff applies, nothi
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import TYPE_CHECKING, cast, overload
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -49,7 +51,11 @@ from pubsub_toolkit.errors import PermanentError, RetryLater
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 
+if TYPE_CHECKING:
+    from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
+
 Handler = Callable[[Message], object]
+AsyncHandler = Callable[[Message], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -125,11 +131,30 @@ class MessageProcessor:
         if gate.rejections is None:
             gate.rejections = self._rejections  # the gate's dead letters also happen once
 
+    @overload
+    @classmethod
+    def from_settings(  # type: ignore[overload-overlap]  # async first: the narrower
+        cls, settings: Settings, consumer: ConsumerSettings, handler: AsyncHandler
+    ) -> AsyncMessageProcessor: ...
+
+    @overload
     @classmethod
     def from_settings(
         cls, settings: Settings, consumer: ConsumerSettings, handler: Handler
-    ) -> MessageProcessor:
-        """Wire the store, gate, dead-lettering and dedup from settings (clients made once)."""
+    ) -> MessageProcessor: ...
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, consumer: ConsumerSettings, handler: Handler | AsyncHandler
+    ) -> MessageProcessor | AsyncMessageProcessor:
+        """Wire the store, gate, dead-lettering and dedup from settings (clients made once).
+        For an ``async def`` handler: an ``AsyncMessageProcessor`` on the async stores, which
+        ``Consumer`` runs on an event loop (``blocking()``: this class's sync call shape)."""
+        call = getattr(handler, "__call__", None)  # noqa: B004 - an object's async __call__
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call):
+            from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor as Async
+
+            return Async.from_settings(settings, consumer, cast(AsyncHandler, handler))
         from pubsub_toolkit.producer.sink import PubSubSink
         from pubsub_toolkit.stores.factory import backend_from_settings
 

@@ -1,17 +1,26 @@
 """One message through the consumer-side guarantees, for an ``async def`` handler:
 :class:`AsyncMessageProcessor` - :class:`~.processor.MessageProcessor`'s own routing (FIFO gate
 for grouped messages, dedup by key for the rest, dead-lettering) run on the event loop over the
-async stores (see :mod:`pubsub_toolkit._bridge`)."""
+async stores (see :mod:`pubsub_toolkit._bridge`).
+
+Users rarely name it: ``MessageProcessor.from_settings(settings, consumer, handler)`` returns
+one for an ``async def`` handler, ``Consumer`` runs it on its loop, and
+:meth:`~AsyncMessageProcessor.blocking` gives sync callers (the ``functions/consumer``
+template, a hand-written loop) the sync processor's call shape on a loop of its own."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pubsub_toolkit._bridge import awaiting, run_sync
+from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
+from pubsub_toolkit.consumer.gate_rules import GateResult
 from pubsub_toolkit.consumer.processor import MessageProcessor, gate_policy
+from pubsub_toolkit.consumer.retry import RetryScheduler, SchedulerFromSettings
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
@@ -31,12 +40,22 @@ class AsyncMessageProcessor:
         dedup: AsyncIdempotentProcessor,
         gate: AsyncFifoGate,
         dead_letters: DeadLetterer | None = None,
+        scheduler: RetryScheduler | None = None,
+        max_attempts: int = 5,
     ) -> None:
+        """``scheduler`` re-schedules a RetryLater outside FIFO groups (its Cloud Tasks call is
+        sync: one blocking call on the loop per such retry, like a dead-letter publish)."""
+        self._clients: list[Any] = []  # the store clients from_settings made (aclose closes)
         self.gate = gate
         self.dedup = dedup
         #: The sync processor this one drives (usable only inside ``run_sync``).
         self.sync = MessageProcessor(
-            handler=awaiting(handler), dedup=dedup.sync, gate=gate.sync, dead_letters=dead_letters
+            handler=awaiting(handler),
+            dedup=dedup.sync,
+            gate=gate.sync,
+            dead_letters=dead_letters,
+            scheduler=scheduler,
+            max_attempts=max_attempts,
         )
 
     @classmethod
@@ -46,7 +65,7 @@ class AsyncMessageProcessor:
         """Wire the async stores (one client for both), gate, dead-lettering and dedup."""
         from pubsub_toolkit.producer.sink import PubSubSink
 
-        dedup_store, fifo_store = async_stores(settings)
+        dedup_store, fifo_store, client = async_stores(settings)
         log = DecisionLog(consumer.consumer_id)
         dead_letters = DeadLetterer(PubSubSink(), settings.dead_letter_topic, log)
         gate = AsyncFifoGate(
@@ -64,7 +83,16 @@ class AsyncMessageProcessor:
             ttl=settings.dedup_ttl,
             log=log,
         )
-        return cls(handler=handler, dedup=dedup, gate=gate, dead_letters=dead_letters)
+        processor = cls(
+            handler=handler,
+            dedup=dedup,
+            gate=gate,
+            dead_letters=dead_letters,
+            scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
+            max_attempts=consumer.max_attempts,
+        )
+        processor._clients = [client] if client is not None else []
+        return processor
 
     async def process(self, message: Message) -> str:
         """Handle ``message``; return the outcome (ack). Raises TransientError to nack."""
@@ -74,9 +102,59 @@ class AsyncMessageProcessor:
         """Dead-letter ``message`` with the error's reason (see MessageProcessor.reject)."""
         return await run_sync(self.sync.reject, message, exc)
 
+    async def aclose(self) -> None:
+        """Close the store clients :meth:`from_settings` made (on the loop that used them)."""
+        while self._clients:
+            client = self._clients.pop()
+            closed = client.aclose() if hasattr(client, "aclose") else client.close()
+            if inspect.isawaitable(closed):
+                await closed
 
-def async_stores(settings: Settings) -> tuple[Any, Any]:
-    """The async dedup store and FIFO store of ``settings.store_backend``, on one client."""
+    def blocking(self) -> BlockingProcessor:
+        """This processor with :class:`MessageProcessor`'s sync call shape, run on a loop
+        thread of its own (for sync callers; never call it from a running loop)."""
+        return BlockingProcessor(self)
+
+
+class BlockingProcessor:
+    """An :class:`AsyncMessageProcessor` for sync callers: ``process``, ``reject`` and
+    ``gate.sweep``/``gate.groups`` block until done on one background loop, which the async
+    stores' clients live on (they bind to the loop that first uses them)."""
+
+    def __init__(self, processor: AsyncMessageProcessor) -> None:
+        self.processor = processor
+        self.loop = LoopThread("async-processor")
+        self.gate = _BlockingGate(processor.gate, self.loop)
+
+    def process(self, message: Message) -> str:
+        """Handle ``message``; return the outcome (ack). Raises TransientError to nack."""
+        return self.loop.run(self.processor.process(message))
+
+    def reject(self, message: Message, exc: PermanentError) -> str:
+        """Dead-letter ``message`` with the error's reason."""
+        return self.loop.run(self.processor.reject(message, exc))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Close the store clients and stop the background loop."""
+        if self.loop.started:
+            self.loop.run(self.processor.aclose(), timeout)
+        self.loop.stop(timeout)
+
+
+class _BlockingGate:
+    def __init__(self, gate: AsyncFifoGate, loop: LoopThread) -> None:
+        self._gate, self._loop = gate, loop
+
+    def sweep(self, group: str) -> GateResult:
+        return self._loop.run(self._gate.sweep(group))
+
+    def groups(self) -> list[str]:
+        return self._loop.run(self._gate.groups())
+
+
+def async_stores(settings: Settings) -> tuple[Any, Any, Any]:
+    """The async dedup store and FIFO store of ``settings.store_backend``, and the one client
+    they share (None for memory)."""
     if settings.store_backend == "redis":
         from pubsub_toolkit.stores.dedup.redis_async import AsyncRedisDedupStore, connect_async
         from pubsub_toolkit.stores.fifo_state.redis_async import AsyncRedisFifoStore
@@ -84,7 +162,7 @@ def async_stores(settings: Settings) -> tuple[Any, Any]:
         if not settings.redis_url:
             raise ConfigurationError("store_backend redis needs redis_url (REDIS_URL)")
         client = connect_async(settings.redis_url, needed_by="the async Redis stores")
-        return AsyncRedisDedupStore(client), AsyncRedisFifoStore(client)
+        return AsyncRedisDedupStore(client), AsyncRedisFifoStore(client), client
     if settings.store_backend == "firestore":
         from google.cloud import firestore
 
@@ -95,8 +173,9 @@ def async_stores(settings: Settings) -> tuple[Any, Any]:
         return (
             AsyncFirestoreDedupStore(client, collection=settings.dedup_collection),
             AsyncFirestoreFifoStore(client),
+            client,
         )
     from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
     from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore
 
-    return AsyncMemoryDedupStore(), AsyncMemoryFifoStore()
+    return AsyncMemoryDedupStore(), AsyncMemoryFifoStore(), None

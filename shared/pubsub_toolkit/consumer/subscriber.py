@@ -15,16 +15,22 @@
   process is not busy with.
 * **Graceful stop**: new deliveries are nacked, queued ones are nacked, running ones finish and
   are acked while the stream is still open, and only then is the stream closed - no ack lost.
+* **An ``async def`` handler** (``MessageProcessor.from_settings`` gives an async processor for
+  one): the same guarantees on one event loop of the consumer's own thread - the streaming pull
+  hands each message to it, each group is a task chain (see
+  :mod:`~pubsub_toolkit.consumer.subscriber_async`); ``start()``/``stop()`` stay sync.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.processor import MessageProcessor, fifo_address
 from pubsub_toolkit.errors import PermanentError, TransientError
@@ -32,6 +38,9 @@ from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
+    from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
 
 logger = logging.getLogger(__name__)
 OutcomeListener = Callable[[Message, str], None]
@@ -54,7 +63,7 @@ class Consumer:
     def __init__(
         self,
         subscription: str,
-        processor: MessageProcessor,
+        processor: MessageProcessor | AsyncMessageProcessor,
         *,
         concurrency: int = 16,
         max_outstanding: int = 1000,
@@ -63,6 +72,21 @@ class Consumer:
         on_outcome: OutcomeListener | None = None,
     ) -> None:
         self.subscription = subscription
+        self._async: AsyncConsumer | None = None
+        self._loop: LoopThread | None = None
+        if inspect.iscoroutinefunction(processor.process):  # an async handler's processor
+            from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
+
+            self._loop = LoopThread("consumer-loop")
+            self._async = AsyncConsumer(
+                subscription,
+                cast("AsyncMessageProcessor", processor),
+                concurrency=concurrency,
+                max_outstanding=max_outstanding,
+                sweep_interval=sweep_interval,
+                subscriber=subscriber,
+                on_outcome=on_outcome,
+            )
         self._processor = processor
         self._concurrency = concurrency
         self._max_outstanding = max_outstanding
@@ -76,6 +100,9 @@ class Consumer:
 
     def start(self) -> None:
         """Open the stream and start the sweeper; returns at once."""
+        if self._async is not None and self._loop is not None:
+            self._loop.run(self._async.start())
+            return
         from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
         if self._subscriber is None:
@@ -89,6 +116,8 @@ class Consumer:
 
     def stream_error(self) -> BaseException | None:
         """The error that ended the stream (e.g. a missing subscription), if it ended."""
+        if self._async is not None:
+            return self._async.stream_error()
         if self._stream is None or not self._stream.done() or self._closing.is_set():
             return None
         try:
@@ -99,6 +128,17 @@ class Consumer:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop gracefully; True when every in-flight message finished within ``timeout``."""
+        if self._async is not None and self._loop is not None:
+            if not self._loop.started:
+                return True
+            try:
+                return self._loop.run(self._async.stop(timeout), timeout=2 * timeout + 5)
+            finally:
+                # Its clients are bound to this loop, which ends here.
+                aclose = getattr(self._processor, "aclose", None)
+                if aclose is not None:
+                    self._loop.run(aclose(), timeout)
+                self._loop.stop(timeout)
         self._closing.set()
         finished = self._dispatcher.close(timeout=timeout)
         if self._stream is not None:
@@ -140,7 +180,7 @@ class Consumer:
 
     def _process(self, received: Any, message: Message) -> None:
         try:
-            outcome = self._processor.process(message)
+            outcome = cast(MessageProcessor, self._processor).process(message)
         except TransientError as exc:
             logger.info("redelivering %s: %s", message.message_id, exc)
             received.nack()
@@ -155,7 +195,7 @@ class Consumer:
             self._on_outcome(message, outcome)
 
     def _sweep_loop(self) -> None:
-        gate = self._processor.gate
+        gate = cast(MessageProcessor, self._processor).gate
         while not self._closing.wait(self._sweep_interval):
             try:
                 for group in gate.groups():

@@ -78,6 +78,16 @@ class AsyncConsumer:
         )
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="fifo-sweeper")
 
+    def stream_error(self) -> BaseException | None:
+        """The error that ended the stream (e.g. a missing subscription), if it ended."""
+        if self._stream is None or not self._stream.done() or self._closing:
+            return None
+        try:
+            self._stream.result(timeout=0)
+        except Exception as exc:
+            return exc
+        return None
+
     async def stop(self, timeout: float = 30.0) -> bool:
         """Stop gracefully; True when every in-flight message finished within ``timeout``."""
         self._closing = True
