@@ -194,11 +194,18 @@ def heal(subscription: str, *, save_dir: Path) -> Healed:
     return Healed(subscription, len(drained), bool(drained) and alone, saved)
 
 
+# After the seek the emulator redelivers with a delay that grows with the machine's load: three
+# empty pulls 0.1 s apart missed a waiting message on a busy machine. The drain stops only after
+# this long without a message (and at least three empty pulls).
+DRAIN_QUIET_SECONDS = 2.0
+
+
 def _drain(subscriber: Any, subscription: str) -> list[Any]:
-    """Pull until three pulls in a row come back empty, holding every lease (600 s)."""
+    """Pull until DRAIN_QUIET_SECONDS pass without a message, holding every lease (600 s)."""
     messages: dict[str, Any] = {}
     empty = 0
-    while empty < 3:
+    quiet_since = time.monotonic()
+    while empty < 3 or time.monotonic() - quiet_since < DRAIN_QUIET_SECONDS:
         response = subscriber.pull(
             subscription=subscription, max_messages=1000, return_immediately=True, timeout=30
         )
@@ -207,6 +214,7 @@ def _drain(subscriber: Any, subscription: str) -> list[Any]:
             time.sleep(0.1)  # poll interval of an empty pull
             continue
         empty = 0
+        quiet_since = time.monotonic()
         subscriber.modify_ack_deadline(
             subscription=subscription,
             ack_ids=[item.ack_id for item in response.received_messages],

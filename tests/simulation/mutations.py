@@ -192,7 +192,7 @@ def mutations() -> tuple[Mutation, ...]:
                 SourceEdit(
                     gate,
                     "FifoGate._on_failure",
-                    "counts = not isinstance(exc, TransientError)",
+                    "counts = rules.counts_as_attempt(exc)",
                     "counts = True",
                 ),
             ),
