@@ -31,7 +31,7 @@ from pubsub_toolkit._bridge import await_, run_sync
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.decorators import Guarded, Idempotent, _delivered
-from pubsub_toolkit.errors import ClaimInProgressError, PermanentError, TransientError
+from pubsub_toolkit.errors import ClaimInProgressError, PermanentError
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class AsyncIdempotent(Idempotent):
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, received: Any) -> None:
-        from pubsub_toolkit.consumer.subscriber import to_message
+        from pubsub_toolkit.consumer.subscriber import nack_after, to_message
 
         try:
             processor = self._processor_here()
@@ -160,12 +160,8 @@ class AsyncIdempotent(Idempotent):
                 if attr.FIFO_GROUP in keyed.attributes and self._sweep_task is None:
                     self._sweep_task = asyncio.create_task(self._sweep(processor))
                 await processor.process(keyed)
-        except TransientError as exc:
-            logger.info("redelivering %s: %s", received.message_id, exc)
-            received.nack()
-        except Exception:
-            logger.exception("handler error on %s; redelivering", received.message_id)
-            received.nack()
+        except Exception as exc:
+            nack_after(received, exc)
         else:
             received.ack()
 

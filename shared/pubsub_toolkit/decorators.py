@@ -203,7 +203,7 @@ class Idempotent:
 
     def _on_pubsub_message(self, received: Any) -> None:
         """A streaming-pull callback: ack when handled, deduplicated or dead-lettered."""
-        from pubsub_toolkit.consumer.subscriber import to_message
+        from pubsub_toolkit.consumer.subscriber import nack_after, to_message
 
         try:
             processor = self._get_processor()
@@ -216,12 +216,8 @@ class Idempotent:
                 if attr.FIFO_GROUP in keyed.attributes:
                     self._start_sweeper(processor)
                 processor.process(keyed)
-        except TransientError as exc:
-            logger.info("redelivering %s: %s", received.message_id, exc)
-            received.nack()
-        except Exception:
-            logger.exception("handler error on %s; redelivering", received.message_id)
-            received.nack()
+        except Exception as exc:
+            nack_after(received, exc)
         else:
             received.ack()
 

@@ -46,6 +46,20 @@ logger = logging.getLogger(__name__)
 OutcomeListener = Callable[[Message, str], None]
 
 
+def nack_after(received: Any, exc: Exception) -> str:
+    """Nack ``received`` after ``exc`` and return the outcome: ``retry`` for a TransientError
+    (expected: one INFO line), ``error`` for anything else (logged with its traceback). Call it
+    from the ``except`` block, so the traceback is the one being handled."""
+    if isinstance(exc, TransientError):
+        logger.info("redelivering %s: %s", received.message_id, exc)
+        outcome = "retry"
+    else:
+        logger.exception("handler error on %s; redelivering", received.message_id)
+        outcome = "error"
+    received.nack()
+    return outcome
+
+
 def to_message(received: Any) -> Message:
     """Our Message from a google-cloud-pubsub received message."""
     return Message(
@@ -181,14 +195,8 @@ class Consumer:
     def _process(self, received: Any, message: Message) -> None:
         try:
             outcome = cast(MessageProcessor, self._processor).process(message)
-        except TransientError as exc:
-            logger.info("redelivering %s: %s", message.message_id, exc)
-            received.nack()
-            outcome = "retry"
-        except Exception:
-            logger.exception("handler error on %s; redelivering", message.message_id)
-            received.nack()
-            outcome = "error"
+        except Exception as exc:
+            outcome = nack_after(received, exc)
         else:
             received.ack()
         if self._on_outcome is not None:

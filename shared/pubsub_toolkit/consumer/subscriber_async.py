@@ -22,8 +22,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit.consumer.processor import fifo_address
-from pubsub_toolkit.consumer.subscriber import OutcomeListener, to_message
-from pubsub_toolkit.errors import PermanentError, TransientError
+from pubsub_toolkit.consumer.subscriber import OutcomeListener, nack_after, to_message
+from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
@@ -183,14 +183,8 @@ class AsyncConsumer:
     async def _process(self, received: Any, message: Message) -> None:
         try:
             outcome = await self._processor.process(message)
-        except TransientError as exc:
-            logger.info("redelivering %s: %s", message.message_id, exc)
-            received.nack()
-            outcome = "retry"
-        except Exception:
-            logger.exception("handler error on %s; redelivering", message.message_id)
-            received.nack()
-            outcome = "error"
+        except Exception as exc:
+            outcome = nack_after(received, exc)
         else:
             received.ack()
         if self._on_outcome is not None:
