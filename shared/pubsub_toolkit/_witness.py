@@ -45,7 +45,7 @@ class Witness(Generic[K, V]):
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
 
-    def keys(self) -> list[K]:
-        """The keys remembered, oldest first."""
+    def items(self) -> list[tuple[K, V]]:
+        """The entries remembered, oldest first."""
         with self._lock:
-            return list(self._entries)
+            return list(self._entries.items())

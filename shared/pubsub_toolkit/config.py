@@ -78,6 +78,7 @@ SETTING_NAMES: Mapping[str, str] = {
     "gap_timeout": "gap_timeout (FIFO_GAP_TIMEOUT_SECONDS)",
     "gap_policy": "gap_policy (FIFO_GAP_POLICY)",
     "lease": "lease (FIFO_LEASE_SECONDS)",
+    "lease_hold": "lease_hold (FIFO_LEASE_HOLD_SECONDS)",
     "park": "park (FIFO_PARK)",
     "retry_backoff": "retry_backoff (FIFO_RETRY_BACKOFF_SECONDS)",
 }
@@ -357,6 +358,10 @@ class ConsumerSettings:
     # First wait after a handler failure, doubling per counted failure (capped at 5 minutes):
     # with 5 attempts a message becomes poison after about 75 s of failures, not 5 s.
     retry_backoff: timedelta = timedelta(seconds=5)
+    # How long a streaming consumer keeps a group's lease after an advance for the group's next
+    # delivery (one state write per message instead of two); 0 for a push consumer, whose next
+    # delivery may reach another instance. At most half the lease.
+    lease_hold: timedelta = timedelta(seconds=2)
 
     def __post_init__(self) -> None:
         consumer_id = _text(self, "consumer_id")
@@ -372,6 +377,12 @@ class ConsumerSettings:
         _set(self, "gap_policy", _one_of(self, "gap_policy", _GAP_POLICIES))
         for name in ("gap_timeout", "lease", "retry_backoff"):
             _positive_duration(self, name)
+        hold = self.lease_hold
+        if not isinstance(hold, timedelta) or hold < timedelta(0) or hold * 2 > self.lease:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['lease_hold']} must be between 0 and half of "
+                f"{SETTING_NAMES['lease']}, not {hold!r}"
+            )
         if not isinstance(self.park, bool):
             raise ConfigurationError(
                 f"{SETTING_NAMES['park']} must be true or false, not {self.park!r}"
@@ -402,6 +413,7 @@ class ConsumerSettings:
             lease=_seconds(env, "FIFO_LEASE_SECONDS", "lease", 60),
             park=park == "true",
             retry_backoff=_seconds(env, "FIFO_RETRY_BACKOFF_SECONDS", "retry_backoff", 5),
+            lease_hold=_seconds(env, "FIFO_LEASE_HOLD_SECONDS", "lease_hold", 2),
         )
 
 

@@ -224,10 +224,20 @@ def test_a_transactional_gate_ends_the_group_too(backend: Backend) -> None:
     assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == [REASON_AFTER_END]
 
 
-def test_an_open_group_never_expires(backend: Backend) -> None:
+def test_an_idle_groups_record_expires_and_one_with_work_never_does(backend: Backend) -> None:
     gate = FifoGate(backend.store, consumer=CONSUMER, handler=lambda _m: None)
-    gate.deliver(message(1), "g", 1)
+    gate.deliver(message(1), "g", 1)  # idle now: nothing parked, not blocked
+    expire_at = backend.store.load(CONSUMER, "g").expire_at
+    assert expire_at is not None
+    assert RETENTION - timedelta(minutes=1) < expire_at - SYSTEM_CLOCK.now() <= RETENTION
+    assert backend.store.groups(CONSUMER) == []  # nothing for the sweeper
+    if backend.name == "redis":
+        assert backend.ttl_ms("g") > (RETENTION - timedelta(minutes=1)).total_seconds() * 1000
+    if backend.name == "firestore":
+        assert backend.document("g")[EXPIRE_AT_FIELD] is not None
+    gate.deliver(message(3), "g", 3)  # #2 missing: #3 parked, the group needs attention
     assert backend.store.load(CONSUMER, "g").expire_at is None
+    assert backend.store.groups(CONSUMER) == ["g"]
     if backend.name == "redis":
         assert backend.ttl_ms("g") == -1
     if backend.name == "firestore":

@@ -129,6 +129,7 @@ def consumer_settings(world: Any) -> ConsumerSettings:
         consumer_id=CONSUMER_ID,
         poison_policy=world.config.poison_policy,
         gap_policy=world.config.gap_policy,
+        lease_hold=timedelta(seconds=world.config.lease_hold),
     )
 
 

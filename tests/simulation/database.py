@@ -28,6 +28,7 @@ from typing import Any
 
 from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.fifo_state.base import GroupState
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.simulation.clock import CallerClock
 
@@ -39,19 +40,43 @@ READ_METHODS = frozenset({"get", "load", "parked_message", "groups", "current"})
 _Snapshot = tuple[dict[str, Any], ...]
 
 
+class _FifoStore(MemoryFifoStore):
+    """The memory FIFO store, remembering each group's last record: an idle group's record
+    expires a retention after it went quiet, and the final check wants where it stopped."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(clock=clock)
+        self.last_saved: dict[tuple[str, str], GroupState] = {}
+
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        stored = super().save(consumer, group, state, expected)
+        if stored is not None:
+            self.last_saved[(consumer, group)] = stored
+        return stored
+
+
 class Database:
     """The shared state every process talks to, with a bounded history for rollbacks."""
 
     def __init__(self, clock: CallerClock, *, keep_history: bool) -> None:
         self.clock = clock
         self.dedup = MemoryDedupStore(clock=clock)  # type: ignore[arg-type]
-        self.fifo = MemoryFifoStore(clock=clock)  # type: ignore[arg-type]
+        self.fifo = _FifoStore(clock)
         self.counter = MemorySequenceCounter()
         self.writes = 0
         self._keep_history = keep_history
         self._history: deque[_Snapshot] = deque(maxlen=MAX_ROLLBACK_WRITES + 1)
         if keep_history:
             self._history.append(self._snapshot())
+
+    def fifo_position(self, consumer: str, group: str) -> GroupState:
+        """The group's record, or - once it expired - the last one written."""
+        state = self.fifo.load(consumer, group)
+        if state.version is None:
+            return self.fifo.last_saved.get((consumer, group), state)
+        return state
 
     def target(self, name: str) -> Any:
         return {"dedup": self.dedup, "fifo": self.fifo, "counter": self.counter}[name]

@@ -48,7 +48,9 @@ class Operator:
         acted = False
         targets = w.targets()
         for group in sorted(targets):
-            state = w.db.fifo.load(CONSUMER_ID, group)
+            # Where the group stands - an expired idle record is a group that went quiet
+            # (its status says so), not one back at 0.
+            state = w.db.fifo_position(CONSUMER_ID, group)
             if state.last_processed >= targets[group]:
                 continue
             head = state.last_processed + 1

@@ -65,6 +65,7 @@ class Config:
     gap_policy: str  # wait | skip
     gate_dead_letters: bool  # the consumer has a dead-letter topic
     dedup_lease: float
+    lease_hold: float  # the FIFO gate keeps a group's lease between deliveries (0 = never)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def _config(rng: random.Random) -> Config:
         gap_policy=rng.choice(("wait", "wait", "skip")),
         gate_dead_letters=gate_dead_letters,
         dedup_lease=rng.choice((30.0, 90.0)),
+        lease_hold=rng.choice((0.0, 2.0, 2.0, 20.0)),
     )
 
 

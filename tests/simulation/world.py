@@ -228,7 +228,7 @@ class World:
             for slot in self.consumers.slots:
                 self.drivers.start_sweeps(slot)
             quiescent = self._drive()
-            states = {g: self.db.fifo.load(c.CONSUMER_ID, g) for g in self._groups()}
+            states = {g: self.db.fifo_position(c.CONSUMER_ID, g) for g in self._groups()}
         relax = Relaxation.for_schedule(self.ledger, rollback=self.plan.has(Kind.STORE_ROLLBACK))
         final = Final(
             self.ledger, self.workload.messages, states, relax, tuple(self.tasks.failed())

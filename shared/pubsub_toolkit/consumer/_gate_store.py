@@ -22,7 +22,12 @@ from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState, key_digest
+from pubsub_toolkit.stores.fifo_state.base import (
+    FifoStore,
+    GroupState,
+    key_digest,
+    needs_attention,
+)
 
 PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
 MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
@@ -51,7 +56,10 @@ class SeenStore:
         *,
         decide: Decide,
         keep_reissued: KeepReissued,
+        date: Callable[[GroupState], GroupState] = lambda state: state,
     ) -> None:
+        """``date`` stamps every state before it is written (the gate's idle-record expiry)."""
+        self._date = date
         self._store = store
         self._consumer = consumer
         self._clock = clock
@@ -62,9 +70,17 @@ class SeenStore:
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
 
     def groups(self) -> list[str]:
-        """Every group the store lists - and every group this process remembers, so a group
-        the store lost altogether is still swept (and so repaired, see :meth:`load`)."""
-        return sorted({*self._store.groups(self._consumer), *self._witness.keys()})
+        """The groups the store lists (those needing attention) - and those this process saw
+        needing attention, so a group the store lost altogether is still swept (and so
+        repaired, see :meth:`load`). Idle groups are not visited: a sweep costs O(groups with
+        work), and a lost idle group is repaired by its next delivery's read."""
+        now = self._clock.now()
+        remembered = (
+            group
+            for group, seen in self._witness.items()
+            if needs_attention(seen) and not seen.expired(now)
+        )
+        return sorted({*self._store.groups(self._consumer), *remembered})
 
     def remember_parked(self, group: str, seq: int, message: Message) -> None:
         self._parked_copies.put((group, seq), message)
@@ -91,7 +107,7 @@ class SeenStore:
 
     def save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
         """``state`` as stored (with its new version), or None if ``expected`` was stale."""
-        stored = self._store.save(self._consumer, group, state, expected)
+        stored = self._store.save(self._consumer, group, self._date(state), expected)
         if stored is None:
             return None
         return self.witnessed(stored, group)
@@ -133,6 +149,7 @@ class SeenStore:
             level=logging.ERROR,
             alert="store_rollback",
         )
+        repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             return False  # someone wrote meanwhile: look again
         self._witness.put(group, repaired)

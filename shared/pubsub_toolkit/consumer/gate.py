@@ -55,8 +55,10 @@ would be read away from the loop it runs in.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
@@ -68,6 +70,7 @@ from pubsub_toolkit.consumer.gate_rules import (
     REASON_LATE_AFTER_SKIP,
     REASON_POISON,
     REASON_SEQUENCE_REUSED,
+    REASON_STATE_EXPIRED,
     EndVerdict,
     GapPolicy,
     GateOutcome,
@@ -120,6 +123,14 @@ class TransactionalStore(Protocol):
     ) -> GroupState: ...
 
 
+@dataclass
+class _Found:
+    """What an advance's compare-and-set met in the record (filled in by the change)."""
+
+    parked: bool = False  # a copy of the number was parked: unpark it
+    displaced: list[str] = field(default_factory=list)  # other messages' copies at the number
+
+
 class EarlyArrivalError(TransientError):
     """An early arrival in nack mode (``park=False``): deliver it again later."""
 
@@ -160,8 +171,17 @@ class FifoGate:
         self.rejections: IdempotentProcessor | None = None
         # The store as this process has seen it: a read that went back is repaired there.
         self._seen = SeenStore(
-            store, consumer, clock, decide=self._decision, keep_reissued=self._reused
+            store,
+            consumer,
+            clock,
+            decide=self._decision,
+            keep_reissued=self._reused,
+            date=self._dated,
         )
+        # Leases this process keeps between a group's deliveries (policy.lease_hold): group ->
+        # (token, when last used). Taken out under the lock by whichever call uses one.
+        self._held: dict[str, tuple[int, datetime]] = {}
+        self._held_lock = threading.Lock()
 
     # --- deliveries ---------------------------------------------------------------------
 
@@ -196,12 +216,20 @@ class FifoGate:
                     return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
                 self._decision("duplicate", group, seq, "already processed")
                 return GateResult(GateOutcome.DUPLICATE, group, seq)
+            if rules.forgotten_after_expiry(
+                state, message, now=now, retention=self.policy.completed_retention
+            ):
+                return self._after_expiry(message, group, seq)
             verdict = rules.after_end(state, seq, message)
             if verdict is not EndVerdict.OPEN:
                 if stored_copy:  # parked by an earlier turn of this loop, then the group ended
                     self._store.unpark(self.consumer, group, seq)
                 return self._after_end(message, group, seq, state, verdict)
             at_head = seq == state.head
+            if at_head and self._claim_held(group, state, now):
+                # This process kept the lease since the group's last advance: run under it,
+                # no lease write (the advance renews it).
+                return self._run(group, seq, message, state, from_park=False)
             waiting = at_head and (state.lease_live(now) or state.backing_off(now))
             if seq > state.head or state.blocked_at is not None or waiting:
                 # Early, blocked, backing off, or this very number is being run elsewhere: keep
@@ -219,14 +247,23 @@ class FifoGate:
         raise TransientError(f"{group}#{seq}: the group's state kept changing; try again")
 
     def sweep(self, group: str) -> GateResult:
-        """Periodic work for one group: run a parked head, act on an expired gap."""
+        """Periodic work for one group: run a parked head, act on an expired gap, give back a
+        lease this process held longer than ``lease_hold`` without using it."""
         state = self._seen.load(group)
+        now = self._clock.now()
+        if self._held_by_me(group):
+            if state.head in state.parked and self._claim_held(group, state, now):
+                # Parked meanwhile (another process's copy waits for our lease): run it.
+                return self._run_parked_head(group, state, state)
+            if self._release_if_unused(group, state, now):
+                state = self._seen.load(group)
+            else:
+                return GateResult(GateOutcome.IDLE, group, state.head)
         if state.complete:
             # Nothing runs in a complete group; copies parked past its end (a crash between
             # the end and their dead-lettering) are settled here.
             self._settle_after_end(group, state)
             return GateResult(GateOutcome.IDLE, group, state.head)
-        now = self._clock.now()
         busy = state.lease_live(now) or state.backing_off(now)
         if state.blocked_at is not None or busy or not state.parked:
             return GateResult(GateOutcome.IDLE, group, state.head)
@@ -234,6 +271,14 @@ class FifoGate:
             state = self._on_gap(group, state, now)
             if state.head not in state.parked:
                 return GateResult(GateOutcome.IDLE, group, state.head)
+        return self._run_parked_head(group, state, None)
+
+    def _run_parked_head(
+        self, group: str, state: GroupState, leased: GroupState | None
+    ) -> GateResult:
+        """Run the group's parked head, under ``leased`` (a lease this process holds) or a
+        lease taken now; a head listed but not stored is repaired or forgotten first."""
+        now = self._clock.now()
         message = self._store.parked_message(self.consumer, group, state.head)
         copy = self._seen.parked_copy(group, state.head)
         if (
@@ -252,7 +297,10 @@ class FifoGate:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
             head = state.head
-            self._seen.save(group, rules.without_lost_parked(state, head), state)
+            lost = rules.without_lost_parked(state, head)
+            if leased is not None:
+                lost = rules.lease_released(lost)
+            self._seen.save(group, lost, state)
             self._decision(
                 "parked_lost",
                 group,
@@ -263,7 +311,8 @@ class FifoGate:
                 alert="parked_lost",
             )
             return GateResult(GateOutcome.IDLE, group, head)
-        leased = self._take_lease(group, state, now, key_digest(message_key(message)))
+        if leased is None:
+            leased = self._take_lease(group, state, now, key_digest(message_key(message)))
         if leased is None:
             return GateResult(GateOutcome.IDLE, group, state.head)
         return self._run(group, state.head, message, leased, from_park=True)
@@ -314,9 +363,94 @@ class FifoGate:
         return self.sweep(group)
 
     def groups(self) -> list[str]:
-        """Every group the store lists - and every group this process remembers, so a group
-        the store lost altogether is still swept (and so repaired, see ``_load``)."""
-        return self._seen.groups()
+        """The groups a sweep visits: those needing attention (parked or blocked work, as the
+        store lists them and as this process saw them) and those whose lease this process
+        holds (to give it back) - O(groups with work), however many groups went idle."""
+        with self._held_lock:
+            held = set(self._held)
+        return sorted({*self._seen.groups(), *held})
+
+    def release_held(self) -> None:
+        """Give back every lease this process holds between deliveries (a consumer stopping):
+        another process then runs those groups at once instead of after the lease."""
+        with self._held_lock:
+            held, self._held = self._held, {}
+        for group, (token, _since) in held.items():
+            self._release(group, token)
+
+    # --- held leases ----------------------------------------------------------------------
+
+    def _hold(self, group: str, token: int) -> None:
+        with self._held_lock:
+            self._held[group] = (token, self._clock.now())
+
+    def _held_by_me(self, group: str) -> bool:
+        with self._held_lock:
+            return group in self._held
+
+    def _claim_held(self, group: str, state: GroupState, now: datetime) -> bool:
+        """Take this process's held lease on ``group`` for a run, if ``state`` still shows it
+        with enough of it left for a handler (``lease - lease_hold``); a stale one is dropped."""
+        with self._held_lock:
+            held = self._held.pop(group, None)
+        if held is None:
+            return False
+        token, since = held
+        usable = (
+            state.lease_token == token
+            and state.blocked_at is None
+            and not state.complete
+            and not state.backing_off(now)
+            and now - since < self.policy.lease_hold
+            and state.lease_until is not None
+            and state.lease_until - now >= self.policy.lease - self.policy.lease_hold
+        )
+        if not usable and state.lease_token == token and state.lease_live(now):
+            with self._held_lock:  # still ours, only not usable now: the sweeper gives it back
+                self._held[group] = (token, since)
+        return usable
+
+    def _release_if_unused(self, group: str, state: GroupState, now: datetime) -> bool:
+        """Give back a held lease unused for ``lease_hold``; True if it is gone (given back, or
+        no longer ours)."""
+        with self._held_lock:
+            held = self._held.get(group)
+            if held is None:
+                return True
+            token, since = held
+            if state.lease_token == token and now - since < self.policy.lease_hold:
+                return False
+            del self._held[group]
+        if state.lease_token == token:
+            self._release(group, token)
+        return True
+
+    def _release(self, group: str, token: int) -> None:
+        try:
+            self._release_lease(group, token)
+        except StaleClaimError:
+            pass  # fenced meanwhile (an operator, a takeover after expiry): not ours to free
+        except (StoreUnavailableError, TransientError) as exc:
+            # Not given back: it expires on its own after the lease; say so.
+            self._decision("lease_not_released", group, 0, f"held lease left to expire: {exc}")
+
+    def _dated(self, state: GroupState) -> GroupState:
+        """``state`` as written: an idle group's record expires a retention from now."""
+        return rules.dated(state, now=self._clock.now(), retention=self.policy.completed_retention)
+
+    def _after_expiry(self, message: Message, group: str, seq: int) -> GateResult:
+        """A delivery older than the retention for a group without a record: its record may
+        have expired after this very message ran, so it is kept, never run again."""
+        if attr.is_filler(message):
+            self._decision("filled", group, seq, "a filler for a group whose record expired")
+            return GateResult(GateOutcome.FILLED, group, seq)
+        detail = (
+            f"{group}#{seq} was published over {self.policy.completed_retention} ago and the "
+            "group has no record: it may have run before the record expired"
+        )
+        self._decision("state_expired", group, seq, detail, level=logging.WARNING)
+        self._dead_letter(message, group, seq, REASON_STATE_EXPIRED, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -469,9 +603,16 @@ class FifoGate:
         first_outcome = GateOutcome.FILLED if filled else GateOutcome.PROCESSED
         token = state.lease_token
         while True:
+            found = _Found()
             try:
                 state = self._handle_and_advance(
-                    group, token, seq, message, run_handler=ran_before is None, known=state
+                    group,
+                    token,
+                    seq,
+                    message,
+                    run_handler=ran_before is None,
+                    known=state,
+                    found=found,
                 )
             except (StaleClaimError, StoreUnavailableError):
                 # Not the handler's failure: we lost the group, or the store hiccuped after the
@@ -486,7 +627,8 @@ class FifoGate:
                 if stop is not None:
                     return GateResult(first_outcome, group, first, released)
             else:
-                self._store.unpark(self.consumer, group, seq)
+                if from_park or found.parked:  # a copy is stored (the common case has none)
+                    self._store.unpark(self.consumer, group, seq)
                 if attr.is_filler(message) or ran_before is not None:
                     why = message.attributes.get(attr.FIFO_FILLER) or (
                         f"the same dedup key had its turn at #{ran_before}"
@@ -501,9 +643,16 @@ class FifoGate:
                 return GateResult(first_outcome, group, first, released)
             if state.lease_until is None:
                 return GateResult(first_outcome, group, first, released)  # lease freed
-            next_message = self._store.parked_message(self.consumer, group, state.head)
+            next_message = (
+                self._store.parked_message(self.consumer, group, state.head)
+                if state.head in state.parked
+                else None
+            )
             if next_message is None:
-                self._release_lease(group, token, known=state)
+                if self.policy.lease_hold:
+                    self._hold(group, token)  # for the group's next delivery (see GatePolicy)
+                else:
+                    self._release_lease(group, token, known=state)
                 return GateResult(first_outcome, group, first, released)
             seq, message, from_park = state.head, next_message, True
             ran_before = ran_earlier(state, seq, message)
@@ -606,16 +755,18 @@ class FifoGate:
         *,
         run_handler: bool,
         known: GroupState,
+        found: _Found,
     ) -> GroupState:
         """Run the handler for ``seq`` and advance past it - in one transaction if configured.
 
-        ``known`` is the state this worker last wrote (see ``_update``)."""
+        ``known`` is the state this worker last wrote (see ``_update``); ``found`` is filled
+        with what the advance met in the record."""
         if not run_handler or attr.is_filler(message):
-            return self._advance_after_effect(group, token, seq, message, known)
+            return self._advance_after_effect(group, token, seq, message, known, found)
         if self._transactional_handler is not None:
             handler = self._transactional_handler
             store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
-            return self._seen.witnessed(
+            committed = self._seen.witnessed(
                 store.commit_with(
                     self.consumer,
                     group,
@@ -625,15 +776,25 @@ class FifoGate:
                         skipped=(),
                         digest=key_digest(message_key(message)),
                         end=attr.is_end_of_group(message),
+                        found=found,
                     ),
                     writes=lambda transaction: handler(message, transaction),
                 )
             )
+            if found.displaced:
+                self._dead_letter_displaced(group, seq, key_digest(message_key(message)))
+            return committed
         self._handler(message)
-        return self._advance_after_effect(group, token, seq, message, known)
+        return self._advance_after_effect(group, token, seq, message, known, found)
 
-    def _advance_after_effect(
-        self, group: str, token: int, seq: int, message: Message, known: GroupState
+    def _advance_after_effect(  # noqa: PLR0917 - private, two call sites
+        self,
+        group: str,
+        token: int,
+        seq: int,
+        message: Message,
+        known: GroupState,
+        found: _Found,
     ) -> GroupState:
         """Record the advance past ``seq`` once its effect happened, retrying a store hiccup.
 
@@ -644,7 +805,6 @@ class FifoGate:
         digest = key_digest(message_key(message))
         filler = message.attributes.get(attr.FIFO_FILLER, "")
         skipped = (seq,) if filler.startswith(attr.FILLER_DEAD_LETTERED) else ()
-        displaced: list[str] = []
         recorded = FILLER_MARK + digest if filler else digest
         state = self._advance_recorded(
             group,
@@ -652,11 +812,11 @@ class FifoGate:
             seq,
             recorded,
             skipped,
-            displaced,
+            found,
             known,
             end=attr.is_end_of_group(message),
         )
-        if displaced:
+        if found.displaced:
             self._dead_letter_displaced(group, seq, digest)
         return state
 
@@ -667,7 +827,7 @@ class FifoGate:
         seq: int,
         digest: str,
         skipped: tuple[int, ...],
-        displaced: list[str],
+        found: _Found,
         known: GroupState,
         *,
         end: bool,
@@ -682,7 +842,7 @@ class FifoGate:
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost
                 change = self._advance_change(
-                    seq, skipped=skipped, digest=digest, displaced=displaced, end=end
+                    seq, skipped=skipped, digest=digest, found=found, end=end
                 )
                 # A retry reads the record: the first attempt may have applied.
                 return self._update(group, token, change, known=None if attempt else known)
@@ -727,26 +887,32 @@ class FifoGate:
         *,
         skipped: tuple[int, ...],
         digest: str | None = None,
-        displaced: list[str] | None = None,
+        found: _Found | None = None,
         end: bool = False,
     ) -> Callable[[GroupState], GroupState]:
         def advance(s: GroupState) -> GroupState:
             other = s.key_of(seq) if seq in s.parked else None
             plain = None if digest is None else plain_digest(digest)
-            if displaced is not None and other is not None and other != plain:
-                displaced.append(other)  # another message's copy parked while ours ran
+            if found is not None:
+                found.parked = found.parked or seq in s.parked
+                if other is not None and other != plain:
+                    found.displaced.append(other)  # another message's copy parked while ours ran
             if s.last_processed >= seq:
                 # An operator skipped past it meanwhile: never move the counter backwards.
                 raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")
-            return rules.advanced(
-                s,
-                seq,
-                skipped=skipped,
-                digest=digest,
-                now=self._clock.now(),
-                lease=self.policy.lease,
-                end=end,
-                retention=self.policy.completed_retention,
+            # Dated here as well as on save: a transactional commit writes it directly.
+            return self._dated(
+                rules.advanced(
+                    s,
+                    seq,
+                    skipped=skipped,
+                    digest=digest,
+                    now=self._clock.now(),
+                    lease=self.policy.lease,
+                    end=end,
+                    retention=self.policy.completed_retention,
+                    hold=self.policy.lease_hold > timedelta(0),
+                )
             )
 
         return advance

@@ -93,5 +93,9 @@ class AsyncFifoGate:
         return await run_sync(self.sync.replay, group, run=run)
 
     async def groups(self) -> list[str]:
-        """Every group the store lists or this process remembers."""
+        """The groups a sweep visits (see FifoGate.groups)."""
         return await run_sync(self.sync.groups)
+
+    async def release_held(self) -> None:
+        """Give back the leases this process holds between deliveries (see FifoGate)."""
+        await run_sync(self.sync.release_held)

@@ -39,12 +39,14 @@ from pubsub_toolkit.stores.fifo_state.base import (
     GroupState,
     key_digest,
     merge_ranges,
+    needs_attention,
 )
 
 REASON_POISON = "fifo_poison"
 REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
 REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
 REASON_AFTER_END = "fifo_after_end"
+REASON_STATE_EXPIRED = "fifo_state_expired"
 
 
 class PoisonPolicy(enum.StrEnum):
@@ -71,7 +73,23 @@ class GatePolicy:
     # duplicate and a later number is refused; once gone, a redelivery of #1 would run again.
     # So it must exceed the subscription's redelivery window (Pub/Sub keeps an unacked
     # message at most 7 days): the consumer passes DEDUP_TTL, default 8 days.
+    # The same retention dates an IDLE group's record (nothing parked, not blocked) from its
+    # last change, so groups that stop (one per order id) do not keep state for good.
     completed_retention: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
+    # How long this process keeps a group's lease after an advance with nothing ready to run
+    # next, so the group's next delivery runs under it: one state write per message instead of
+    # two (take the lease, advance). Another process's delivery of that group waits (parked)
+    # until this process's sweeper releases the lease, ``lease_hold`` after its last use. The
+    # handler then has at least ``lease - lease_hold`` to finish. Zero releases at once (a push
+    # consumer, whose next delivery may reach another instance).
+    lease_hold: timedelta = timedelta(0)
+
+    def __post_init__(self) -> None:
+        if self.lease_hold < timedelta(0) or self.lease_hold * 2 > self.lease:
+            raise ValueError(
+                f"lease_hold ({self.lease_hold}) must be between 0 and half the lease "
+                f"({self.lease}): a handler run under a held lease has lease - lease_hold"
+            )
 
     def backoff(self, failures: int) -> timedelta:
         """How long to wait after the ``failures``-th failure in a row (5 s, 10 s, 20 s, ...)."""
@@ -200,18 +218,41 @@ def advanced(
     lease: timedelta,
     end: bool = False,
     retention: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
+    hold: bool = False,
 ) -> GroupState:
-    """Past ``seq``; the lease renewed while a parked successor is ready to run next - unless
-    ``seq`` was the group's marked end (``end``): then the group is complete (:func:`ended`)."""
+    """Past ``seq``; the lease renewed while a parked successor is ready to run next, or when
+    this worker ``hold``s it for the group's next delivery - unless ``seq`` was the group's
+    marked end (``end``): then the group is complete (:func:`ended`)."""
     new = state.advanced_to(seq, skipped=skipped, digest=digest)
     if end:
         return ended(new, now=now, retention=retention)
-    if new.head in new.parked:
+    if new.parked and new.head not in new.parked:
+        new = replace(new, gap_since=now)
+    if new.head in new.parked or hold:
         # Renewed, not kept: a long backlog must not outlive the lease it started with.
         return replace(new, lease_until=now + lease)
-    if new.parked:
-        return replace(new, gap_since=now)
     return new
+
+
+def dated(state: GroupState, *, now: datetime, retention: timedelta) -> GroupState:
+    """``state`` as saved: an idle group's record expires ``retention`` after this change, one
+    that needs attention never does, a complete group's tombstone keeps its date."""
+    if state.complete:
+        return state
+    return replace(state, expire_at=None if needs_attention(state) else now + retention)
+
+
+def forgotten_after_expiry(
+    state: GroupState, message: Message, *, now: datetime, retention: timedelta
+) -> bool:
+    """True when ``message`` may belong to a group whose record expired: there is no record,
+    and it was published more than ``retention`` ago. Anything this group processed before
+    its record expired was published before that (the record outlives the last change by
+    ``retention``), so such a delivery is kept on the dead-letter topic, never run again; a
+    new message of the group is published after the expiry and passes."""
+    if state.version is not None or message.publish_time is None:
+        return False
+    return message.publish_time < now - retention
 
 
 def ended(state: GroupState, *, now: datetime, retention: timedelta) -> GroupState:

@@ -97,6 +97,7 @@ def gate_policy(
         lease=consumer.lease,
         park=consumer.park,
         retry_backoff=consumer.retry_backoff,
+        lease_hold=consumer.lease_hold,
     )
     if completed_retention is None:
         return policy

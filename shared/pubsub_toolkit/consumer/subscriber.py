@@ -163,6 +163,9 @@ class Consumer:
                 logger.debug("stream closed", exc_info=True)
         if self._sweeper is not None:
             self._sweeper.join(timeout=timeout)
+        gate = self._processor.gate
+        if gate is not None:
+            gate.release_held()  # another consumer runs those groups at once, not after a lease
         if self._subscriber is not None:
             self._subscriber.close()
         return finished

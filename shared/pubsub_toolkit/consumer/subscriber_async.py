@@ -102,6 +102,9 @@ class AsyncConsumer:
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
+        gate = self._processor.gate
+        if gate is not None:
+            await gate.release_held()  # another consumer runs those groups at once
         if self._stream is not None:
             # The client's shutdown blocks (it joins its own threads): not on the loop.
             await asyncio.to_thread(self._close_stream, timeout)

@@ -18,16 +18,27 @@ One small record per ``(consumer, group)`` holds everything the gate decides on:
   ``KEY_WINDOW`` processed ones, so a *different* message carrying a number already taken
   (a producer reusing numbers, a counter rolled back by its store) is detected instead of
   being acked as a duplicate;
-* ``end_seq`` / ``expire_at`` - set once the number the producer marked as the group's last
-  (``fifo_end``) is behind the group: the group is **complete** (``last_processed`` stays at
-  ``end_seq``, a later number is dead-lettered), and the record is a tombstone the store may
-  delete after ``expire_at`` (Redis ``PEXPIREAT``; Firestore's TTL policy on the state
-  document's ``expire_at`` field; the memory store on its clock). Until then it refuses late
+* ``end_seq`` - set once the number the producer marked as the group's last (``fifo_end``)
+  is behind the group: the group is **complete** (``last_processed`` stays at ``end_seq``, a
+  later number is dead-lettered);
+* ``expire_at`` - when the store may delete the record (Redis ``PEXPIREAT``; Firestore's TTL
+  policy on the state document's ``expire_at`` field; the memory store on its clock): a
+  complete group's tombstone, and an **idle** group's record (nothing parked, not blocked),
+  each a retention (``DEDUP_TTL``) after its last change. Until then the record refuses late
   numbers and acks redeliveries as duplicates, so ``expire_at`` must lie beyond the
-  subscription's redelivery window (the gate keeps it ``DEDUP_TTL`` away).
+  subscription's redelivery window; after it, the gate dead-letters a delivery older than the
+  retention for a group without a record (``fifo_state_expired``) rather than run it again.
+  A record that :func:`needs_attention` never expires.
+
+Stores list a group (:meth:`FifoStore.groups`, what the sweeper visits) while :func:`listed`:
+with the gate dating every idle record, that is exactly the groups with parked or blocked work,
+so a sweep costs O(groups needing attention), not O(groups ever seen).
 
 Every change is a compare-and-set on the record's version, so two consumer processes can work
 the same subscription and only one advance of ``last`` ever wins.
+
+(About 320 lines: the record, its JSON codec and the two store protocols, kept in one module so
+every backend reads one definition of them.)
 """
 
 from __future__ import annotations
@@ -87,7 +98,8 @@ class GroupState:
         return self.end_seq is not None
 
     def expired(self, now: datetime) -> bool:
-        """True once a store may forget this record (only a complete group's ever expires)."""
+        """True once a store may forget this record (a complete or idle group's, see
+        ``expire_at``)."""
         return self.expire_at is not None and now >= self.expire_at
 
     @property
@@ -194,6 +206,18 @@ class GroupState:
         )
 
 
+def needs_attention(state: GroupState) -> bool:
+    """True while a sweeper has work in the group: parked copies (a head to run, a gap to time,
+    a retry that is due, copies past an end to settle) or a block for an operator."""
+    return bool(state.parked) or state.blocked_at is not None
+
+
+def listed(state: GroupState) -> bool:
+    """True while a store must list the group for the sweeper (:meth:`FifoStore.groups`): it
+    needs attention, or its record does not expire (written before records were dated)."""
+    return state.expire_at is None or needs_attention(state)
+
+
 def merge_ranges(ranges: tuple[Range, ...], numbers: tuple[int, ...]) -> tuple[Range, ...]:
     """``ranges`` with ``numbers`` added, sorted and with touching ranges joined."""
     merged: list[Range] = []
@@ -277,7 +301,8 @@ class FifoStore(Protocol):
         ...
 
     def groups(self, consumer: str) -> list[str]:
-        """Every group this consumer has state for (for status and the sweeper)."""
+        """The consumer's groups whose record is :func:`listed` (what the sweeper visits):
+        those that need attention, and any record without ``expire_at``."""
         ...
 
 

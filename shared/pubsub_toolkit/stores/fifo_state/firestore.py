@@ -3,8 +3,10 @@
 One document per ``(consumer, group)`` in one collection (default
 ``pubsub_toolkit_fifo_state``), id ``sha256(consumer NUL group)`` so any names are valid. It holds
 the whole :class:`~pubsub_toolkit.stores.fifo_state.base.GroupState` as one JSON string
-(``state``), plus ``consumer``, ``group`` and ``last_processed`` as plain fields for operators
-and for the ``groups()`` query (a single equality filter: no composite index needed).
+(``state``), plus ``consumer``, ``group``, ``last_processed`` and ``listed`` as plain fields for
+operators and for the ``groups()`` queries (equality filters only: Firestore merges the
+single-field indexes, no composite index needed). ``listed`` is ``base.listed(state)``: the
+sweeper's queries read the groups that need attention, not every group ever seen.
 
 The CAS version is the document's ``update_time``. ``save`` is ``create()`` for a first write
 (AlreadyExists = lost) and otherwise ``update()`` with a ``last_update_time`` precondition
@@ -20,10 +22,10 @@ Two details keep the CAS strict:
   fail its precondition. Only in that case the store reads ``write_id`` back and reports the
   save as won, rather than leaving the gate to think someone else holds a lease it took.
 
-A complete group's state document also carries ``expire_at`` (a timestamp; null while the
-group is open), the field a Firestore **TTL policy on the collection group
+A complete or idle group's state document also carries ``expire_at`` (a timestamp; null while
+the group needs attention), the field a Firestore **TTL policy on the collection group
 ``pubsub_toolkit_fifo_state``** deletes on: the deploy must declare that policy, or finished
-groups stay for good (harmless, but never cleaned up). Firestore deletes expired documents
+and idle groups stay for good (harmless, but never cleaned up). Firestore deletes expired documents
 some time after ``expire_at`` (typically within a day), never before, so the tombstone lasts at
 least as long as the gate asked. A TTL deletion does not reach subcollections: parked copies
 are unparked before a group completes (or settled by the next sweep), so none should remain.
@@ -31,6 +33,9 @@ are unparked before a group completes (or settled by the next sweep), so none sh
 Parked messages are documents in the subcollection ``parked`` of the state document, id = the
 zero-padded seq (so they list in order), created with ``create()``: AlreadyExists means the
 first copy is kept. Every call has a bounded retry and fails closed (StoreUnavailableError).
+
+(About 310 lines: the compare-and-set, parking, the sweeper's queries and the transactional
+commit all share the document layout above, so they stay in one module.)
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -56,7 +62,12 @@ from pubsub_toolkit.stores._firestore_calls import (
     fail_closed,
     run_in_transaction,
 )
-from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message, encode_message
+from pubsub_toolkit.stores.fifo_state.base import (
+    GroupState,
+    decode_message,
+    encode_message,
+    listed,
+)
 
 DEFAULT_COLLECTION = "pubsub_toolkit_fifo_state"
 PARKED_COLLECTION = "parked"
@@ -64,6 +75,10 @@ STATE_FIELD = "state"
 WRITE_ID_FIELD = "write_id"
 # A complete group's tombstone time: the deploy's TTL policy on this collection deletes on it.
 EXPIRE_AT_FIELD = "expire_at"
+# base.listed(state), for the sweeper's query. Records written before it existed have no such
+# field: the second filter finds them (they never expire, so their expire_at is null).
+LISTED_FIELD = "listed"
+LISTING_FILTERS = ((LISTED_FIELD, True), (EXPIRE_AT_FIELD, None))
 _TIMEOUT = TIMEOUT
 _RETRY = bounded_retry()
 # A lost CAS answers AlreadyExists (create) or FailedPrecondition (update); NotFound if the
@@ -113,6 +128,7 @@ class FirestoreFifoStore:
             WRITE_ID_FIELD: write_id,
             # Always written (null while open): an update leaves unnamed fields as they were.
             EXPIRE_AT_FIELD: state.expire_at,
+            LISTED_FIELD: listed(state),
         }
         option = (
             None
@@ -162,12 +178,18 @@ class FirestoreFifoStore:
         fail_closed(lambda: ref.delete(retry=_RETRY, timeout=_TIMEOUT))
 
     def groups(self, consumer: str) -> list[str]:
-        """Every group this consumer has saved state for, sorted."""
-        query = self._collection.where(filter=FieldFilter("consumer", "==", consumer)).select(
-            ["group"]
-        )
-        snapshots = fail_closed(lambda: list(query.stream(retry=_RETRY, timeout=_TIMEOUT)))
-        return sorted(str(s.get("group")) for s in snapshots)
+        """The consumer's listed groups (``base.listed``), sorted: two queries whose reads
+        are the groups they return (at least one read each)."""
+        names: set[str] = set()
+        for field, value in LISTING_FILTERS:
+            query = (
+                self._collection.where(filter=FieldFilter("consumer", "==", consumer))
+                .where(filter=FieldFilter(field, "==", value))
+                .select(["group"])
+            )
+            snapshots: list[Any] = fail_closed(partial(_streamed, query))
+            names.update(str(s.get("group")) for s in snapshots)
+        return sorted(names)
 
     def commit_with(
         self,
@@ -237,6 +259,7 @@ class FirestoreFifoStore:
                 STATE_FIELD: new.to_json(),
                 WRITE_ID_FIELD: write_id,
                 EXPIRE_AT_FIELD: new.expire_at,
+                LISTED_FIELD: listed(new),
             }
             transaction.update(ref, document, option=unchanged)
             # Its new version is the commit's, which the transaction does not hand back: the
@@ -287,3 +310,7 @@ class FirestoreFifoStore:
 
     def _parked_ref(self, consumer: str, group: str, seq: int) -> Any:
         return self._ref(consumer, group).collection(PARKED_COLLECTION).document(parked_id(seq))
+
+
+def _streamed(query: Any) -> list[Any]:
+    return list(query.stream(retry=_RETRY, timeout=_TIMEOUT))

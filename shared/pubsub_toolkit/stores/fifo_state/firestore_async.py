@@ -18,11 +18,18 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_async_retry, fail_closed_async
-from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message, encode_message
+from pubsub_toolkit.stores.fifo_state.base import (
+    GroupState,
+    decode_message,
+    encode_message,
+    listed,
+)
 from pubsub_toolkit.stores.fifo_state.firestore import (
     _CONFLICT,
     DEFAULT_COLLECTION,
     EXPIRE_AT_FIELD,
+    LISTED_FIELD,
+    LISTING_FILTERS,
     PARKED_COLLECTION,
     STATE_FIELD,
     WRITE_ID_FIELD,
@@ -60,6 +67,7 @@ class AsyncFirestoreFifoStore:
             STATE_FIELD: state.to_json(),
             WRITE_ID_FIELD: write_id,
             EXPIRE_AT_FIELD: state.expire_at,
+            LISTED_FIELD: listed(state),
         }
         try:
             if expected.version is None:
@@ -107,11 +115,17 @@ class AsyncFirestoreFifoStore:
         )
 
     async def groups(self, consumer: str) -> list[str]:
-        query = self._collection.where(filter=FieldFilter("consumer", "==", consumer)).select(
-            ["group"]
-        )
-        snapshots = [s async for s in query.stream(retry=_RETRY, timeout=TIMEOUT)]
-        return sorted(str(s.get("group")) for s in snapshots)
+        names: set[str] = set()
+        for field, value in LISTING_FILTERS:  # as the sync store: listed, or written before
+            query = (
+                self._collection.where(filter=FieldFilter("consumer", "==", consumer))
+                .where(filter=FieldFilter(field, "==", value))
+                .select(["group"])
+            )
+            names.update(
+                [str(s.get("group")) async for s in query.stream(retry=_RETRY, timeout=TIMEOUT)]
+            )
+        return sorted(names)
 
     def _ref(self, consumer: str, group: str) -> Any:
         return self._collection.document(document_id(consumer, group))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import GroupState
+from pubsub_toolkit.stores.fifo_state.base import GroupState, listed
 
 
 class MemoryFifoStore:
@@ -60,7 +60,7 @@ class MemoryFifoStore:
             return sorted(
                 g
                 for (c, g), state in self._states.items()
-                if c == consumer and not state.expired(now)
+                if c == consumer and not state.expired(now) and listed(state)
             )
 
     def _current(self, consumer: str, group: str) -> GroupState:

@@ -8,11 +8,12 @@ Per ``(consumer, group)`` there are two keys, and one more per consumer:
 * ``{prefix}p:{len(consumer)}:{consumer}:{group}`` - a hash of parked messages, field = seq.
 * ``{prefix}g:{len(consumer)}:{consumer}`` - a set of the consumer's group names.
 
-A complete group's state carries ``expire_at``: the save script sets ``PEXPIREAT`` at that time
-on the state hash and on the parked hash (a copy left there by a crash goes with it), and takes
-the group out of the groups set once nothing is parked (there is nothing left to sweep, and a
-set member would outlive the expired hash for good). A state without ``expire_at`` is made
-persistent again (``PERSIST``), so only a tombstone ever expires.
+A state with ``expire_at`` (a complete group's tombstone, an idle group's record): the save
+script sets ``PEXPIREAT`` at that time on the state hash and on the parked hash (a copy left
+there by a crash goes with it), and takes the group out of the groups set once nothing needs
+attention (there is nothing to sweep, and a set member would outlive the expired hash for
+good). A state without ``expire_at`` is made persistent again (``PERSIST``) and listed. So the
+groups set holds the groups the sweeper must visit (``base.listed``), not every group seen.
 
 The consumer is length-prefixed so ``("a:b", "c")`` and ``("a", "b:c")`` never share a key.
 
@@ -60,7 +61,12 @@ from pubsub_toolkit.stores._redis_calls import (
     refuse_cluster,
     server_in_cluster_mode,
 )
-from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message, encode_message
+from pubsub_toolkit.stores.fifo_state.base import (
+    GroupState,
+    decode_message,
+    encode_message,
+    needs_attention,
+)
 
 if TYPE_CHECKING:
     import redis as redis_lib
@@ -75,7 +81,7 @@ _CLUSTER_WHY = "its compare-and-set script writes two keys (state hash, groups s
 # ARGV[1] = expected write id ('' = the record must not exist yet), ARGV[2] = state JSON,
 # ARGV[3] = this save's write id (unique per save call), ARGV[4] = group name,
 # ARGV[5] = expire_at in Unix milliseconds ('' = keep for good), ARGV[6] = '1' while the
-# group must stay listed (something parked), else '0' (read only with ARGV[5]).
+# group must stay listed (it needs attention), else '0' (read only with ARGV[5]).
 # Returns 1 if the state is (now) ours, 0 if the expected version is stale.
 _SAVE_IF_VERSION = """
 local current = redis.call('HMGET', KEYS[1], 'v', 'w')
@@ -97,7 +103,7 @@ if ARGV[5] ~= '' then
   end
 else
   redis.call('PERSIST', KEYS[1])
-  if version == 1 then redis.call('SADD', KEYS[2], ARGV[4]) end
+  redis.call('SADD', KEYS[2], ARGV[4])
 end
 return 1
 """
@@ -160,7 +166,7 @@ class RedisFifoStore:
             self._parked_key(consumer, group),
         ]
         expire_ms = "" if state.expire_at is None else str(_unix_ms(state.expire_at))
-        listed = "1" if state.parked else "0"
+        listed = "1" if needs_attention(state) else "0"
         args = [expected_version, state.to_json(), write_id, group, expire_ms, listed]
         if not self._call(lambda: self._save_script(keys=keys, args=args)):
             return None
@@ -183,7 +189,7 @@ class RedisFifoStore:
         self._call(lambda: self._client.hdel(key, str(seq)))
 
     def groups(self, consumer: str) -> list[str]:
-        """Every group this consumer has saved state for, sorted."""
+        """The consumer's listed groups (``base.listed``), sorted: one SMEMBERS."""
         key = self._groups_key(consumer)
         members = self._call(lambda: self._client.smembers(key))
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)

@@ -15,7 +15,12 @@ from pubsub_toolkit.errors import ConfigurationError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores._redis_calls import cluster_refusal, import_redis
 from pubsub_toolkit.stores.dedup.redis_async import connect_async, fail_closed_async
-from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message, encode_message
+from pubsub_toolkit.stores.fifo_state.base import (
+    GroupState,
+    decode_message,
+    encode_message,
+    needs_attention,
+)
 from pubsub_toolkit.stores.fifo_state.redis import (
     _CLUSTER_WHY,
     _SAVE_IF_VERSION,
@@ -59,7 +64,7 @@ class AsyncRedisFifoStore:
             self._parked_key(consumer, group),
         ]
         expire_ms = "" if state.expire_at is None else str(_unix_ms(state.expire_at))
-        listed = "1" if state.parked else "0"
+        listed = "1" if needs_attention(state) else "0"
         args = [expected_version, state.to_json(), write_id, group, expire_ms, listed]
         if not await self._call(self._save_script(keys=keys, args=args)):
             return None
