@@ -147,6 +147,7 @@ def build_gate(world: Any, process: Process, handler: Callable[..., object]) -> 
         policy=gate_policy(consumer_settings(world)),
         clock=process.clock,
         log=log,
+        batch=world.config.batch,
     )
 
 

@@ -63,7 +63,30 @@ class Drivers:
             )
             w.boundaries.step(process, "after effect")
 
-        return handle
+        if w.config.batch == 1:
+            return handle
+
+        def handle_batch(messages: list[Message]) -> None:
+            # A batch handler as the gate asks for one: all or nothing (one transaction) -
+            # every message's failure is known before any effect, and the effects land at once.
+            w.boundaries.step(process, "before effect")
+            now = w.loop.now
+            for message in messages:
+                lid = w.ledger.lid_of(message)
+                failure = self._failure(lid, now)
+                if failure is not None:
+                    w.ledger.failures.setdefault(str(lid), []).append(now)
+                    w.trace.add(f"{process.name}: batch fails for {lid}: {failure}")
+                    raise failure
+            for message in messages:
+                effect = w.ledger.effect(message, now, process.name)
+                w.trace.add(
+                    f"EFFECT {process.name} {effect.lid} key={effect.dedup_key} group="
+                    f"{effect.group} seq={effect.seq} (batch of {len(messages)})"
+                )
+            w.boundaries.step(process, "after effect")
+
+        return handle_batch
 
     def _failure(self, lid: str | None, now: float) -> Exception | None:
         """The exception the handler raises for ``lid`` now, if it fails."""

@@ -66,6 +66,7 @@ class Config:
     gate_dead_letters: bool  # the consumer has a dead-letter topic
     dedup_lease: float
     lease_hold: float  # the FIFO gate keeps a group's lease between deliveries (0 = never)
+    batch: int  # the consumer's handler takes lists of up to this many (1 = one message)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ def _config(rng: random.Random) -> Config:
         gate_dead_letters=gate_dead_letters,
         dedup_lease=rng.choice((30.0, 90.0)),
         lease_hold=rng.choice((0.0, 2.0, 2.0, 20.0)),
+        batch=rng.choice((1, 1, 3)),
     )
 
 

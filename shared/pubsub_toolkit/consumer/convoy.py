@@ -4,6 +4,10 @@ Work items are queued per group (kept sorted by sequence number, so what arrived
 in one pull is handed to the gate in order and parks less). A group with work is *active*: one
 task on the pool drains its queue, and no second task runs that group at the same time. Items
 without a group run on the pool directly. The pool's size bounds how many groups run at once.
+
+With ``batch`` > 1 a group's runner takes up to ``batch`` queued items with consecutive numbers
+at once and hands their payloads to ``run_batch`` (the consumer's batch mode: one handler call
+and one advance of the group for them all); a lone item still runs its own ``work``.
 """
 
 from __future__ import annotations
@@ -23,12 +27,21 @@ class _Item:
     order: int  # arrival order breaks ties (duplicates of one number)
     work: Work = field(compare=False)
     cancel: Work = field(compare=False)
+    payload: object = field(compare=False, default=None)
 
 
 class ConvoyDispatcher:
     """Runs submitted work: per group in sequence order, one at a time; groups in parallel."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        *,
+        batch: int = 1,
+        run_batch: Callable[[list[object]], None] | None = None,
+    ) -> None:
+        self._batch = batch if run_batch is not None else 1
+        self._run_batch = run_batch
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="convoy")
         self._lock = threading.Lock()
         self._queues: dict[str, list[_Item]] = {}
@@ -38,8 +51,11 @@ class ConvoyDispatcher:
         self._in_flight = 0
         self._closed = False
 
-    def submit(self, group: str | None, seq: int, work: Work, cancel: Work) -> None:
-        """Queue ``work``; ``cancel`` runs instead if the dispatcher closes first."""
+    def submit(
+        self, group: str | None, seq: int, work: Work, cancel: Work, payload: object = None
+    ) -> None:
+        """Queue ``work``; ``cancel`` runs instead if the dispatcher closes first. ``payload``
+        is what ``run_batch`` gets for the item when it runs in a batch."""
         with self._lock:
             if self._closed:
                 cancel()
@@ -50,7 +66,8 @@ class ConvoyDispatcher:
                 return
             self._arrivals += 1
             bisect.insort(
-                self._queues.setdefault(group, []), _Item(seq, self._arrivals, work, cancel)
+                self._queues.setdefault(group, []),
+                _Item(seq, self._arrivals, work, cancel, payload),
             )
             if group in self._active:
                 return  # the group's runner will pick it up
@@ -78,11 +95,17 @@ class ConvoyDispatcher:
                     self._queues.pop(group, None)
                     self._active.discard(group)
                     return
-                item = queue.pop(0)
+                items = [queue.pop(0)]
+                while len(items) < self._batch and queue and queue[0].seq == items[-1].seq + 1:
+                    items.append(queue.pop(0))
             try:
-                item.work()
+                if len(items) == 1 or self._run_batch is None:
+                    items[0].work()
+                else:
+                    self._run_batch([item.payload for item in items])
             finally:
-                self._done()
+                for _ in items:
+                    self._done()
 
     def _done(self) -> None:
         with self._lock:

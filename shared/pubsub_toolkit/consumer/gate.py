@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -104,6 +104,9 @@ logger = logging.getLogger(__name__)
 
 _ADVANCE_RETRY_DELAYS = (0.1, 0.5, 1.5)
 Handler = Callable[[Message], object]
+# In batch mode (``batch`` > 1) the handler takes a list of consecutive messages of one group.
+BatchHandler = Callable[[list[Message]], object]
+Step = tuple[int, Message]  # a number and the message that runs there
 # Transactional mode: the handler writes through the Firestore transaction it is given, and
 # those writes commit together with the group's advance (see FirestoreFifoStore.commit_with).
 TransactionalHandler = Callable[[Message, Any], object]
@@ -127,8 +130,8 @@ class TransactionalStore(Protocol):
 class _Found:
     """What an advance's compare-and-set met in the record (filled in by the change)."""
 
-    parked: bool = False  # a copy of the number was parked: unpark it
-    displaced: list[str] = field(default_factory=list)  # other messages' copies at the number
+    parked: set[int] = field(default_factory=set)  # numbers a copy was parked at: unpark them
+    displaced: set[int] = field(default_factory=set)  # numbers another message's copy holds
 
 
 class EarlyArrivalError(TransientError):
@@ -153,12 +156,21 @@ class FifoGate:
         clock: Clock = SYSTEM_CLOCK,
         log: DecisionLog | None = None,
         transactional_handler: TransactionalHandler | None = None,
+        batch: int = 1,
     ) -> None:
         """``handler`` runs each message; or, with a store that supports it (Firestore),
         ``transactional_handler(message, transaction)`` writes through the transaction and
-        those writes commit together with the advance of ``last_processed``."""
+        those writes commit together with the advance of ``last_processed``.
+
+        With ``batch`` > 1 either handler takes a **list** of 1 to ``batch`` consecutive
+        messages of one group instead of one message, and the group advances once per list
+        (one state write for the batch): consecutive parked numbers run together, and so do
+        the consecutive deliveries handed to :meth:`deliver_batch`."""
         if transactional_handler is not None and not hasattr(store, "commit_with"):
             raise ValueError("transactional mode needs a store with commit_with (Firestore)")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, not {batch!r}")
+        self.batch = batch
         self._store = store
         self.consumer = consumer
         self._handler = handler
@@ -229,7 +241,7 @@ class FifoGate:
             if at_head and self._claim_held(group, state, now):
                 # This process kept the lease since the group's last advance: run under it,
                 # no lease write (the advance renews it).
-                return self._run(group, seq, message, state, from_park=False)
+                return self._run(group, [(seq, message)], state, from_park=False)
             waiting = at_head and (state.lease_live(now) or state.backing_off(now))
             if seq > state.head or state.blocked_at is not None or waiting:
                 # Early, blocked, backing off, or this very number is being run elsewhere: keep
@@ -243,8 +255,77 @@ class FifoGate:
             leased = self._take_lease(group, state, now, digest)
             if leased is None:
                 continue
-            return self._run(group, seq, message, leased, from_park=False)
+            return self._run(group, [(seq, message)], leased, from_park=False)
         raise TransientError(f"{group}#{seq}: the group's state kept changing; try again")
+
+    def deliver_batch(
+        self, group: str, deliveries: Sequence[tuple[Message, int]]
+    ) -> list[GateResult | Exception]:
+        """Handle several deliveries of ``group`` (``(message, seq)`` each); one result per
+        delivery, in order: a GateResult means ack, an exception nack (as :meth:`deliver`).
+
+        In batch mode the consecutive run from the group's head goes to the handler as one
+        list and the group advances once past it; every other delivery - early, a duplicate,
+        a filler, the run's successors after a failure - gets :meth:`deliver` on its own."""
+        pending = sorted(range(len(deliveries)), key=lambda i: deliveries[i][1])
+        results: dict[int, GateResult | Exception] = {}
+        while pending:  # each turn settles at least one delivery
+            if self.batch > 1 and len(pending) > 1:
+                self._deliver_run(group, deliveries, pending, results)
+                if pending[0] in results:
+                    pending = [i for i in pending if i not in results]
+                    continue
+            i = pending.pop(0)
+            message, seq = deliveries[i]
+            try:
+                results[i] = self.deliver(message, group, seq)
+            except Exception as exc:  # the caller nacks it, and logs why
+                results[i] = exc
+        return [results[i] for i in range(len(deliveries))]
+
+    def _deliver_run(
+        self,
+        group: str,
+        deliveries: Sequence[tuple[Message, int]],
+        order: list[int],
+        results: dict[int, GateResult | Exception],
+    ) -> None:
+        """Run the consecutive deliveries from the group's head as one batch, if there are at
+        least two and the group's lease can be had; their results go into ``results``."""
+        state = self._seen.load(group)
+        now = self._clock.now()
+        run: list[int] = []
+        digests: set[str] = set()
+        for i in order:
+            message, seq = deliveries[i]
+            if seq != state.head + len(run) or len(run) == self.batch:
+                break
+            if not self._batchable(state, seq, message, digests) or rules.forgotten_after_expiry(
+                state, message, now=now, retention=self.policy.completed_retention
+            ):
+                break
+            digests.add(key_digest(message_key(message)))
+            run.append(i)
+        if len(run) < 2 or state.blocked_at is not None or state.backing_off(now):
+            return  # one by one: the usual rules decide each
+        first_message = deliveries[run[0]][0]
+        leased: GroupState | None = state
+        if not self._claim_held(group, state, now):
+            leased = self._take_lease(group, state, now, key_digest(message_key(first_message)))
+        if leased is None:
+            return  # someone else runs the group: one by one, they park
+        steps = [(deliveries[i][1], deliveries[i][0]) for i in run]
+        try:
+            result = self._run(group, steps, leased, from_park=False)
+        except Exception as exc:
+            # One number of the batch failed on its own (its copy is parked for the retry) or
+            # the store failed: each delivery is then judged alone - processed ones are
+            # duplicates now, the failed one is retrying, the rest wait parked behind it.
+            self._decision("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
+            return
+        if result.outcome is GateOutcome.PROCESSED:
+            for i in run:
+                results[i] = GateResult(GateOutcome.PROCESSED, group, deliveries[i][1])
 
     def sweep(self, group: str) -> GateResult:
         """Periodic work for one group: run a parked head, act on an expired gap, give back a
@@ -315,7 +396,7 @@ class FifoGate:
             leased = self._take_lease(group, state, now, key_digest(message_key(message)))
         if leased is None:
             return GateResult(GateOutcome.IDLE, group, state.head)
-        return self._run(group, state.head, message, leased, from_park=True)
+        return self._run(group, [(state.head, message)], leased, from_park=True)
 
     # --- operator actions -----------------------------------------------------------------
 
@@ -590,73 +671,153 @@ class FifoGate:
         return self._seen.save(group, leased, state)
 
     def _run(
-        self, group: str, seq: int, message: Message, state: GroupState, *, from_park: bool
+        self, group: str, steps: list[Step], state: GroupState, *, from_park: bool
     ) -> GateResult:
-        """Run ``seq`` and then every parked successor, holding the lease throughout.
+        """Run ``steps`` (the head, or a batch of consecutive numbers from it) and then every
+        parked successor, holding the lease throughout.
 
         Every decision here is taken from the state *this worker wrote*, never from a re-read:
         a re-read may already show the next worker's lease and parked messages.
         """
-        first, released = seq, 0
-        ran_before = ran_earlier(state, seq, message)
-        filled = attr.is_filler(message) or ran_before is not None
-        first_outcome = GateOutcome.FILLED if filled else GateOutcome.PROCESSED
+        first, released = steps[0][0], 0
+        first_outcome: GateOutcome | None = None
         token = state.lease_token
         while True:
-            found = _Found()
-            try:
-                state = self._handle_and_advance(
-                    group,
-                    token,
-                    seq,
-                    message,
-                    run_handler=ran_before is None,
-                    known=state,
-                    found=found,
-                )
-            except (StaleClaimError, StoreUnavailableError):
-                # Not the handler's failure: we lost the group, or the store hiccuped after the
-                # handler ran. Counting it as an attempt could dead-letter a processed message.
-                raise
-            except Exception as exc:
-                state, stop = self._on_failure(
-                    group, seq, message, token=token, exc=exc, from_park=from_park
-                )
-                if seq == first:
-                    first_outcome = stop or GateOutcome.DEAD_LETTERED
-                if stop is not None:
-                    return GateResult(first_outcome, group, first, released)
+            if len(steps) == 1:
+                state, outcome, stop = self._run_one(group, token, steps[0], state, from_park)
             else:
-                if from_park or found.parked:  # a copy is stored (the common case has none)
-                    self._store.unpark(self.consumer, group, seq)
-                if attr.is_filler(message) or ran_before is not None:
-                    why = message.attributes.get(attr.FIFO_FILLER) or (
-                        f"the same dedup key had its turn at #{ran_before}"
-                    )
-                    self._decision("filled", group, seq, f"no new message at this number ({why})")
-                else:
-                    self._decision("processed", group, seq, "processed in order")
+                state, outcome, stop = self._run_batch(group, token, steps, state, from_park)
+            first_outcome = first_outcome or outcome
+            if stop:
+                return GateResult(first_outcome, group, first, released)
             if state.complete:
                 # The marked end is behind the group: nothing after it runs (its lease is free).
-                self._decision("completed", group, seq, "the group's last number (fifo_end)")
+                last = state.last_processed
+                self._decision("completed", group, last, "the group's last number (fifo_end)")
                 self._settle_after_end(group, state)
                 return GateResult(first_outcome, group, first, released)
             if state.lease_until is None:
                 return GateResult(first_outcome, group, first, released)  # lease freed
-            next_message = (
-                self._store.parked_message(self.consumer, group, state.head)
-                if state.head in state.parked
-                else None
-            )
-            if next_message is None:
+            steps = self._parked_steps(group, state)
+            if not steps:
                 if self.policy.lease_hold:
                     self._hold(group, token)  # for the group's next delivery (see GatePolicy)
                 else:
                     self._release_lease(group, token, known=state)
                 return GateResult(first_outcome, group, first, released)
-            seq, message, from_park = state.head, next_message, True
-            ran_before = ran_earlier(state, seq, message)
-            released += 1
+            from_park = True
+            released += len(steps)
+
+    def _run_one(
+        self, group: str, token: int, step: Step, state: GroupState, from_park: bool
+    ) -> tuple[GroupState, GateOutcome, bool]:
+        """Run one number; (state, outcome, whether the run stops here)."""
+        seq, message = step
+        ran_before = ran_earlier(state, seq, message)
+        filled = attr.is_filler(message) or ran_before is not None
+        found = _Found()
+        try:
+            state = self._handle_and_advance(
+                group,
+                token,
+                seq,
+                message,
+                run_handler=ran_before is None,
+                known=state,
+                found=found,
+            )
+        except (StaleClaimError, StoreUnavailableError):
+            # Not the handler's failure: we lost the group, or the store hiccuped after the
+            # handler ran. Counting it as an attempt could dead-letter a processed message.
+            raise
+        except Exception as exc:
+            state, stop = self._on_failure(
+                group, seq, message, token=token, exc=exc, from_park=from_park
+            )
+            return state, stop or GateOutcome.DEAD_LETTERED, stop is not None
+        if from_park or found.parked:  # a copy is stored (the common case has none)
+            self._store.unpark(self.consumer, group, seq)
+        if filled:
+            why = message.attributes.get(attr.FIFO_FILLER) or (
+                f"the same dedup key had its turn at #{ran_before}"
+            )
+            self._decision("filled", group, seq, f"no new message at this number ({why})")
+            return state, GateOutcome.FILLED, False
+        self._decision("processed", group, seq, "processed in order")
+        return state, GateOutcome.PROCESSED, False
+
+    def _run_batch(
+        self, group: str, token: int, steps: list[Step], state: GroupState, from_park: bool
+    ) -> tuple[GroupState, GateOutcome, bool]:
+        """Run consecutive numbers as one handler call and one advance past them all.
+
+        If the handler fails, nothing is counted against anyone yet: the batch's numbers run
+        again one at a time (each a list of one), so a poison message is found and handled
+        alone and its neighbours are not blamed. (A batch handler must therefore be all or
+        nothing - one transaction - or its effects for the numbers before the failing one
+        happen twice.)"""
+        found = _Found()
+        numbers = f"#{steps[0][0]}-#{steps[-1][0]}"
+        try:
+            state = self._handle_and_advance_batch(group, token, steps, known=state, found=found)
+        except (StaleClaimError, StoreUnavailableError):
+            raise  # as for one number: not the handler's failure
+        except Exception as exc:
+            self._decision(
+                "batch_failed",
+                group,
+                steps[0][0],
+                f"batch {numbers} failed ({type(exc).__name__}: {exc}); one at a time",
+                level=logging.WARNING,
+            )
+            outcome: GateOutcome | None = None
+            for step in steps:
+                state, one, stop = self._run_one(group, token, step, state, from_park)
+                outcome = outcome or one
+                if stop:
+                    return state, outcome, True
+            return state, outcome or GateOutcome.PROCESSED, False
+        for seq, _message in steps:
+            if from_park or seq in found.parked:
+                self._store.unpark(self.consumer, group, seq)
+            self._decision("processed", group, seq, f"processed in order (batch {numbers})")
+        return state, GateOutcome.PROCESSED, False
+
+    def _parked_steps(self, group: str, state: GroupState) -> list[Step]:
+        """The parked head to run next - with, in batch mode, the consecutive parked numbers
+        after it that can join its batch; [] if the head is not parked (or not stored)."""
+        head = state.head
+        message = (
+            self._store.parked_message(self.consumer, group, head) if head in state.parked else None
+        )
+        if message is None:
+            return []
+        steps: list[Step] = [(head, message)]
+        if self.batch == 1 or not self._batchable(state, head, message, set()):
+            return steps
+        digests = {key_digest(message_key(message))}
+        while len(steps) < self.batch and steps[-1][0] + 1 in state.parked:
+            seq = steps[-1][0] + 1
+            following = self._store.parked_message(self.consumer, group, seq)
+            if following is None or not self._batchable(state, seq, following, digests):
+                break
+            digests.add(key_digest(message_key(following)))
+            steps.append((seq, following))
+        return steps
+
+    def _batchable(self, state: GroupState, seq: int, message: Message, digests: set[str]) -> bool:
+        """True if ``message`` at ``seq`` can join a batch: a plain message whose number is its
+        own - no filler, no end of group, no copy of a key that ran (or is in the batch) -
+        so it needs none of the one-number rules; anything else runs on its own."""
+        digest = key_digest(message_key(message))
+        return (
+            not attr.is_filler(message)
+            and not attr.is_end_of_group(message)
+            and not state.complete
+            and ran_earlier(state, seq, message) is None
+            and state.key_of(seq) in (None, digest)
+            and digest not in digests
+        )
 
     def _on_failure(
         self,
@@ -778,14 +939,57 @@ class FifoGate:
                         end=attr.is_end_of_group(message),
                         found=found,
                     ),
-                    writes=lambda transaction: handler(message, transaction),
+                    writes=lambda transaction: handler(self._one(message), transaction),
                 )
             )
             if found.displaced:
                 self._dead_letter_displaced(group, seq, key_digest(message_key(message)))
             return committed
-        self._handler(message)
+        self._handler(self._one(message))
         return self._advance_after_effect(group, token, seq, message, known, found)
+
+    def _one(self, message: Message) -> Any:
+        """What the handler takes for one message: the message, or in batch mode a list."""
+        return [message] if self.batch > 1 else message
+
+    def _handle_and_advance_batch(
+        self, group: str, token: int, steps: list[Step], *, known: GroupState, found: _Found
+    ) -> GroupState:
+        """Run the handler once for ``steps`` and advance past them all in one write (in the
+        handler's transaction in transactional mode)."""
+        messages = [message for _seq, message in steps]
+        digests = {seq: key_digest(message_key(message)) for seq, message in steps}
+        changes = [
+            self._advance_change(seq, skipped=(), digest=digests[seq], found=found)
+            for seq, _message in steps
+        ]
+
+        def change(state: GroupState) -> GroupState:
+            for step in changes:
+                state = step(state)
+            return state
+
+        last = steps[-1][0]
+        if self._transactional_handler is not None:
+            handler = self._transactional_handler
+            store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
+            state = self._seen.witnessed(
+                store.commit_with(
+                    self.consumer,
+                    group,
+                    token=token,
+                    change=change,
+                    writes=lambda transaction: handler(messages, transaction),  # type: ignore[arg-type]
+                )
+            )
+        else:
+            self._handler(messages)  # type: ignore[arg-type]  # batch mode: a list
+            state = self._advance_recorded(
+                group, token, change, seq=last, digest=digests[last], known=known
+            )
+        for seq in sorted(found.displaced):
+            self._dead_letter_displaced(group, seq, digests[seq])
+        return state
 
     def _advance_after_effect(  # noqa: PLR0917 - private, two call sites
         self,
@@ -806,32 +1010,25 @@ class FifoGate:
         filler = message.attributes.get(attr.FIFO_FILLER, "")
         skipped = (seq,) if filler.startswith(attr.FILLER_DEAD_LETTERED) else ()
         recorded = FILLER_MARK + digest if filler else digest
-        state = self._advance_recorded(
-            group,
-            token,
-            seq,
-            recorded,
-            skipped,
-            found,
-            known,
-            end=attr.is_end_of_group(message),
+        change = self._advance_change(
+            seq, skipped=skipped, digest=recorded, found=found, end=attr.is_end_of_group(message)
         )
+        state = self._advance_recorded(group, token, change, seq=seq, digest=recorded, known=known)
         if found.displaced:
             self._dead_letter_displaced(group, seq, digest)
         return state
 
-    def _advance_recorded(  # noqa: PLR0917 - one private call site
+    def _advance_recorded(
         self,
         group: str,
         token: int,
+        change: Callable[[GroupState], GroupState],
+        *,
         seq: int,
         digest: str,
-        skipped: tuple[int, ...],
-        found: _Found,
         known: GroupState,
-        *,
-        end: bool,
     ) -> GroupState:
+        """Write ``change`` (an advance past ``seq``, whose message's ``digest`` it records)."""
         for attempt, delay in enumerate((*_ADVANCE_RETRY_DELAYS, None)):
             try:
                 if attempt > 0:
@@ -841,9 +1038,6 @@ class FifoGate:
                     )
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost
-                change = self._advance_change(
-                    seq, skipped=skipped, digest=digest, found=found, end=end
-                )
                 # A retry reads the record: the first attempt may have applied.
                 return self._update(group, token, change, known=None if attempt else known)
             except StoreUnavailableError:
@@ -894,9 +1088,10 @@ class FifoGate:
             other = s.key_of(seq) if seq in s.parked else None
             plain = None if digest is None else plain_digest(digest)
             if found is not None:
-                found.parked = found.parked or seq in s.parked
+                if seq in s.parked:
+                    found.parked.add(seq)
                 if other is not None and other != plain:
-                    found.displaced.append(other)  # another message's copy parked while ours ran
+                    found.displaced.add(seq)  # another message's copy parked while ours ran
             if s.last_processed >= seq:
                 # An operator skipped past it meanwhile: never move the counter backwards.
                 raise StaleClaimError(f"{self.consumer}: {seq} was passed over while it ran")

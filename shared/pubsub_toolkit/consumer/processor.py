@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -47,7 +47,7 @@ from pubsub_toolkit.consumer.retry import (
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.envelope import check_publishable
-from pubsub_toolkit.errors import PermanentError, RetryLater
+from pubsub_toolkit.errors import ConfigurationError, PermanentError, RetryLater
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 Handler = Callable[[Message], object]
 AsyncHandler = Callable[[Message], Awaitable[object]]
+# batch > 1: the handler takes a list (consecutive messages of one group, or one message).
+BatchHandler = Callable[[list[Message]], object]
 
 
 @dataclass(frozen=True)
@@ -141,18 +143,35 @@ class MessageProcessor:
     @overload
     @classmethod
     def from_settings(
-        cls, settings: Settings, consumer: ConsumerSettings, handler: Handler
+        cls,
+        settings: Settings,
+        consumer: ConsumerSettings,
+        handler: Handler | BatchHandler,
+        *,
+        batch: int = 1,
     ) -> MessageProcessor: ...
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, consumer: ConsumerSettings, handler: Handler | AsyncHandler
+        cls,
+        settings: Settings,
+        consumer: ConsumerSettings,
+        handler: Handler | BatchHandler | AsyncHandler,
+        *,
+        batch: int = 1,
     ) -> MessageProcessor | AsyncMessageProcessor:
         """Wire the store, gate, dead-lettering and dedup from settings (clients made once).
         For an ``async def`` handler: an ``AsyncMessageProcessor`` on the async stores, which
-        ``Consumer`` runs on an event loop (``blocking()``: this class's sync call shape)."""
+        ``Consumer`` runs on an event loop (``blocking()``: this class's sync call shape).
+
+        ``batch`` > 1 (sync handlers): the handler takes a list - up to ``batch`` consecutive
+        messages of one FIFO group, advanced past with one state write, or a list of one for
+        a message outside groups. It must be all or nothing (one transaction): a failed batch
+        runs again one message at a time."""
         call = getattr(handler, "__call__", None)  # noqa: B004 - an object's async __call__
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call):
+            if batch != 1:
+                raise ConfigurationError("batch handlers are sync functions (def, not async def)")
             from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor as Async
 
             return Async.from_settings(settings, consumer, cast(AsyncHandler, handler))
@@ -165,10 +184,11 @@ class MessageProcessor:
         gate = FifoGate(
             backend.fifo_store(),
             consumer=consumer.consumer_id,
-            handler=handler,
+            handler=cast(Handler, handler),
             dead_letters=dead_letters,
             policy=gate_policy(consumer, completed_retention=settings.dedup_ttl),
             log=log,
+            batch=batch,
         )
         dedup = IdempotentProcessor(
             backend.dedup_store(),
@@ -178,7 +198,7 @@ class MessageProcessor:
             log=log,
         )
         return cls(
-            handler=handler,
+            handler=cast(Handler, handler),
             dedup=dedup,
             gate=gate,
             dead_letters=dead_letters,
@@ -195,7 +215,32 @@ class MessageProcessor:
         if address is not None:
             return self.gate.deliver(message, address.group, address.seq).outcome.value
 
-        return self.run_once(message, lambda: self._handler(message))[0]
+        handler: Callable[[Any], object] = self._handler
+        one = [message] if self.gate.batch > 1 else message
+        return self.run_once(message, lambda: handler(one))[0]
+
+    def process_batch(self, messages: Sequence[Message]) -> list[str | Exception]:
+        """Handle consecutive deliveries of one FIFO group together: in batch mode the run
+        from the group's head goes to the handler as one list (see ``FifoGate``). One result
+        per message, in order: an outcome (ack) or the exception to nack it for."""
+        addresses = []
+        for message in messages:
+            try:
+                addresses.append(fifo_address(message))
+            except PermanentError:
+                addresses.append(None)
+        groups = {a.group for a in addresses if a is not None}
+        if len(groups) != 1 or None in addresses:
+            return [self._outcome(message) for message in messages]
+        deliveries = [(m, a.seq) for m, a in zip(messages, addresses, strict=True) if a]
+        results = self.gate.deliver_batch(groups.pop(), deliveries)
+        return [r if isinstance(r, Exception) else r.outcome.value for r in results]
+
+    def _outcome(self, message: Message) -> str | Exception:
+        try:
+            return self.process(message)
+        except Exception as exc:  # the caller nacks it, and logs why
+            return exc
 
     def run_once(self, message: Message, call: Callable[[], object]) -> tuple[str, str | None]:
         """The plain (non-FIFO) path with ``call`` as the effect: once per dedup key, a

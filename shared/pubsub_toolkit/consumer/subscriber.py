@@ -107,7 +107,12 @@ class Consumer:
         self._sweep_interval = sweep_interval.total_seconds()
         self._subscriber = subscriber
         self._on_outcome = on_outcome
-        self._dispatcher = ConvoyDispatcher(concurrency)
+        # Batch mode (a gate built with batch > 1): a group's queued consecutive deliveries go
+        # to the processor together.
+        batch = 1 if self._async is not None else cast(MessageProcessor, processor).gate.batch
+        self._dispatcher = ConvoyDispatcher(
+            concurrency, batch=batch, run_batch=self._process_batch if batch > 1 else None
+        )
         self._closing = threading.Event()
         self._stream: Any = None
         self._sweeper: threading.Thread | None = None
@@ -193,6 +198,7 @@ class Consumer:
             address.seq if address else 0,
             lambda: self._process(received, message),
             received.nack,
+            (received, message),
         )
 
     def _process(self, received: Any, message: Message) -> None:
@@ -204,6 +210,19 @@ class Consumer:
             received.ack()
         if self._on_outcome is not None:
             self._on_outcome(message, outcome)
+
+    def _process_batch(self, payloads: list[object]) -> None:
+        deliveries = cast("list[tuple[Any, Message]]", payloads)
+        processor = cast(MessageProcessor, self._processor)
+        results = processor.process_batch([message for _received, message in deliveries])
+        for (received, message), result in zip(deliveries, results, strict=True):
+            if isinstance(result, Exception):
+                outcome = nack_after(received, result)
+            else:
+                received.ack()
+                outcome = result
+            if self._on_outcome is not None:
+                self._on_outcome(message, outcome)
 
     def _sweep_loop(self) -> None:
         gate = cast(MessageProcessor, self._processor).gate
