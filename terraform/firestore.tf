@@ -2,18 +2,19 @@
 #
 # Collections the toolkit uses (names are the library's defaults):
 #   pubsub_toolkit_dedup          one document per (namespace, key); carries expire_at -> TTL below.
-#   pubsub_toolkit_fifo_state     one document per (consumer, group); the only query is
-#                                 `consumer == X` (FirestoreGateStore.groups). A single-field
-#                                 equality is served by Firestore's automatic single-field index:
-#                                 no composite index is needed, so none is declared. A group
-#                                 completed by its end-of-group message carries expire_at (its
-#                                 tombstone outlives the redelivery window) -> TTL below.
+#   pubsub_toolkit_fifo_state     one document per (consumer, group); the only query is the
+#                                 sweeper's `consumer == X and listed == true` (the groups with
+#                                 parked or blocked work). Equality filters are served by merging
+#                                 the automatic single-field indexes: no composite index is
+#                                 needed, so none is declared. A complete group's tombstone and an
+#                                 idle group's record carry expire_at (DEDUP_TTL after their last
+#                                 change) -> TTL below.
 #   .../parked (subcollection)    read by document id (zero-padded seq): no query, no index.
 #   pubsub_toolkit_fifo_counters  read and incremented by document id: no query, no index.
 #   pubsub_toolkit_stats          one document per ingress instance (status page counters);
 #                                 read whole (a few documents), carries expire_at -> TTL below.
-# An open group's state is live (its last number must outlive any message): expire_at stays null
-# until the group is complete. The counters and the parked subcollection get no TTL policy.
+# A group with parked or blocked work keeps expire_at null. The counters and the parked
+# subcollection get no TTL policy.
 
 resource "google_firestore_database" "this" {
   count = var.create_firestore_database ? 1 : 0

@@ -265,6 +265,26 @@ def test_groups_lists_exactly_this_consumers_groups(store: FifoStore) -> None:
     assert store.groups("nobody") == []
 
 
+def test_the_listing_holds_groups_with_work_not_idle_dated_ones(store: FifoStore) -> None:
+    """What the sweeper visits: a dated (expiring) record with nothing parked is not listed;
+    parking or a block lists it again, and dating it again unlists it (Redis keeps a set,
+    Firestore a queried field, memory a filter: one rule, base.listed)."""
+    later = datetime.now(UTC) + timedelta(days=8)
+    fresh = store.load(CONSUMER, "g")
+    idle = store.save(CONSUMER, "g", replace(fresh, last_processed=1, expire_at=later), fresh)
+    assert idle is not None
+    assert store.groups(CONSUMER) == []
+    waiting = store.save(CONSUMER, "g", replace(idle, parked=(3,), expire_at=None), idle)
+    assert waiting is not None
+    assert store.groups(CONSUMER) == ["g"]
+    blocked = store.save(CONSUMER, "g", replace(waiting, parked=(2,), blocked_at=2), waiting)
+    assert blocked is not None
+    assert store.groups(CONSUMER) == ["g"]
+    done = replace(blocked, last_processed=2, parked=(), blocked_at=None, expire_at=later)
+    assert store.save(CONSUMER, "g", done, blocked) is not None
+    assert store.groups(CONSUMER) == []
+
+
 ODD_NAMES = [
     "tenant/42/orders",
     "../..",

@@ -29,7 +29,6 @@ from pubsub_toolkit.stores.fifo_state.firestore import (
     DEFAULT_COLLECTION,
     EXPIRE_AT_FIELD,
     LISTED_FIELD,
-    LISTING_FILTERS,
     PARKED_COLLECTION,
     STATE_FIELD,
     WRITE_ID_FIELD,
@@ -115,17 +114,14 @@ class AsyncFirestoreFifoStore:
         )
 
     async def groups(self, consumer: str) -> list[str]:
-        names: set[str] = set()
-        for field, value in LISTING_FILTERS:  # as the sync store: listed, or written before
-            query = (
-                self._collection.where(filter=FieldFilter("consumer", "==", consumer))
-                .where(filter=FieldFilter(field, "==", value))
-                .select(["group"])
-            )
-            names.update(
-                [str(s.get("group")) async for s in query.stream(retry=_RETRY, timeout=TIMEOUT)]
-            )
-        return sorted(names)
+        query = (  # as the sync store: the listed groups
+            self._collection.where(filter=FieldFilter("consumer", "==", consumer))
+            .where(filter=FieldFilter(LISTED_FIELD, "==", True))
+            .select(["group"])
+        )
+        return sorted(
+            [str(s.get("group")) async for s in query.stream(retry=_RETRY, timeout=TIMEOUT)]
+        )
 
     def _ref(self, consumer: str, group: str) -> Any:
         return self._collection.document(document_id(consumer, group))
