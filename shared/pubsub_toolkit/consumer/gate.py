@@ -58,10 +58,11 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
@@ -194,6 +195,9 @@ class FifoGate:
         # (token, when last used). Taken out under the lock by whichever call uses one.
         self._held: dict[str, tuple[int, datetime]] = {}
         self._held_lock = threading.Lock()
+        # When this process last advanced each (recent) group: only a group that is busy here
+        # keeps its lease after an advance (see _busy).
+        self._advanced_here: Witness[str, datetime] = Witness()
 
     # --- deliveries ---------------------------------------------------------------------
 
@@ -464,6 +468,16 @@ class FifoGate:
     def _hold(self, group: str, token: int) -> None:
         with self._held_lock:
             self._held[group] = (token, self._clock.now())
+
+    def _busy(self, group: str) -> bool:
+        """True if the advance being written should keep the lease: holding is on and this
+        process advanced the group less than ``lease_hold`` ago - its messages are coming
+        one after another. A group's first message (most groups of one message each, say)
+        frees the lease with its advance, so holding never costs a release write there."""
+        if not self.policy.lease_hold:
+            return False
+        last = self._advanced_here.get(group)
+        return last is not None and self._clock.now() - last < self.policy.lease_hold
 
     def _held_by_me(self, group: str) -> bool:
         with self._held_lock:
@@ -744,6 +758,7 @@ class FifoGate:
             self._decision("filled", group, seq, f"no new message at this number ({why})")
             return state, GateOutcome.FILLED, False
         self._decision("processed", group, seq, "processed in order")
+        self._advanced_here.put(group, self._clock.now())
         return state, GateOutcome.PROCESSED, False
 
     def _run_batch(
@@ -781,6 +796,7 @@ class FifoGate:
             if from_park or seq in found.parked:
                 self._store.unpark(self.consumer, group, seq)
             self._decision("processed", group, seq, f"processed in order (batch {numbers})")
+        self._advanced_here.put(group, self._clock.now())
         return state, GateOutcome.PROCESSED, False
 
     def _parked_steps(self, group: str, state: GroupState) -> list[Step]:
@@ -938,6 +954,7 @@ class FifoGate:
                         digest=key_digest(message_key(message)),
                         end=attr.is_end_of_group(message),
                         found=found,
+                        hold=self._busy(group),
                     ),
                     writes=lambda transaction: handler(self._one(message), transaction),
                 )
@@ -959,8 +976,9 @@ class FifoGate:
         handler's transaction in transactional mode)."""
         messages = [message for _seq, message in steps]
         digests = {seq: key_digest(message_key(message)) for seq, message in steps}
+        hold = self._busy(group)
         changes = [
-            self._advance_change(seq, skipped=(), digest=digests[seq], found=found)
+            self._advance_change(seq, skipped=(), digest=digests[seq], found=found, hold=hold)
             for seq, _message in steps
         ]
 
@@ -1011,7 +1029,12 @@ class FifoGate:
         skipped = (seq,) if filler.startswith(attr.FILLER_DEAD_LETTERED) else ()
         recorded = FILLER_MARK + digest if filler else digest
         change = self._advance_change(
-            seq, skipped=skipped, digest=recorded, found=found, end=attr.is_end_of_group(message)
+            seq,
+            skipped=skipped,
+            digest=recorded,
+            found=found,
+            end=attr.is_end_of_group(message),
+            hold=self._busy(group),
         )
         state = self._advance_recorded(group, token, change, seq=seq, digest=recorded, known=known)
         if found.displaced:
@@ -1083,7 +1106,11 @@ class FifoGate:
         digest: str | None = None,
         found: _Found | None = None,
         end: bool = False,
+        hold: bool = False,
     ) -> Callable[[GroupState], GroupState]:
+        """The advance past ``seq``; with ``hold`` the lease stays for the group's next delivery
+        (see :meth:`_busy`)."""
+
         def advance(s: GroupState) -> GroupState:
             other = s.key_of(seq) if seq in s.parked else None
             plain = None if digest is None else plain_digest(digest)
@@ -1106,7 +1133,7 @@ class FifoGate:
                     lease=self.policy.lease,
                     end=end,
                     retention=self.policy.completed_retention,
-                    hold=self.policy.lease_hold > timedelta(0),
+                    hold=hold,
                 )
             )
 
@@ -1122,9 +1149,10 @@ class FifoGate:
         digest: str | None = None,
         end: bool = False,
     ) -> GroupState:
-        return self._update(
-            group, token, self._advance_change(seq, skipped=skipped, digest=digest, end=end)
+        change = self._advance_change(
+            seq, skipped=skipped, digest=digest, end=end, hold=self._busy(group)
         )
+        return self._update(group, token, change)
 
     def _release_lease(self, group: str, token: int, *, known: GroupState | None = None) -> None:
         self._update(group, token, rules.lease_released, known=known)
