@@ -88,6 +88,7 @@ bench: install ## benchmarks (each starts its own servers); JSON and a PNG chart
 	$(PY) -m bench.delay
 	$(PY) -m bench.fifo_sequencer
 	$(PY) -m bench.fifo
+	$(PY) -m bench.fifo_counts
 	$(PY) -m bench.async_consumer
 	$(PY) -m bench.charts
 
