@@ -35,7 +35,9 @@ def group_statuses(
     now: datetime,
     counter: SequenceCounter | None = None,
 ) -> list[GroupStatus]:
-    """The status of every group ``consumer`` has seen."""
+    """The status of every group the store lists for ``consumer``: those with parked or
+    blocked work, which an operator may have to act on (idle groups are not listed: their
+    records expire ``DEDUP_TTL`` after their last change)."""
     rows = []
     for group in store.groups(consumer):
         state = store.load(consumer, group)
