@@ -182,6 +182,7 @@ class AsyncIdempotent(Idempotent):
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
         if self._async_processor is not None:
+            await self._async_processor.gate.release_held()  # held leases, given back
             await self._async_processor.aclose()
 
     async def aclose(self) -> None:

@@ -290,10 +290,12 @@ class Idempotent:
                 logger.exception("FIFO sweep failed; trying again next interval")
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the FIFO sweeper (if one started)."""
+        """Stop the FIFO sweeper (if one started) and give back the leases it holds."""
         self._closing.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=timeout)
+        if self._processor is not None:
+            self._processor.gate.release_held()
 
 
 def _delivered(message: Message) -> DeliveredMessage:

@@ -65,6 +65,48 @@ def test_effects_and_advance_commit_together(firestore_emulator: str, project_id
     assert store.load("tx-consumer", "g").last_processed == 4
 
 
+def test_a_transactional_batch_commits_its_effects_with_one_advance(
+    firestore_emulator: str, project_id: str
+) -> None:
+    client = firestore.Client(project=project_id)
+    effects = client.collection("batch-effects")
+    failures_left = {6: 2}  # the batch holding #6, then #6 alone
+    calls: list[list[int]] = []
+
+    def handler(messages: list[Message], transaction: Any) -> None:
+        numbers = [int(m.attributes["fifo_seq"]) for m in messages]
+        calls.append(numbers)
+        for seq in numbers:
+            transaction.set(effects.document(f"g-{seq}"), {"seq": seq})
+        if 6 in numbers and failures_left[6]:  # buffered writes: nothing of it may land
+            failures_left[6] -= 1
+            raise RuntimeError("failed after writing the batch's effects")
+
+    store = FirestoreFifoStore(client)
+    gate = FifoGate(
+        store,
+        consumer="tx-batch",
+        handler=lambda m: None,
+        transactional_handler=handler,  # type: ignore[arg-type]  # batch mode: lists
+        policy=GatePolicy(retry_backoff=timedelta(0)),
+        batch=10,
+    )
+    deliveries = [(msg(seq), seq) for seq in range(1, 6)]
+    assert all(not isinstance(r, Exception) for r in gate.deliver_batch("g", deliveries))
+    assert calls == [[1, 2, 3, 4, 5]]  # one list, one commit
+    assert store.load("tx-batch", "g").last_processed == 5
+    gate.deliver_batch("g", [(msg(seq), seq) for seq in range(6, 9)])
+    # The batch failed and nothing of it committed; one at a time #6 failed alone (its copy is
+    # parked for the retry), and the rest ran after it - each number committed once.
+    assert calls[1:3] == [[6, 7, 8], [6]]
+    for _ in range(3):
+        gate.sweep("g")
+    committed = [n for call in calls if not (6 in call and call != [6]) for n in call]
+    assert committed[5:] == [6, 6, 7, 8]  # #6's two lone attempts (the first failed), #7, #8
+    assert sorted(int(d.id.split("-")[1]) for d in effects.stream()) == list(range(1, 9))
+    assert store.load("tx-batch", "g").last_processed == 8
+
+
 def test_transactional_mode_needs_a_transactional_store() -> None:
     with pytest.raises(ValueError, match="commit_with"):
         FifoGate(

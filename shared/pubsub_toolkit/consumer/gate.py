@@ -825,14 +825,16 @@ class FifoGate:
         """True if ``message`` at ``seq`` can join a batch: a plain message whose number is its
         own - no filler, no end of group, no copy of a key that ran (or is in the batch) -
         so it needs none of the one-number rules; anything else runs on its own."""
-        digest = key_digest(message_key(message))
+        key = message_key(message)
+        digest = key_digest(key)
         return (
             not attr.is_filler(message)
             and not attr.is_end_of_group(message)
             and not state.complete
             and ran_earlier(state, seq, message) is None
             and state.key_of(seq) in (None, digest)
-            and digest not in digests
+            # (A message without any identity - a hand-made one - has no duplicate to miss.)
+            and not (key and digest in digests)
         )
 
     def _on_failure(
