@@ -46,26 +46,26 @@ consumer processes on one subscription keep each group in order and run nothing 
 This module is the orchestration and I/O only: the policies, outcomes and every state
 transition are pure functions in :mod:`.gate_rules`, and the store is read and written through
 :class:`~._gate_store.SeenStore` (which repairs a group a store handed back older). It is still
-about 800 lines because what remains is one state machine - deliver, sweep, the operator's
-skip and replay, the run loop, failure handling, the advance and a group's end - whose steps
-share the lease token and the compare-and-set loop of ``_update``; split further, a step
-would be read away from the loop it runs in.
+about 1150 lines because what remains is one state machine - deliver (one or a batch),
+sweep, the operator's skip and replay, the run loop (one number or a batch), failure handling,
+the advance and a group's end - whose steps share the lease token and the compare-and-set loop
+of ``_update``; split further, a step would be read away from the loop it runs in. (The held
+leases' bookkeeping is :mod:`._held_leases`.)
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
+from pubsub_toolkit.consumer._held_leases import HeldLeases
 from pubsub_toolkit.consumer.gate_rules import (
     REASON_AFTER_END,
     REASON_LATE_AFTER_SKIP,
@@ -191,13 +191,8 @@ class FifoGate:
             keep_reissued=self._reused,
             date=self._dated,
         )
-        # Leases this process keeps between a group's deliveries (policy.lease_hold): group ->
-        # (token, when last used). Taken out under the lock by whichever call uses one.
-        self._held: dict[str, tuple[int, datetime]] = {}
-        self._held_lock = threading.Lock()
-        # When this process last advanced each (recent) group: only a group that is busy here
-        # keeps its lease after an advance (see _busy).
-        self._advanced_here: Witness[str, datetime] = Witness()
+        # Leases this process keeps between a group's deliveries (policy.lease_hold).
+        self._held = HeldLeases(self.policy, clock)
 
     # --- deliveries ---------------------------------------------------------------------
 
@@ -242,7 +237,7 @@ class FifoGate:
                     self._store.unpark(self.consumer, group, seq)
                 return self._after_end(message, group, seq, state, verdict)
             at_head = seq == state.head
-            if at_head and self._claim_held(group, state, now):
+            if at_head and self._held.claim(group, state, now):
                 # This process kept the lease since the group's last advance: run under it,
                 # no lease write (the advance renews it).
                 return self._run(group, [(seq, message)], state, from_park=False)
@@ -314,7 +309,7 @@ class FifoGate:
             return  # one by one: the usual rules decide each
         first_message = deliveries[run[0]][0]
         leased: GroupState | None = state
-        if not self._claim_held(group, state, now):
+        if not self._held.claim(group, state, now):
             leased = self._take_lease(group, state, now, key_digest(message_key(first_message)))
         if leased is None:
             return  # someone else runs the group: one by one, they park
@@ -336,8 +331,8 @@ class FifoGate:
         lease this process held longer than ``lease_hold`` without using it."""
         state = self._seen.load(group)
         now = self._clock.now()
-        if self._held_by_me(group):
-            if state.head in state.parked and self._claim_held(group, state, now):
+        if self._held.holds(group):
+            if state.head in state.parked and self._held.claim(group, state, now):
                 # Parked meanwhile (another process's copy waits for our lease): run it.
                 return self._run_parked_head(group, state, state)
             if self._release_if_unused(group, state, now):
@@ -451,74 +446,22 @@ class FifoGate:
         """The groups a sweep visits: those needing attention (parked or blocked work, as the
         store lists them and as this process saw them) and those whose lease this process
         holds (to give it back) - O(groups with work), however many groups went idle."""
-        with self._held_lock:
-            held = set(self._held)
-        return sorted({*self._seen.groups(), *held})
+        return sorted({*self._seen.groups(), *self._held.groups()})
 
     def release_held(self) -> None:
         """Give back every lease this process holds between deliveries (a consumer stopping):
         another process then runs those groups at once instead of after the lease."""
-        with self._held_lock:
-            held, self._held = self._held, {}
-        for group, (token, _since) in held.items():
+        for group, token in self._held.take_all().items():
             self._release(group, token)
 
     # --- held leases ----------------------------------------------------------------------
 
-    def _hold(self, group: str, token: int) -> None:
-        with self._held_lock:
-            self._held[group] = (token, self._clock.now())
-
-    def _busy(self, group: str) -> bool:
-        """True if the advance being written should keep the lease: holding is on and this
-        process advanced the group less than ``lease_hold`` ago - its messages are coming
-        one after another. A group's first message (most groups of one message each, say)
-        frees the lease with its advance, so holding never costs a release write there."""
-        if not self.policy.lease_hold:
-            return False
-        last = self._advanced_here.get(group)
-        return last is not None and self._clock.now() - last < self.policy.lease_hold
-
-    def _held_by_me(self, group: str) -> bool:
-        with self._held_lock:
-            return group in self._held
-
-    def _claim_held(self, group: str, state: GroupState, now: datetime) -> bool:
-        """Take this process's held lease on ``group`` for a run, if ``state`` still shows it
-        with enough of it left for a handler (``lease - lease_hold``); a stale one is dropped."""
-        with self._held_lock:
-            held = self._held.pop(group, None)
-        if held is None:
-            return False
-        token, since = held
-        usable = (
-            state.lease_token == token
-            and state.blocked_at is None
-            and not state.complete
-            and not state.backing_off(now)
-            and now - since < self.policy.lease_hold
-            and state.lease_until is not None
-            and state.lease_until - now >= self.policy.lease - self.policy.lease_hold
-        )
-        if not usable and state.lease_token == token and state.lease_live(now):
-            with self._held_lock:  # still ours, only not usable now: the sweeper gives it back
-                self._held[group] = (token, since)
-        return usable
-
     def _release_if_unused(self, group: str, state: GroupState, now: datetime) -> bool:
-        """Give back a held lease unused for ``lease_hold``; True if it is gone (given back, or
-        no longer ours)."""
-        with self._held_lock:
-            held = self._held.get(group)
-            if held is None:
-                return True
-            token, since = held
-            if state.lease_token == token and now - since < self.policy.lease_hold:
-                return False
-            del self._held[group]
-        if state.lease_token == token:
+        """Give back a held lease unused for ``lease_hold``; True if it is gone."""
+        gone, token = self._held.unused(group, state, now)
+        if token is not None:
             self._release(group, token)
-        return True
+        return gone
 
     def _release(self, group: str, token: int) -> None:
         try:
@@ -715,7 +658,7 @@ class FifoGate:
             steps = self._parked_steps(group, state)
             if not steps:
                 if self.policy.lease_hold:
-                    self._hold(group, token)  # for the group's next delivery (see GatePolicy)
+                    self._held.hold(group, token)  # for the group's next delivery (see GatePolicy)
                 else:
                     self._release_lease(group, token, known=state)
                 return GateResult(first_outcome, group, first, released)
@@ -758,7 +701,7 @@ class FifoGate:
             self._decision("filled", group, seq, f"no new message at this number ({why})")
             return state, GateOutcome.FILLED, False
         self._decision("processed", group, seq, "processed in order")
-        self._advanced_here.put(group, self._clock.now())
+        self._held.advanced(group)
         return state, GateOutcome.PROCESSED, False
 
     def _run_batch(
@@ -796,7 +739,7 @@ class FifoGate:
             if from_park or seq in found.parked:
                 self._store.unpark(self.consumer, group, seq)
             self._decision("processed", group, seq, f"processed in order (batch {numbers})")
-        self._advanced_here.put(group, self._clock.now())
+        self._held.advanced(group)
         return state, GateOutcome.PROCESSED, False
 
     def _parked_steps(self, group: str, state: GroupState) -> list[Step]:
@@ -956,7 +899,7 @@ class FifoGate:
                         digest=key_digest(message_key(message)),
                         end=attr.is_end_of_group(message),
                         found=found,
-                        hold=self._busy(group),
+                        hold=self._held.busy(group),
                     ),
                     writes=lambda transaction: handler(self._one(message), transaction),
                 )
@@ -978,7 +921,7 @@ class FifoGate:
         handler's transaction in transactional mode)."""
         messages = [message for _seq, message in steps]
         digests = {seq: key_digest(message_key(message)) for seq, message in steps}
-        hold = self._busy(group)
+        hold = self._held.busy(group)
         changes = [
             self._advance_change(seq, skipped=(), digest=digests[seq], found=found, hold=hold)
             for seq, _message in steps
@@ -1036,7 +979,7 @@ class FifoGate:
             digest=recorded,
             found=found,
             end=attr.is_end_of_group(message),
-            hold=self._busy(group),
+            hold=self._held.busy(group),
         )
         state = self._advance_recorded(group, token, change, seq=seq, digest=recorded, known=known)
         if found.displaced:
@@ -1111,7 +1054,7 @@ class FifoGate:
         hold: bool = False,
     ) -> Callable[[GroupState], GroupState]:
         """The advance past ``seq``; with ``hold`` the lease stays for the group's next delivery
-        (see :meth:`_busy`)."""
+        (see :meth:`HeldLeases.busy`)."""
 
         def advance(s: GroupState) -> GroupState:
             other = s.key_of(seq) if seq in s.parked else None
@@ -1152,7 +1095,7 @@ class FifoGate:
         end: bool = False,
     ) -> GroupState:
         change = self._advance_change(
-            seq, skipped=skipped, digest=digest, end=end, hold=self._busy(group)
+            seq, skipped=skipped, digest=digest, end=end, hold=self._held.busy(group)
         )
         return self._update(group, token, change)
 
