@@ -4,8 +4,12 @@ With the Python clients, each store round trip costs real CPU in the client (req
 syscalls, the GIL hand-off) - about as much as the server spends on it. When several threads
 write at once, :class:`Coalescer` hands their operations to one ``flush`` (a Firestore batch, a
 Redis pipeline). When nothing else is waiting, an operation goes alone at once: no timer, no
-background thread, no added latency. A waiting caller leads the next flush, and leadership
-passes to the oldest waiter after each flush, so no caller is kept serving others.
+background thread, no added latency - and a caller that passes ``alone`` (the same operation as
+a plain call, say ``client.set(...)``) skips the batching machinery altogether then: no
+Operation, no Event, no pipeline object, just the call, because building a one-command batch
+costs the client about as much CPU as the round trip itself. A waiting caller leads the next
+flush, and leadership passes to the oldest waiter after each flush, so no caller is kept
+serving others.
 
 A flush never holds two operations on the same key (document, Redis key): a Firestore batch
 refuses two inserts of one document and would apply two updates with the same precondition
@@ -56,11 +60,32 @@ class Coalescer:
         self._queue: list[Operation] = []
         self._leader_active = False
 
-    def run(self, apply: Callable[[Any], object], *, key: str | None = None) -> Any:
+    def run(
+        self,
+        apply: Callable[[Any], object],
+        *,
+        key: str | None = None,
+        alone: Callable[[], Any] | None = None,
+    ) -> Any:
         """Submit one operation; wait until flushed; return its result or raise.
 
         Operations with the same ``key`` never share a flush; ``None`` conflicts with nothing.
+        With ``alone``, when no flush is running and nobody waits, ``alone()`` runs instead of a
+        one-operation flush (its result or exception is the caller's); callers arriving
+        meanwhile queue as behind any flush and the first of them leads the next one.
         """
+        if alone is not None:
+            with self._lock:
+                # Nobody leads means nobody waits either: a queued operation always has a
+                # leader (arrival makes one, every flush hands leadership on or clears it).
+                solo = not self._leader_active
+                if solo:
+                    self._leader_active = True
+            if solo:
+                try:
+                    return alone()
+                finally:
+                    self._hand_over()
         operation = Operation(key, apply)
         with self._lock:
             self._queue.append(operation)
@@ -107,10 +132,14 @@ class Coalescer:
             for operation in batch:
                 if not operation.done:  # a flush that forgot one must not strand its caller
                     operation.finish(error=RuntimeError("flush did not finish the operation"))
-            with self._lock:
-                if self._queue:
-                    successor = self._queue[0]
-                    successor.lead = True
-                    successor.wakeup.set()
-                else:
-                    self._leader_active = False
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Pass leadership to the oldest waiter, or end it when nobody waits."""
+        with self._lock:
+            if self._queue:
+                successor = self._queue[0]
+                successor.lead = True
+                successor.wakeup.set()
+            else:
+                self._leader_active = False
