@@ -100,37 +100,64 @@ _SHA = {script: script_sha(script) for script in SCRIPTS}
 
 
 class _SoloConnection:
-    """One connection of the client's pool kept for calls made alone.
+    """One connection of the client's pool, private to the store's coalescer leader.
 
     redis-py spends about as much client CPU on borrowing and returning a pooled connection
-    (with its observability hooks) as on the command itself. A call made alone holds the
-    coalescer's leadership, so at most one runs at a time per store: one private connection,
-    no lock. It keeps redis-py's own behaviour where it matters - the connection's retry
-    policy (reconnect and resend on a connection error or timeout), disconnect on any error
-    (no half-read reply is ever reused), errors raised as redis-py raises them - and a forked
-    child opens its own instead of sharing the parent's socket. Replies are the server's raw
-    ones, so it is used only for commands whose reply needs no parsing callback (SET ... GET,
-    GET, EVALSHA).
+    (with its observability hooks) and on building a pipeline object as on the command
+    itself. A call made alone and a flush both hold the coalescer's leadership, so at most one
+    runs at a time per store: one private connection, no lock. It keeps redis-py's own
+    behaviour where it matters - the connection's retry policy (reconnect and resend on a
+    connection error or timeout, as a redis-py pipeline resends its batch), disconnect on a
+    transport error (no half-read reply is ever reused), error replies as redis-py's
+    exceptions - and a forked child opens its own instead of sharing the parent's socket.
+    Replies are the server's raw ones, so it carries only commands whose reply needs no
+    parsing callback (SET ... GET, GET, EVALSHA).
     """
 
-    __slots__ = ("_connection", "_pid", "_pool")
+    __slots__ = ("_connection", "_pid", "_pool", "_response_error")
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, response_error: type[Exception]) -> None:
         self._pool = pool
+        self._response_error = response_error
         self._connection: Any = None
         self._pid = 0
 
-    def call(self, *args: Any) -> Any:
+    def _connect(self) -> Any:
         connection = self._connection
         if connection is None or self._pid != os.getpid():
             connection = self._connection = self._pool.get_connection()
             self._pid = os.getpid()
+        return connection
+
+    def call(self, command: tuple[Any, ...]) -> Any:
+        """One command's raw reply; an error reply raised."""
+        connection = self._connect()
 
         def send() -> Any:
-            connection.send_command(*args)
+            connection.send_command(*command)
             return connection.read_response()
 
         return connection.retry.call_with_retry(send, lambda _error: connection.disconnect())
+
+    def call_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Every command in one round trip; each reply raw, an error reply as its exception."""
+        connection = self._connect()
+        response_error = self._response_error
+
+        def send() -> list[Any]:
+            connection.send_packed_command(connection.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except response_error as exc:  # an error reply: the stream stays in step
+                    replies.append(exc)
+            return replies
+
+        replies: list[Any] = connection.retry.call_with_retry(
+            send, lambda _error: connection.disconnect()
+        )
+        return replies
 
 
 class RedisDedupStore:
@@ -152,11 +179,13 @@ class RedisDedupStore:
         # through _CLAIM_OR_GET, which answers the same in the same single round trip.
         self._nx_get = True
         self._coalescer = Coalescer(self._flush)
-        # Alone, a call goes over a private connection (see _SoloConnection); a cluster
-        # client (it routes per key) or a single-connection client uses its own commands.
+        # Calls go over a private connection (see _SoloConnection); a cluster client (it
+        # routes per key) or a single-connection client uses its own commands.
         plain = not self._cluster and getattr(client, "connection", None) is None
         pool = getattr(client, "connection_pool", None) if plain else None
-        self._solo = None if pool is None else _SoloConnection(pool)
+        self._solo = (
+            None if pool is None else _SoloConnection(pool, self._redis_module.ResponseError)
+        )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
@@ -190,13 +219,11 @@ class RedisDedupStore:
         ttl_ms = _ms(record.expire_at, now)
         if self._nx_get:
             try:
-                return self._pipelined(
+                return self._run(
                     rkey,
+                    ("SET", rkey, value, "NX", "PX", ttl_ms, "GET"),
                     lambda p: p.set(rkey, value, nx=True, px=ttl_ms, get=True),
-                    lambda: self._alone(
-                        ("SET", rkey, value, "NX", "PX", ttl_ms, "GET"),
-                        lambda: self._client.set(rkey, value, nx=True, px=ttl_ms, get=True),
-                    ),
+                    lambda: self._client.set(rkey, value, nx=True, px=ttl_ms, get=True),
                 )
             except self._redis_module.ResponseError as exc:
                 if "syntax" not in str(exc).lower():
@@ -274,10 +301,8 @@ class RedisDedupStore:
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         rkey = self._key(namespace, key)
         raw = self._call(
-            lambda: self._pipelined(
-                rkey,
-                lambda p: p.get(rkey),
-                lambda: self._alone(("GET", rkey), lambda: self._client.get(rkey)),
+            lambda: self._run(
+                rkey, ("GET", rkey), lambda p: p.get(rkey), lambda: self._client.get(rkey)
             )
         )
         if raw is None:
@@ -291,33 +316,17 @@ class RedisDedupStore:
         sha = _SHA[_REPLACE_IF_TOKEN]
         # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
         # EXISTS round trip to every flush. A missing script is loaded once in _flush.
-        return self._pipelined(
+        return self._run(
             rkey,
+            ("EVALSHA", sha, 1, rkey, *args),
             lambda p: p.evalsha(sha, 1, rkey, *args),
-            lambda: self._alone_script(_REPLACE_IF_TOKEN, rkey, args),
+            lambda: self._script(_REPLACE_IF_TOKEN, rkey, args),
         )
 
-    def _alone(self, command: tuple[Any, ...], via_client: Callable[[], Any]) -> Any:
-        """``command`` over the private connection (its raw reply), or ``via_client()``
-        when the store has none (a cluster or single-connection client)."""
-        if self._solo is None:
-            return via_client()
-        return self._solo.call(*command)
-
-    def _alone_script(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
-        """:meth:`_script` over the private connection."""
-        if self._solo is None:
-            return self._script(script, rkey, args)
-        sha = _SHA[script]
-        try:
-            return self._solo.call("EVALSHA", sha, 1, rkey, *args)
-        except self._redis_module.exceptions.NoScriptError:
-            self._client.script_load(script)
-            return self._solo.call("EVALSHA", sha, 1, rkey, *args)
-
     def _script(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
-        """``script`` as its own call (EVALSHA; loaded once if Redis lacks it). Also the
-        cluster path: redis-py blocks EVALSHA in cluster pipelines."""
+        """``script`` as its own call with the client (EVALSHA; loaded once if Redis lacks
+        it): the takeover, and the cluster path (redis-py blocks EVALSHA in cluster
+        pipelines)."""
         sha = _SHA[script]
         try:
             return self._client.evalsha(sha, 1, rkey, *args)
@@ -326,31 +335,63 @@ class RedisDedupStore:
             self._client.script_load(script)
             return self._client.evalsha(sha, 1, rkey, *args)
 
-    def _pipelined(
-        self, rkey: str, apply: Callable[[Any], object], alone: Callable[[], Any]
+    def _run(
+        self,
+        rkey: str,
+        command: tuple[Any, ...],
+        pipelined: Callable[[Any], object],
+        via_client: Callable[[], Any],
     ) -> Any:
-        """Run one command: ``alone()`` when nobody else is calling, else in a pipeline
-        shared with concurrent callers (see .coalesce)."""
-        return self._coalescer.run(apply, key=rkey, alone=alone)
+        """Run one command: alone when nobody else is calling, else in one round trip shared
+        with concurrent callers (see .coalesce). With the private connection both carry
+        ``command`` itself; without it (cluster, single-connection client) alone is
+        ``via_client()`` and shared is ``pipelined(pipeline)``."""
+        solo = self._solo
+        if solo is None:
+            return self._coalescer.run(pipelined, key=rkey, alone=via_client)
+        return self._coalescer.run(
+            lambda commands: commands.append(command),
+            key=rkey,
+            alone=lambda: self._solo_call(solo, command),
+        )
+
+    def _solo_call(self, solo: _SoloConnection, command: tuple[Any, ...]) -> Any:
+        try:
+            return solo.call(command)
+        except self._redis_module.exceptions.NoScriptError:
+            self._load_scripts()  # Redis restarted or flushed its scripts since we used ours
+            return solo.call(command)
+
+    def _load_scripts(self) -> None:
+        for script in SCRIPTS:
+            self._client.script_load(script)
 
     def _flush(self, operations: Sequence[Operation]) -> None:
         # Not a MULTI transaction: each command keeps its own result, errors included.
         unscripted = self._execute(operations)
         if unscripted:
-            # Redis restarted or flushed its scripts since we last used ours: load, retry.
-            for script in SCRIPTS:
-                self._client.script_load(script)
+            self._load_scripts()  # Redis restarted or flushed its scripts since we used ours
             for operation in self._execute(unscripted):
                 operation.finish(error=RuntimeError("Redis refused to keep the fencing script"))
 
     def _execute(self, operations: Sequence[Operation]) -> list[Operation]:
-        """Run ``operations`` in one pipeline; return those that failed for a missing script."""
-        pipe = self._client.pipeline(transaction=False)
-        for operation in operations:
-            operation.apply(pipe)
+        """Run ``operations`` in one round trip; return those that failed for a missing
+        script."""
+        solo = self._solo
+        if solo is not None:
+            commands: list[tuple[Any, ...]] = []
+            for operation in operations:
+                operation.apply(commands)
+            replies = solo.call_many(commands)
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for operation in operations:
+                operation.apply(pipe)
+            replies = pipe.execute(raise_on_error=False)
         missing_script = []
-        for operation, result in zip(operations, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(result, self._redis_module.exceptions.NoScriptError):
+        no_script = self._redis_module.exceptions.NoScriptError
+        for operation, result in zip(operations, replies, strict=True):
+            if isinstance(result, no_script):
                 missing_script.append(operation)
             elif isinstance(result, Exception):
                 operation.finish(error=result)
