@@ -9,8 +9,10 @@ taken over, by a script that replaces the record if it still holds exactly the b
 token inside a Lua script, atomically. So claim + complete is two round trips, as plain as
 ``SET NX`` then ``SET XX``.
 
-Alone, a call is a plain redis-py command; concurrent callers of one store share round trips
-through one pipeline (:mod:`pubsub_toolkit.stores._coalesce`), and only then is a pipeline built.
+Alone, a call is one plain command on the store's private connection (no pipeline object, no
+pool borrowing: see :class:`_SoloConnection`); concurrent callers of one store share round trips
+(:mod:`pubsub_toolkit.stores._coalesce`), their commands packed together on that connection,
+including several on one record (Redis runs them in order, each atomically).
 
 ``complete`` is idempotent per claim: a record already ``done`` under the claim's own token is
 our first attempt, applied although its reply was lost (a dropped connection, a timeout), so
@@ -114,11 +116,12 @@ class _SoloConnection:
     parsing callback (SET ... GET, GET, EVALSHA).
     """
 
-    __slots__ = ("_connection", "_pid", "_pool", "_response_error")
+    __slots__ = ("_connection", "_pid", "_pool", "_redis", "_response_error")
 
-    def __init__(self, pool: Any, response_error: type[Exception]) -> None:
+    def __init__(self, pool: Any, redis_module: Any) -> None:
         self._pool = pool
-        self._response_error = response_error
+        self._redis = redis_module
+        self._response_error: type[Exception] = redis_module.ResponseError
         self._connection: Any = None
         self._pid = 0
 
@@ -127,6 +130,18 @@ class _SoloConnection:
         if connection is None or self._pid != os.getpid():
             connection = self._connection = self._pool.get_connection()
             self._pid = os.getpid()
+            return connection  # the pool has just checked it
+        # The pool's own check before lending a connection: one that has data waiting or was
+        # closed by the server (idle timeout, restart, CLIENT KILL) is reopened before any
+        # command is sent, so no command is ever sent twice for it.
+        redis = self._redis
+        try:
+            connection.connect()
+            if connection.can_read():
+                raise redis.ConnectionError("Connection has data")
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            connection.disconnect()
+            connection.connect()
         return connection
 
     def call(self, command: tuple[Any, ...]) -> Any:
@@ -183,9 +198,9 @@ class RedisDedupStore:
         # routes per key) or a single-connection client uses its own commands.
         plain = not self._cluster and getattr(client, "connection", None) is None
         pool = getattr(client, "connection_pool", None) if plain else None
-        self._solo = (
-            None if pool is None else _SoloConnection(pool, self._redis_module.ResponseError)
-        )
+        if getattr(pool, "cache", None) is not None:
+            pool = None  # client-side caching wants to see every command: leave it redis-py's
+        self._solo = None if pool is None else _SoloConnection(pool, self._redis_module)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
@@ -220,7 +235,6 @@ class RedisDedupStore:
         if self._nx_get:
             try:
                 return self._run(
-                    rkey,
                     ("SET", rkey, value, "NX", "PX", ttl_ms, "GET"),
                     lambda p: p.set(rkey, value, nx=True, px=ttl_ms, get=True),
                     lambda: self._client.set(rkey, value, nx=True, px=ttl_ms, get=True),
@@ -229,7 +243,7 @@ class RedisDedupStore:
                 if "syntax" not in str(exc).lower():
                     raise
                 self._nx_get = False  # Redis < 7.0: NX and GET together are refused
-        return self._script(_CLAIM_OR_GET, rkey, [value, ttl_ms])
+        return self._eval(_CLAIM_OR_GET, rkey, [value, ttl_ms])
 
     def _claim_existing(
         self,
@@ -260,7 +274,7 @@ class RedisDedupStore:
                 ttl=ttl,
             )
             value = codec.encode(record)
-            outcome = self._script(_TAKE_OVER, rkey, [raw, value, _ms(record.expire_at, now)])
+            outcome = self._eval(_TAKE_OVER, rkey, [raw, value, _ms(record.expire_at, now)])
             if outcome == 1:
                 return Claim(status, record.token, record)
             if outcome == 0:  # the key expired meanwhile: a fresh claim, as on a new key
@@ -287,7 +301,7 @@ class RedisDedupStore:
             _ms(done.expire_at, now),
             "1",  # done under our token = our own earlier attempt: success
         ]
-        ok = self._call(lambda: self._replace_if_token(self._key(namespace, key), args))
+        ok = self._call(lambda: self._eval(_REPLACE_IF_TOKEN, self._key(namespace, key), args))
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
 
@@ -296,37 +310,35 @@ class RedisDedupStore:
             return
         released = rules.released_record(claim.record, now=self._clock.now())
         args: list[Any] = [claim.token, codec.encode(released), "keep", 0, "0"]
-        self._call(lambda: self._replace_if_token(self._key(namespace, key), args))
+        self._call(lambda: self._eval(_REPLACE_IF_TOKEN, self._key(namespace, key), args))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         rkey = self._key(namespace, key)
         raw = self._call(
-            lambda: self._run(
-                rkey, ("GET", rkey), lambda p: p.get(rkey), lambda: self._client.get(rkey)
-            )
+            lambda: self._run(("GET", rkey), lambda p: p.get(rkey), lambda: self._client.get(rkey))
         )
         if raw is None:
             return None
         record = codec.decode(raw)
         return None if record.is_expired(self._clock.now()) else record
 
-    def _replace_if_token(self, rkey: str, args: list[Any]) -> Any:
+    def _eval(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
+        """One of :data:`SCRIPTS` on ``rkey``, alone or sharing a round trip."""
         if self._cluster:
-            return self._script(_REPLACE_IF_TOKEN, rkey, args)
-        sha = _SHA[_REPLACE_IF_TOKEN]
+            return self._script(script, rkey, args)
+        sha = _SHA[script]
         # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
         # EXISTS round trip to every flush. A missing script is loaded once in _flush.
         return self._run(
-            rkey,
             ("EVALSHA", sha, 1, rkey, *args),
             lambda p: p.evalsha(sha, 1, rkey, *args),
-            lambda: self._script(_REPLACE_IF_TOKEN, rkey, args),
+            lambda: self._script(script, rkey, args),
         )
 
     def _script(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
         """``script`` as its own call with the client (EVALSHA; loaded once if Redis lacks
-        it): the takeover, and the cluster path (redis-py blocks EVALSHA in cluster
-        pipelines)."""
+        it): the cluster path (redis-py blocks EVALSHA in cluster pipelines) and a
+        single-connection client's."""
         sha = _SHA[script]
         try:
             return self._client.evalsha(sha, 1, rkey, *args)
@@ -337,7 +349,6 @@ class RedisDedupStore:
 
     def _run(
         self,
-        rkey: str,
         command: tuple[Any, ...],
         pipelined: Callable[[Any], object],
         via_client: Callable[[], Any],
@@ -345,13 +356,18 @@ class RedisDedupStore:
         """Run one command: alone when nobody else is calling, else in one round trip shared
         with concurrent callers (see .coalesce). With the private connection both carry
         ``command`` itself; without it (cluster, single-connection client) alone is
-        ``via_client()`` and shared is ``pipelined(pipeline)``."""
+        ``via_client()`` and shared is ``pipelined(pipeline)``.
+
+        No coalescer key: unlike a Firestore batch, a pipeline may hold several commands on
+        one record. Redis runs them in order, each atomically, exactly as if sent one after
+        the other, so 8 callers racing for one key share one round trip too (the first
+        command creates the record, the others get it back) instead of 8 in a row.
+        """
         solo = self._solo
         if solo is None:
-            return self._coalescer.run(pipelined, key=rkey, alone=via_client)
+            return self._coalescer.run(pipelined, alone=via_client)
         return self._coalescer.run(
             lambda commands: commands.append(command),
-            key=rkey,
             alone=lambda: self._solo_call(solo, command),
         )
 
