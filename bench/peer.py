@@ -18,9 +18,9 @@ What it does (``python -m bench.peer`` or ``make bench-peer``):
   (A B C, then C B A, ...) so that no variant always runs first:
 
   - ``redis_1t`` / ``redis_8t``: claim -> complete of distinct keys per second on 1 and 8
-    threads: the project (``RedisDedupStore``), the peer (``RedisLock.claim`` then
-    ``.complete``), and the floor: bare ``SET k v NX PX ttl`` then ``SET k v XX PX ttl`` with
-    redis-py (values the size of the project's record).
+    threads (each thread loops over its share of the keys): the project (``RedisDedupStore``),
+    the peer (``RedisLock.claim`` then ``.complete``), and the floor: bare ``SET k v NX PX
+    ttl`` then ``SET k v XX PX ttl`` with redis-py (values the size of the project's record).
   - ``firestore_1t`` / ``firestore_8t``: the project (``FirestoreDedupStore``) and the peer
     (``DatastoreLock``).
   - ``redis_race_ms``: 8 threads claim one fresh key at once (a barrier releases them); wall
@@ -55,7 +55,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import local_servers, median, rate, write_result
+from bench.common import local_servers, median, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 PEER = "gcp-pubsub-idempotency==0.1.0"
@@ -93,6 +93,42 @@ def datastore_emulator(work: Path) -> Iterator[str]:
     with ServiceGroup(work) as group:
         group.start(spec)
         yield f"127.0.0.1:{port}"
+
+
+def rate(items: int, work: Callable[[int], object], *, threads: int) -> float:
+    """Cycles per second of ``work(i)`` for ``items`` items on ``threads`` threads.
+
+    Each thread runs its own share of the items in a loop, as a worker would: unlike
+    ``bench.common.rate``'s thread pool, no Future and no queue hand-off per item, whose
+    client CPU (the same for every variant) would dilute the ratios between them.
+    """
+    if threads == 1:
+        start = time.perf_counter()
+        for i in range(items):
+            work(i)
+        return items / (time.perf_counter() - start)
+    barrier = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def worker(first: int) -> None:
+        barrier.wait()
+        try:
+            for i in range(first, items, threads):
+                work(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in pool:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return items / elapsed
 
 
 # --------------------------------------------------------------------------------------------

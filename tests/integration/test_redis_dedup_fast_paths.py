@@ -8,6 +8,7 @@ WATCH/GET/MULTI, a pipeline per call - fails here, without any timing.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections import Counter
@@ -226,3 +227,33 @@ def test_the_private_connection_survives_a_dropped_connection_and_a_script_flush
     assert store.get("ns", "k").result == "ok"
     assert store.claim("ns", "k2", "fp", lease=LEASE, ttl=TTL).status is ClaimStatus.ACQUIRED
     admin.close()
+
+
+def test_a_forked_child_opens_its_own_connection(make_store: Any) -> None:
+    """A pre-forking server forks after the store was used: parent and child must not share
+    the private connection's socket (their replies would cross)."""
+    store = make_store()
+    keys = [f"held-{i}" for i in range(200)]
+    for key in keys:
+        store.claim("ns", key, "fp", lease=LEASE, ttl=TTL)
+
+    def every_reply_is_its_own(order: list[str]) -> bool:
+        # Each claim finds the record held: its reply names its own key, never the other's.
+        for key in order:
+            record = store.claim("ns", key, "fp", lease=LEASE, ttl=TTL).record
+            if record is None or record.key != key:
+                return False
+        return True
+
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if every reply it read was its own
+        ok = False
+        try:
+            # The parent's socket is forgotten at the fork itself: the pre-use check alone
+            # would miss a reply that has not arrived yet.
+            ok = store._solo._connection is None and every_reply_is_its_own(keys)
+        finally:
+            os._exit(0 if ok else 1)
+    assert every_reply_is_its_own(keys[::-1])
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -104,32 +105,36 @@ _SHA = {script: script_sha(script) for script in SCRIPTS}
 class _SoloConnection:
     """One connection of the client's pool, private to the store's coalescer leader.
 
-    redis-py spends about as much client CPU on borrowing and returning a pooled connection
-    (with its observability hooks) and on building a pipeline object as on the command
-    itself. A call made alone and a flush both hold the coalescer's leadership, so at most one
-    runs at a time per store: one private connection, no lock. It keeps redis-py's own
-    behaviour where it matters - the connection's retry policy (reconnect and resend on a
-    connection error or timeout, as a redis-py pipeline resends its batch), disconnect on a
-    transport error (no half-read reply is ever reused), error replies as redis-py's
-    exceptions - and a forked child opens its own instead of sharing the parent's socket.
-    Replies are the server's raw ones, so it carries only commands whose reply needs no
-    parsing callback (SET ... GET, GET, EVALSHA).
+        redis-py spends about as much client CPU on borrowing and returning a pooled connection
+        (with its observability hooks) and on building a pipeline object as on the command
+        itself. A call made alone and a flush both hold the coalescer's leadership, so at most one
+        runs at a time per store: one private connection, no lock. It keeps redis-py's own
+        behaviour where it matters - the connection's retry policy (reconnect and resend on a
+        connection error or timeout, as a redis-py pipeline resends its batch), disconnect on a
+        transport error (no half-read reply is ever reused), error replies as redis-py's
+        exceptions - and a forked child opens its own instead of sharing the parent's socket (the
+    pool would notice the new process id; here a fork hook forgets the connection).
+        Replies are the server's raw ones, so it carries only commands whose reply needs no
+        parsing callback (SET ... GET, GET, EVALSHA).
     """
 
-    __slots__ = ("_connection", "_pid", "_pool", "_redis", "_response_error")
+    __slots__ = ("__weakref__", "_connection", "_pool", "_redis", "_response_error")
 
     def __init__(self, pool: Any, redis_module: Any) -> None:
         self._pool = pool
         self._redis = redis_module
         self._response_error: type[Exception] = redis_module.ResponseError
         self._connection: Any = None
-        self._pid = 0
+        _SOLO_CONNECTIONS.add(self)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop (never close) the parent's socket; the next call opens one."""
+        self._connection = None
 
     def _connect(self) -> Any:
         connection = self._connection
-        if connection is None or self._pid != os.getpid():
+        if connection is None:
             connection = self._connection = self._pool.get_connection()
-            self._pid = os.getpid()
             return connection  # the pool has just checked it
         # The pool's own check before lending a connection: one that has data waiting or was
         # closed by the server (idle timeout, restart, CLIENT KILL) is reopened before any
@@ -173,6 +178,19 @@ class _SoloConnection:
             send, lambda _error: connection.disconnect()
         )
         return replies
+
+
+# Every private connection, so that a forked child (a pre-forking server) forgets its parent's
+# sockets once, at the fork, instead of every call comparing process ids.
+_SOLO_CONNECTIONS: weakref.WeakSet[_SoloConnection] = weakref.WeakSet()
+
+
+def _forget_connections_after_fork() -> None:
+    for solo in list(_SOLO_CONNECTIONS):
+        solo.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_connections_after_fork)
 
 
 class RedisDedupStore:
