@@ -14,7 +14,9 @@ What it does (``python -m bench.peer`` or ``make bench-peer``):
 * Starts its own servers with ``bench.common.local_servers()`` (Pub/Sub and Firestore emulators,
   redis-server; loopback only), plus one more Firestore emulator in Datastore mode for the
   peer's ``DatastoreLock`` (the peer speaks the Datastore API; same emulator jar).
-* Each round measures, per metric, every variant once, the order alternating round by round
+* A warm-up round (``--warmup-rounds``; reported apart, not in the medians: the emulators'
+  JVMs are still compiling), then ``--rounds`` rounds (default 7). Each round measures, per
+  metric, every variant once, the order alternating round by round
   (A B C, then C B A, ...) so that no variant always runs first:
 
   - ``redis_1t`` / ``redis_8t``: claim -> complete of distinct keys per second on 1 and 8
@@ -208,7 +210,7 @@ def peer_firestore(datastore_host: str) -> Cycle:
 
     os.environ["DATASTORE_EMULATOR_HOST"] = datastore_host
     project = f"bench-{uuid.uuid4().hex[:8]}"
-    lock = DatastoreLock(client=datastore.Client(project=project), ttl=TTL)  # type: ignore[no-untyped-call]
+    lock = DatastoreLock(client=datastore.Client(project=project), ttl=TTL)
 
     def cycle(i: int) -> None:
         won = lock.claim(f"k{i}", LEASE)
@@ -340,7 +342,13 @@ def ratio_summary(values: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=1,
+        help="full rounds run first and reported apart, not in the medians (the emulators' JIT)",
+    )
     parser.add_argument("--redis-items", type=int, default=2000, help="cycles per Redis run")
     parser.add_argument("--firestore-items", type=int, default=300, help="cycles per run")
     parser.add_argument("--races", type=int, default=100, help="same-key races per round")
@@ -377,7 +385,8 @@ def main() -> None:
             m: {v: [] for v in cycles} for m, (cycles, _, _) in metrics.items()
         }
         samples["redis_race_ms"] = {v: [] for v in racers}
-        for round_no in range(args.rounds):
+        total_rounds = args.warmup_rounds + args.rounds
+        for round_no in range(total_rounds):
             for metric, (cycles, threads, items) in metrics.items():
                 order = list(cycles)
                 if round_no % 2:
@@ -401,7 +410,9 @@ def main() -> None:
                 ]
                 samples["redis_race_ms"][variant].append(round(1000 * sum(walls) / len(walls), 3))
             print(
-                f"round {round_no + 1}/{args.rounds}: "
+                f"round {round_no + 1}/{total_rounds}"
+                + (" (warm-up)" if round_no < args.warmup_rounds else "")
+                + ": "
                 + "; ".join(
                     f"{m} " + " ".join(f"{v} {s[-1]:g}" for v, s in by_v.items())
                     for m, by_v in samples.items()
@@ -415,6 +426,13 @@ def main() -> None:
             args.count_items,
         )
         race_threads.close()
+
+    warmup = {
+        m: {v: s[: args.warmup_rounds] for v, s in by_v.items()} for m, by_v in samples.items()
+    }
+    samples = {
+        m: {v: s[args.warmup_rounds :] for v, s in by_v.items()} for m, by_v in samples.items()
+    }
 
     medians = {m: {v: median(s) for v, s in by_v.items()} for m, by_v in samples.items()}
     ratios: dict[str, dict[str, dict[str, float]]] = {}
@@ -439,6 +457,7 @@ def main() -> None:
     payload: dict[str, object] = {
         "peer": PEER,
         "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
         "threads": THREADS,
         "items": {
             "redis_1t": args.redis_items,
@@ -455,6 +474,7 @@ def main() -> None:
             "redis_race_ms": "ms per 8-way race (wall)",
         },
         "per_round": samples,
+        "warmup_per_round": warmup,
         "median": medians,
         "ratios": ratios,
         "targets": {
