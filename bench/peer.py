@@ -349,8 +349,8 @@ def main() -> None:
         default=1,
         help="full rounds run first and reported apart, not in the medians (the emulators' JIT)",
     )
-    parser.add_argument("--redis-items", type=int, default=2000, help="cycles per Redis run")
-    parser.add_argument("--firestore-items", type=int, default=300, help="cycles per run")
+    parser.add_argument("--redis-items", type=int, default=6000, help="cycles per Redis run")
+    parser.add_argument("--firestore-items", type=int, default=400, help="cycles per run")
     parser.add_argument("--races", type=int, default=100, help="same-key races per round")
     parser.add_argument("--count-items", type=int, default=200)
     args = parser.parse_args()
