@@ -9,9 +9,9 @@ taken over, by a script that replaces the record if it still holds exactly the b
 token inside a Lua script, atomically. So claim + complete is two round trips, as plain as
 ``SET NX`` then ``SET XX``.
 
-Alone, a call is one plain command on the store's private connection (no pipeline object, no
-pool borrowing: see :class:`_SoloConnection`); concurrent callers of one store share round trips
-(:mod:`pubsub_toolkit.stores._coalesce`), their commands packed together on that connection,
+Alone, a call is one raw command on a pooled connection (no pipeline object, none of redis-py's
+per-command machinery: see :class:`_SoloConnection`); concurrent callers of one store share
+round trips (:mod:`pubsub_toolkit.stores._coalesce`), their commands packed into one write,
 including several on one record (Redis runs them in order, each atomically).
 
 ``complete`` is idempotent per claim: a record already ``done`` under the claim's own token is
@@ -28,13 +28,14 @@ redis-py refuses EVALSHA inside a cluster pipeline, so there the scripts are cal
 
 The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient),
 never "assume new".
+
+(About 410 lines: the store, its three Lua scripts and the raw call path its round trips
+share are one protocol; split apart, each piece would only make sense read with the others.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import weakref
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -103,94 +104,62 @@ _SHA = {script: script_sha(script) for script in SCRIPTS}
 
 
 class _SoloConnection:
-    """One connection of the client's pool, private to the store's coalescer leader.
+    """Raw calls on a connection borrowed from the client's pool for each round trip.
 
-        redis-py spends about as much client CPU on borrowing and returning a pooled connection
-        (with its observability hooks) and on building a pipeline object as on the command
-        itself. A call made alone and a flush both hold the coalescer's leadership, so at most one
-        runs at a time per store: one private connection, no lock. It keeps redis-py's own
-        behaviour where it matters - the connection's retry policy (reconnect and resend on a
-        connection error or timeout, as a redis-py pipeline resends its batch), disconnect on a
-        transport error (no half-read reply is ever reused), error replies as redis-py's
-        exceptions - and a forked child opens its own instead of sharing the parent's socket (the
-    pool would notice the new process id; here a fork hook forgets the connection).
-        Replies are the server's raw ones, so it carries only commands whose reply needs no
-        parsing callback (SET ... GET, GET, EVALSHA).
+    redis-py's command path (its retry closure, per-command observability, event dispatch,
+    response callbacks) and a Pipeline object per batch cost the client about as much CPU as
+    the round trip itself. This sends the packed command(s) and reads the raw reply(ies) on a
+    pooled connection, returned at once: so the pool still decides everything about
+    connections (its health check before lending, a new process id after a fork, how many
+    exist - a backend's stores keep sharing one), and the connection's own retry policy and
+    disconnect-on-error apply as in redis-py. Error replies come back as redis-py's
+    exceptions. Replies are the server's raw ones, so it carries only commands whose reply
+    needs no parsing callback (SET ... GET, GET, EVALSHA).
     """
 
-    __slots__ = ("__weakref__", "_connection", "_pool", "_redis", "_response_error")
+    __slots__ = ("_pool", "_response_error")
 
     def __init__(self, pool: Any, redis_module: Any) -> None:
         self._pool = pool
-        self._redis = redis_module
         self._response_error: type[Exception] = redis_module.ResponseError
-        self._connection: Any = None
-        _SOLO_CONNECTIONS.add(self)
-
-    def forget_after_fork(self) -> None:
-        """In a forked child: drop (never close) the parent's socket; the next call opens one."""
-        self._connection = None
-
-    def _connect(self) -> Any:
-        connection = self._connection
-        if connection is None:
-            connection = self._connection = self._pool.get_connection()
-            return connection  # the pool has just checked it
-        # The pool's own check before lending a connection: one that has data waiting or was
-        # closed by the server (idle timeout, restart, CLIENT KILL) is reopened before any
-        # command is sent, so no command is ever sent twice for it.
-        redis = self._redis
-        try:
-            connection.connect()
-            if connection.can_read():
-                raise redis.ConnectionError("Connection has data")
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            connection.disconnect()
-            connection.connect()
-        return connection
 
     def call(self, command: tuple[Any, ...]) -> Any:
         """One command's raw reply; an error reply raised."""
-        connection = self._connect()
+        pool = self._pool
+        connection = pool.get_connection()
+        try:
 
-        def send() -> Any:
-            connection.send_command(*command)
-            return connection.read_response()
+            def send() -> Any:
+                connection.send_command(*command)
+                return connection.read_response()
 
-        return connection.retry.call_with_retry(send, lambda _error: connection.disconnect())
+            return connection.retry.call_with_retry(send, lambda _error: connection.disconnect())
+        finally:
+            pool.release(connection)
 
     def call_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Every command in one round trip; each reply raw, an error reply as its exception."""
-        connection = self._connect()
+        pool = self._pool
+        connection = pool.get_connection()
         response_error = self._response_error
+        try:
 
-        def send() -> list[Any]:
-            connection.send_packed_command(connection.pack_commands(commands))
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(connection.read_response())
-                except response_error as exc:  # an error reply: the stream stays in step
-                    replies.append(exc)
+            def send() -> list[Any]:
+                connection.send_packed_command(connection.pack_commands(commands))
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(connection.read_response())
+                    except response_error as exc:  # an error reply: the stream stays in step
+                        replies.append(exc)
+                return replies
+
+            replies: list[Any] = connection.retry.call_with_retry(
+                send, lambda _error: connection.disconnect()
+            )
             return replies
-
-        replies: list[Any] = connection.retry.call_with_retry(
-            send, lambda _error: connection.disconnect()
-        )
-        return replies
-
-
-# Every private connection, so that a forked child (a pre-forking server) forgets its parent's
-# sockets once, at the fork, instead of every call comparing process ids.
-_SOLO_CONNECTIONS: weakref.WeakSet[_SoloConnection] = weakref.WeakSet()
-
-
-def _forget_connections_after_fork() -> None:
-    for solo in list(_SOLO_CONNECTIONS):
-        solo.forget_after_fork()
-
-
-os.register_at_fork(after_in_child=_forget_connections_after_fork)
+        finally:
+            pool.release(connection)
 
 
 class RedisDedupStore:
@@ -212,7 +181,7 @@ class RedisDedupStore:
         # through _CLAIM_OR_GET, which answers the same in the same single round trip.
         self._nx_get = True
         self._coalescer = Coalescer(self._flush)
-        # Calls go over a private connection (see _SoloConnection); a cluster client (it
+        # Calls go raw over pooled connections (see _SoloConnection); a cluster client (it
         # routes per key) or a single-connection client uses its own commands.
         plain = not self._cluster and getattr(client, "connection", None) is None
         pool = getattr(client, "connection_pool", None) if plain else None
