@@ -15,7 +15,7 @@ What it does (``python -m bench.peer`` or ``make bench-peer``):
   redis-server; loopback only), plus one more Firestore emulator in Datastore mode for the
   peer's ``DatastoreLock`` (the peer speaks the Datastore API; same emulator jar).
 * A warm-up round (``--warmup-rounds``; reported apart, not in the medians: the emulators'
-  JVMs are still compiling), then ``--rounds`` rounds (default 7). Each round measures, per
+  JVMs are still compiling), then ``--rounds`` rounds (default 9). Each round measures, per
   metric, every variant once, the order alternating round by round
   (A B C, then C B A, ...) so that no variant always runs first:
 
@@ -342,7 +342,7 @@ def ratio_summary(values: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument(
         "--warmup-rounds",
         type=int,
