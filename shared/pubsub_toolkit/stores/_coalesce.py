@@ -4,8 +4,12 @@ With the Python clients, each store round trip costs real CPU in the client (req
 syscalls, the GIL hand-off) - about as much as the server spends on it. When several threads
 write at once, :class:`Coalescer` hands their operations to one ``flush`` (a Firestore batch, a
 Redis pipeline). When nothing else is waiting, an operation goes alone at once: no timer, no
-background thread, no added latency. A waiting caller leads the next flush, and leadership
-passes to the oldest waiter after each flush, so no caller is kept serving others.
+background thread, no added latency - and a caller that passes ``alone`` (the same operation as
+a plain call, say ``client.set(...)``) skips the batching machinery altogether then: no
+Operation, no Event, no pipeline object, just the call, because building a one-command batch
+costs the client about as much CPU as the round trip itself. A waiting caller leads the next
+flush, and leadership passes to the oldest waiter after each flush, so no caller is kept
+serving others.
 
 A flush never holds two operations on the same key (document, Redis key): a Firestore batch
 refuses two inserts of one document and would apply two updates with the same precondition
@@ -27,16 +31,23 @@ class Operation:
     def __init__(self, key: str | None, apply: Callable[[Any], object]) -> None:
         self.key = key
         self.apply = apply  # adds the operation to a batch/pipeline handed in by the flush
-        self.wakeup = threading.Event()  # set when finished, or when handed leadership
-        self.lead = False
+        # A bare lock used as a one-token semaphore, released when the operation is finished
+        # or handed leadership: a threading.Event (a Condition, a lock per wait) costs several
+        # times more client CPU per operation, and every coalesced operation waits once.
+        self.wakeup = threading.Lock()
+        self.wakeup.acquire()
+        self.lead = False  # leader on arrival
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
 
     def finish(self, *, result: Any = None, error: BaseException | None = None) -> None:
+        """Record the outcome and wake the caller; the first outcome given is the one kept."""
+        if self.done:
+            return
         self.result, self.error = result, error
         self.done = True
-        self.wakeup.set()
+        self.wakeup.release()
 
 
 Flush = Callable[[Sequence[Operation]], None]
@@ -56,25 +67,50 @@ class Coalescer:
         self._queue: list[Operation] = []
         self._leader_active = False
 
-    def run(self, apply: Callable[[Any], object], *, key: str | None = None) -> Any:
+    def run(
+        self,
+        apply: Callable[[Any], object],
+        *,
+        key: str | None = None,
+        alone: Callable[[], Any] | None = None,
+    ) -> Any:
         """Submit one operation; wait until flushed; return its result or raise.
 
         Operations with the same ``key`` never share a flush; ``None`` conflicts with nothing.
+        With ``alone``, when no flush is running and nobody waits, ``alone()`` runs instead of a
+        one-operation flush (its result or exception is the caller's); callers arriving
+        meanwhile queue as behind any flush and the first of them leads the next one.
         """
+        if alone is not None:
+            with self._lock:
+                # Nobody leads means nobody waits either: a queued operation always has a
+                # leader (arrival makes one, every flush hands leadership on or clears it).
+                solo = not self._leader_active
+                if solo:
+                    self._leader_active = True
+            if solo:
+                try:
+                    return alone()
+                finally:
+                    self._hand_over()
         operation = Operation(key, apply)
         with self._lock:
             self._queue.append(operation)
             if not self._leader_active:
                 self._leader_active = operation.lead = True
-        while not operation.done:
-            if operation.lead:  # set on arrival, or handed over by the previous leader
-                operation.lead = False
-                operation.wakeup.clear()
-                self._lead_one_flush()
-            else:
-                operation.wakeup.wait()
-                if not operation.done and not operation.lead:
-                    operation.wakeup.clear()  # cannot happen; guard against a spurious set
+        # Each wake-up token is consumed once: the one that says "finished" (then we are done)
+        # or "lead the next flush" (which finishes us, as the oldest waiter, in its batch). A
+        # leader finishing its own operation leaves one token that nobody needs.
+        lead = operation.lead
+        while True:
+            if not lead:
+                operation.wakeup.acquire()
+                if operation.done:
+                    break
+            lead = False
+            self._lead_one_flush()
+            if operation.done:
+                break
         if operation.error is not None:
             raise operation.error
         return operation.result
@@ -107,10 +143,12 @@ class Coalescer:
             for operation in batch:
                 if not operation.done:  # a flush that forgot one must not strand its caller
                     operation.finish(error=RuntimeError("flush did not finish the operation"))
-            with self._lock:
-                if self._queue:
-                    successor = self._queue[0]
-                    successor.lead = True
-                    successor.wakeup.set()
-                else:
-                    self._leader_active = False
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Pass leadership to the oldest waiter, or end it when nobody waits."""
+        with self._lock:
+            if self._queue:
+                self._queue[0].wakeup.release()  # its token: lead the next flush
+            else:
+                self._leader_active = False

@@ -3,7 +3,8 @@
 A batch is atomic, so one failed precondition (a duplicate's ``create``, a fenced ``complete``)
 fails it whole. On any failure that is not a transport error, the batch's writes are committed
 one by one, so every caller gets exactly the outcome its own write would have had alone. A batch
-never holds two writes to one document (see :mod:`pubsub_toolkit.stores._coalesce`).
+never holds two writes to one document (see :mod:`pubsub_toolkit.stores._coalesce`). A write
+made while no other is pending is committed at once, without the coalescer's bookkeeping.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class GroupCommitter:
     def write(self, document_path: str, apply: Callable[[firestore.WriteBatch], object]) -> Any:
         """Add one write to ``document_path``, wait until committed; raise what committing it
         alone would raise."""
-        return self._coalescer.run(apply, key=document_path)
+        return self._coalescer.run(apply, key=document_path, alone=lambda: self._commit(apply))
 
     def _flush(self, operations: Sequence[Operation]) -> None:
         if len(operations) == 1:
@@ -54,6 +55,13 @@ class GroupCommitter:
             return
         for operation, result in zip(operations, results, strict=True):
             operation.finish(result=result)
+
+    def _commit(self, apply: Callable[[firestore.WriteBatch], object]) -> Any:
+        """One write committed on its own, when nobody else is writing (no Operation)."""
+        batch = self._client.batch()
+        apply(batch)
+        [result] = batch.commit(retry=self._retry, timeout=self._timeout)
+        return result
 
     def _commit_alone(self, operation: Operation) -> None:
         batch = self._client.batch()

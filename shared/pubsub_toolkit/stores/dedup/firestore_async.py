@@ -24,6 +24,9 @@ from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_async_retry,
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
 from pubsub_toolkit.stores.dedup.firestore import (
     DEFAULT_COLLECTION,
+    DONE_FIELDS,
+    RELEASED_FIELDS,
+    changed_fields,
     document_id,
     from_document,
     to_document,
@@ -86,7 +89,9 @@ class AsyncFirestoreDedupStore:
         if claim.record is None:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         done = rules.done_record(claim.record, result, now=self._clock.now(), ttl=ttl)
-        await self._replace_if_token(namespace, key, claim, to_document(done), done_is_ours=True)
+        await self._replace_if_token(
+            namespace, key, claim, changed_fields(done, DONE_FIELDS), done_is_ours=True
+        )
 
     async def release(self, namespace: str, key: str, claim: Claim) -> None:
         if claim.record is None:
@@ -94,7 +99,11 @@ class AsyncFirestoreDedupStore:
         released = rules.released_record(claim.record, now=self._clock.now())
         with contextlib.suppress(StaleClaimError):  # someone else holds it: nothing to release
             await self._replace_if_token(
-                namespace, key, claim, to_document(released), done_is_ours=False
+                namespace,
+                key,
+                claim,
+                changed_fields(released, RELEASED_FIELDS),
+                done_is_ours=False,
             )
 
     async def get(self, namespace: str, key: str) -> DedupRecord | None:

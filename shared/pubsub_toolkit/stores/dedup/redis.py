@@ -1,10 +1,18 @@
-"""Redis (Memorystore) dedup store: ``SET NX PX`` claims, WATCH takeovers, Lua completions.
+"""Redis (Memorystore) dedup store: ``SET NX GET`` claims, compare-and-set takeovers, Lua fencing.
 
-The common case - a new key - is one round trip (``SET key value NX PX ttl``), and concurrent
-callers share round trips through one pipeline (:mod:`pubsub_toolkit.stores._coalesce`). Only
-when the key exists does the store read it and, for an expired lease or record, take it over with an
-optimistic WATCH/MULTI transaction so that exactly one contender wins. ``complete`` and
-``release`` check the fencing token inside a Lua script, atomically.
+A claim is one round trip whatever it finds: ``SET key value NX PX ttl GET`` creates the record
+when the key is free and otherwise returns the record that holds it, so a duplicate or a
+contender learns the holder in the same reply (Redis >= 7.0; an older server gets the same
+answer from a two-line script, :data:`_CLAIM_OR_GET`). Only an expired lease or record is
+taken over, by a script that replaces the record if it still holds exactly the bytes we read
+(:data:`_TAKE_OVER`, exactly one contender wins). ``complete`` and ``release`` check the fencing
+token inside a Lua script, atomically. So claim + complete is two round trips, as plain as
+``SET NX`` then ``SET XX``.
+
+Alone, a call is one raw command on a pooled connection (no pipeline object, none of redis-py's
+per-command machinery: see :class:`_SoloConnection`); concurrent callers of one store share
+round trips (:mod:`pubsub_toolkit.stores._coalesce`), their commands packed into one write,
+including several on one record (Redis runs them in order, each atomically).
 
 ``complete`` is idempotent per claim: a record already ``done`` under the claim's own token is
 our first attempt, applied although its reply was lost (a dropped connection, a timeout), so
@@ -12,14 +20,17 @@ the retry reports success instead of a stale claim - which would log a false "ef
 our lease expired" alert and make Pub/Sub redeliver a finished message. A done record under
 another token is a newer holder's, and still refused. ``release`` never touches a done record.
 
-Cluster-safe: every command, script and WATCH transaction here touches one key (the record),
-so the store also runs on Redis Cluster / Memorystore for Redis Cluster with a
-``redis.cluster.RedisCluster`` client (:meth:`RedisDedupStore.from_url` picks one when the
-server is a cluster node). redis-py refuses EVALSHA inside a cluster pipeline, so there the
-fencing script is called directly (routed by the record's slot) instead of sharing a pipeline.
+Cluster-safe: every command and script here touches one key (the record), so the store also
+runs on Redis Cluster / Memorystore for Redis Cluster with a ``redis.cluster.RedisCluster``
+client (:meth:`RedisDedupStore.from_url` picks one when the server is a cluster node).
+redis-py refuses EVALSHA inside a cluster pipeline, so there the scripts are called directly
+(routed by the record's slot) instead of sharing a pipeline.
 
 The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient),
 never "assume new".
+
+(About 410 lines: the store, its three Lua scripts and the raw call path its round trips
+share are one protocol; split apart, each piece would only make sense read with the others.)
 """
 
 from __future__ import annotations
@@ -63,6 +74,93 @@ end
 return 1
 """
 
+# KEYS[1] = record key; ARGV = the raw record the caller read, its replacement, PX ms.
+# Returns 1 if the record still held exactly what was read and now holds the replacement;
+# otherwise what it holds now (a string), or 0 if the key is gone.
+_TAKE_OVER = """
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+if raw ~= ARGV[1] then return raw end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+# SET NX GET for servers before Redis 7.0 (which refuse NX with GET): KEYS[1] = record key,
+# ARGV = new value, PX ms. Nil if the key was free (and now holds ARGV[1]), else its value.
+_CLAIM_OR_GET = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+return redis.call('GET', KEYS[1])
+"""
+
+SCRIPTS = (_REPLACE_IF_TOKEN, _TAKE_OVER, _CLAIM_OR_GET)
+
+
+def script_sha(script: str) -> str:
+    """Redis names a script by the SHA-1 of its text, so the id is known without asking."""
+    return hashlib.sha1(script.encode()).hexdigest()
+
+
+_SHA = {script: script_sha(script) for script in SCRIPTS}
+
+
+class _SoloConnection:
+    """Raw calls on a connection borrowed from the client's pool for each round trip.
+
+    redis-py's command path (its retry closure, per-command observability, event dispatch,
+    response callbacks) and a Pipeline object per batch cost the client about as much CPU as
+    the round trip itself. This sends the packed command(s) and reads the raw reply(ies) on a
+    pooled connection, returned at once: so the pool still decides everything about
+    connections (its health check before lending, a new process id after a fork, how many
+    exist - a backend's stores keep sharing one), and the connection's own retry policy and
+    disconnect-on-error apply as in redis-py. Error replies come back as redis-py's
+    exceptions. Replies are the server's raw ones, so it carries only commands whose reply
+    needs no parsing callback (SET ... GET, GET, EVALSHA).
+    """
+
+    __slots__ = ("_pool", "_response_error")
+
+    def __init__(self, pool: Any, redis_module: Any) -> None:
+        self._pool = pool
+        self._response_error: type[Exception] = redis_module.ResponseError
+
+    def call(self, command: tuple[Any, ...]) -> Any:
+        """One command's raw reply; an error reply raised."""
+        pool = self._pool
+        connection = pool.get_connection()
+        try:
+
+            def send() -> Any:
+                connection.send_command(*command)
+                return connection.read_response()
+
+            return connection.retry.call_with_retry(send, lambda _error: connection.disconnect())
+        finally:
+            pool.release(connection)
+
+    def call_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Every command in one round trip; each reply raw, an error reply as its exception."""
+        pool = self._pool
+        connection = pool.get_connection()
+        response_error = self._response_error
+        try:
+
+            def send() -> list[Any]:
+                connection.send_packed_command(connection.pack_commands(commands))
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(connection.read_response())
+                    except response_error as exc:  # an error reply: the stream stays in step
+                        replies.append(exc)
+                return replies
+
+            replies: list[Any] = connection.retry.call_with_retry(
+                send, lambda _error: connection.disconnect()
+            )
+            return replies
+        finally:
+            pool.release(connection)
+
 
 class RedisDedupStore:
     """Dedup records as JSON strings under ``{prefix}{namespace}:{key}``."""
@@ -79,9 +177,17 @@ class RedisDedupStore:
         self._prefix = prefix
         self._clock = clock
         self._cluster = is_cluster_client(self._redis_module, client)
-        # Redis names a script by the SHA-1 of its text, so the id is known without asking.
-        self._script_sha = hashlib.sha1(_REPLACE_IF_TOKEN.encode()).hexdigest()
+        # Cleared on the first "syntax error" for SET NX GET (Redis < 7.0): claims then go
+        # through _CLAIM_OR_GET, which answers the same in the same single round trip.
+        self._nx_get = True
         self._coalescer = Coalescer(self._flush)
+        # Calls go raw over pooled connections (see _SoloConnection); a cluster client (it
+        # routes per key) or a single-connection client uses its own commands.
+        plain = not self._cluster and getattr(client, "connection", None) is None
+        pool = getattr(client, "connection_pool", None) if plain else None
+        if getattr(pool, "cache", None) is not None:
+            pool = None  # client-side caching wants to see every command: leave it redis-py's
+        self._solo = None if pool is None else _SoloConnection(pool, self._redis_module)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
@@ -95,21 +201,41 @@ class RedisDedupStore:
         rkey = self._key(namespace, key)
         now = self._clock.now()
         fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
-        value, ttl_ms = codec.encode(fresh), _ms(fresh.expire_at, now)
-        created = self._call(
-            lambda: self._pipelined(rkey, lambda p: p.set(rkey, value, nx=True, px=ttl_ms))
-        )
-        if created:
+        raw = self._call(lambda: self._create_or_get(rkey, codec.encode(fresh), fresh, now))
+        if raw is None:
             return Claim(ClaimStatus.ACQUIRED, 1, fresh)
         return self._call(
             lambda: self._claim_existing(
-                rkey, namespace=namespace, key=key, fingerprint=fingerprint, lease=lease, ttl=ttl
+                rkey,
+                raw,
+                namespace=namespace,
+                key=key,
+                fingerprint=fingerprint,
+                lease=lease,
+                ttl=ttl,
             )
         )
+
+    def _create_or_get(self, rkey: str, value: str, record: DedupRecord, now: datetime) -> Any:
+        """Create the record if ``rkey`` is free (None), else return the raw record there."""
+        ttl_ms = _ms(record.expire_at, now)
+        if self._nx_get:
+            try:
+                return self._run(
+                    ("SET", rkey, value, "NX", "PX", ttl_ms, "GET"),
+                    lambda p: p.set(rkey, value, nx=True, px=ttl_ms, get=True),
+                    lambda: self._client.set(rkey, value, nx=True, px=ttl_ms, get=True),
+                )
+            except self._redis_module.ResponseError as exc:
+                if "syntax" not in str(exc).lower():
+                    raise
+                self._nx_get = False  # Redis < 7.0: NX and GET together are refused
+        return self._eval(_CLAIM_OR_GET, rkey, [value, ttl_ms])
 
     def _claim_existing(
         self,
         rkey: str,
+        raw: Any,
         *,
         namespace: str,
         key: str,
@@ -117,36 +243,36 @@ class RedisDedupStore:
         lease: timedelta,
         ttl: timedelta,
     ) -> Claim:
-        watch_error = self._redis_module.WatchError
-        # transaction=True is the default of a plain client; a cluster client needs it said
-        # to allow WATCH/MULTI (on one key, so one slot).
-        with self._client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(rkey)
-                    raw = pipe.get(rkey)
-                    existing = None if raw is None else codec.decode(raw)
-                    now = self._clock.now()
-                    status = rules.evaluate_claim(existing, fingerprint, now)
-                    if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
-                        pipe.unwatch()
-                        assert existing is not None
-                        return Claim(status, existing.token, existing)
-                    record = rules.pending_record(
-                        namespace,
-                        key,
-                        fingerprint,
-                        rules.next_token(existing),
-                        now=now,
-                        lease=lease,
-                        ttl=ttl,
-                    )
-                    pipe.multi()
-                    pipe.set(rkey, codec.encode(record), px=_ms(record.expire_at, now))
-                    pipe.execute()
-                    return Claim(status, record.token, record)
-                except watch_error:
-                    continue  # someone changed the key between our read and write: re-evaluate
+        """Decide on the record ``raw`` that the claim found; take it over if its lease or
+        itself expired, against exactly those bytes (a contender who wrote first wins)."""
+        while True:
+            existing = codec.decode(raw)
+            now = self._clock.now()
+            status = rules.evaluate_claim(existing, fingerprint, now)
+            if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
+                return Claim(status, existing.token, existing)
+            record = rules.pending_record(
+                namespace,
+                key,
+                fingerprint,
+                rules.next_token(existing),
+                now=now,
+                lease=lease,
+                ttl=ttl,
+            )
+            value = codec.encode(record)
+            outcome = self._eval(_TAKE_OVER, rkey, [raw, value, _ms(record.expire_at, now)])
+            if outcome == 1:
+                return Claim(status, record.token, record)
+            if outcome == 0:  # the key expired meanwhile: a fresh claim, as on a new key
+                fresh = rules.pending_record(
+                    namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
+                )
+                raw = self._create_or_get(rkey, codec.encode(fresh), fresh, now)
+                if raw is None:
+                    return Claim(ClaimStatus.ACQUIRED, 1, fresh)
+            else:
+                raw = outcome  # someone wrote first: decide again on what they wrote
 
     def complete(
         self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
@@ -155,14 +281,14 @@ class RedisDedupStore:
             raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
         now = self._clock.now()
         done = rules.done_record(claim.record, result, now=now, ttl=ttl)
-        args: list[str | int] = [
+        args: list[Any] = [
             claim.token,
             codec.encode(done),
             "px",
             _ms(done.expire_at, now),
             "1",  # done under our token = our own earlier attempt: success
         ]
-        ok = self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
+        ok = self._call(lambda: self._eval(_REPLACE_IF_TOKEN, self._key(namespace, key), args))
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
 
@@ -170,54 +296,105 @@ class RedisDedupStore:
         if claim.record is None:
             return
         released = rules.released_record(claim.record, now=self._clock.now())
-        args: list[str | int] = [claim.token, codec.encode(released), "keep", 0, "0"]
-        self._call(lambda: self._replace_if_token_pipelined(self._key(namespace, key), args))
+        args: list[Any] = [claim.token, codec.encode(released), "keep", 0, "0"]
+        self._call(lambda: self._eval(_REPLACE_IF_TOKEN, self._key(namespace, key), args))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
         rkey = self._key(namespace, key)
-        raw = self._call(lambda: self._pipelined(rkey, lambda p: p.get(rkey)))
+        raw = self._call(
+            lambda: self._run(("GET", rkey), lambda p: p.get(rkey), lambda: self._client.get(rkey))
+        )
         if raw is None:
             return None
         record = codec.decode(raw)
         return None if record.is_expired(self._clock.now()) else record
 
-    def _replace_if_token_pipelined(self, rkey: str, args: list[str | int]) -> Any:
+    def _eval(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
+        """One of :data:`SCRIPTS` on ``rkey``, alone or sharing a round trip."""
         if self._cluster:
-            return self._replace_if_token_direct(rkey, args)
+            return self._script(script, rkey, args)
+        sha = _SHA[script]
         # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
         # EXISTS round trip to every flush. A missing script is loaded once in _flush.
-        return self._pipelined(rkey, lambda p: p.evalsha(self._script_sha, 1, rkey, *args))
+        return self._run(
+            ("EVALSHA", sha, 1, rkey, *args),
+            lambda p: p.evalsha(sha, 1, rkey, *args),
+            lambda: self._script(script, rkey, args),
+        )
 
-    def _replace_if_token_direct(self, rkey: str, args: list[str | int]) -> Any:
-        """The fencing script as its own call: redis-py blocks EVALSHA in cluster pipelines."""
+    def _script(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
+        """``script`` as its own call with the client (EVALSHA; loaded once if Redis lacks
+        it): the cluster path (redis-py blocks EVALSHA in cluster pipelines) and a
+        single-connection client's."""
+        sha = _SHA[script]
         try:
-            return self._client.evalsha(self._script_sha, 1, rkey, *args)
+            return self._client.evalsha(sha, 1, rkey, *args)
         except self._redis_module.exceptions.NoScriptError:
             # A cluster client loads it on every primary, so the retry finds it on any shard.
-            self._client.script_load(_REPLACE_IF_TOKEN)
-            return self._client.evalsha(self._script_sha, 1, rkey, *args)
+            self._client.script_load(script)
+            return self._client.evalsha(sha, 1, rkey, *args)
 
-    def _pipelined(self, rkey: str, apply: Callable[[Any], object]) -> Any:
-        """Run one command, sharing a pipeline with concurrent callers (see .coalesce)."""
-        return self._coalescer.run(apply, key=rkey)
+    def _run(
+        self,
+        command: tuple[Any, ...],
+        pipelined: Callable[[Any], object],
+        via_client: Callable[[], Any],
+    ) -> Any:
+        """Run one command: alone when nobody else is calling, else in one round trip shared
+        with concurrent callers (see .coalesce). With the private connection both carry
+        ``command`` itself; without it (cluster, single-connection client) alone is
+        ``via_client()`` and shared is ``pipelined(pipeline)``.
+
+        No coalescer key: unlike a Firestore batch, a pipeline may hold several commands on
+        one record. Redis runs them in order, each atomically, exactly as if sent one after
+        the other, so 8 callers racing for one key share one round trip too (the first
+        command creates the record, the others get it back) instead of 8 in a row.
+        """
+        solo = self._solo
+        if solo is None:
+            return self._coalescer.run(pipelined, alone=via_client)
+        return self._coalescer.run(
+            lambda commands: commands.append(command),
+            alone=lambda: self._solo_call(solo, command),
+        )
+
+    def _solo_call(self, solo: _SoloConnection, command: tuple[Any, ...]) -> Any:
+        try:
+            return solo.call(command)
+        except self._redis_module.exceptions.NoScriptError:
+            self._load_scripts()  # Redis restarted or flushed its scripts since we used ours
+            return solo.call(command)
+
+    def _load_scripts(self) -> None:
+        for script in SCRIPTS:
+            self._client.script_load(script)
 
     def _flush(self, operations: Sequence[Operation]) -> None:
         # Not a MULTI transaction: each command keeps its own result, errors included.
         unscripted = self._execute(operations)
         if unscripted:
-            # Redis restarted or flushed its scripts since we last used ours: load it, retry.
-            self._client.script_load(_REPLACE_IF_TOKEN)
+            self._load_scripts()  # Redis restarted or flushed its scripts since we used ours
             for operation in self._execute(unscripted):
                 operation.finish(error=RuntimeError("Redis refused to keep the fencing script"))
 
     def _execute(self, operations: Sequence[Operation]) -> list[Operation]:
-        """Run ``operations`` in one pipeline; return those that failed for a missing script."""
-        pipe = self._client.pipeline(transaction=False)
-        for operation in operations:
-            operation.apply(pipe)
+        """Run ``operations`` in one round trip; return those that failed for a missing
+        script."""
+        solo = self._solo
+        if solo is not None:
+            commands: list[tuple[Any, ...]] = []
+            for operation in operations:
+                operation.apply(commands)
+            replies = solo.call_many(commands)
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for operation in operations:
+                operation.apply(pipe)
+            replies = pipe.execute(raise_on_error=False)
         missing_script = []
-        for operation, result in zip(operations, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(result, self._redis_module.exceptions.NoScriptError):
+        no_script = self._redis_module.exceptions.NoScriptError
+        for operation, result in zip(operations, replies, strict=True):
+            if isinstance(result, no_script):
                 missing_script.append(operation)
             elif isinstance(result, Exception):
                 operation.finish(error=result)

@@ -2,19 +2,19 @@
 script as :class:`~pubsub_toolkit.stores.dedup.redis.RedisDedupStore`, so sync and async
 workers share one store.
 
-A new key is one ``SET NX PX``; an existing one is read and, for an expired lease or record,
-taken over in a WATCH/MULTI transaction (exactly one contender wins); ``complete`` and
-``release`` run the shared token-checking script (``_REPLACE_IF_TOKEN``). Every decision is
-:mod:`pubsub_toolkit.dedup.rules`', every record encoding :mod:`._codec`'s. Round trips are not
-coalesced into pipelines as in the sync store: on one event loop the calls are already
-concurrent on the client's connection pool. Fails closed (StoreUnavailableError).
+A claim is one round trip whatever it finds: ``SET NX PX GET`` creates the record or returns the
+one there (``_CLAIM_OR_GET`` on a server before Redis 7.0); an expired lease or record is taken
+over by the shared compare-and-set script (``_TAKE_OVER``: exactly one contender wins);
+``complete`` and ``release`` run the shared token-checking script (``_REPLACE_IF_TOKEN``).
+Every decision is :mod:`pubsub_toolkit.dedup.rules`', every record encoding :mod:`._codec`'s.
+Round trips are not coalesced into pipelines as in the sync store: on one event loop the calls
+are already concurrent on the client's connection pool. Fails closed (StoreUnavailableError).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Awaitable
-from datetime import timedelta
+from collections.abc import Awaitable, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -23,7 +23,13 @@ from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.stores._redis_calls import SOCKET_TIMEOUT, import_redis
 from pubsub_toolkit.stores.dedup import _codec as codec
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
-from pubsub_toolkit.stores.dedup.redis import _REPLACE_IF_TOKEN, _ms
+from pubsub_toolkit.stores.dedup.redis import (
+    _CLAIM_OR_GET,
+    _REPLACE_IF_TOKEN,
+    _SHA,
+    _TAKE_OVER,
+    _ms,
+)
 
 T = TypeVar("T")
 
@@ -38,7 +44,7 @@ class AsyncRedisDedupStore:
         self._client = client  # a redis.asyncio.Redis
         self._prefix = prefix
         self._clock = clock
-        self._script_sha = hashlib.sha1(_REPLACE_IF_TOKEN.encode()).hexdigest()
+        self._nx_get = True  # cleared on Redis < 7.0, as in the sync store
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisDedupStore:
@@ -51,53 +57,51 @@ class AsyncRedisDedupStore:
         rkey = self._key(namespace, key)
         now = self._clock.now()
         fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
-        value, ttl_ms = codec.encode(fresh), _ms(fresh.expire_at, now)
-        if await self._call(self._client.set(rkey, value, nx=True, px=ttl_ms)):
+        raw = await self._create_or_get(rkey, codec.encode(fresh), fresh, now)
+        if raw is None:
             return Claim(ClaimStatus.ACQUIRED, 1, fresh)
-        return await self._call(
-            self._claim_existing(
-                rkey, namespace=namespace, key=key, fingerprint=fingerprint, lease=lease, ttl=ttl
+        while True:
+            existing = codec.decode(raw)
+            now = self._clock.now()
+            status = rules.evaluate_claim(existing, fingerprint, now)
+            if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
+                return Claim(status, existing.token, existing)
+            record = rules.pending_record(
+                namespace,
+                key,
+                fingerprint,
+                rules.next_token(existing),
+                now=now,
+                lease=lease,
+                ttl=ttl,
             )
-        )
+            value = codec.encode(record)
+            outcome = await self._script(_TAKE_OVER, rkey, [raw, value, _ms(record.expire_at, now)])
+            if outcome == 1:
+                return Claim(status, record.token, record)
+            if outcome == 0:  # the key expired meanwhile: a fresh claim, as on a new key
+                fresh = rules.pending_record(
+                    namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
+                )
+                raw = await self._create_or_get(rkey, codec.encode(fresh), fresh, now)
+                if raw is None:
+                    return Claim(ClaimStatus.ACQUIRED, 1, fresh)
+            else:
+                raw = outcome  # someone wrote first: decide again on what they wrote
 
-    async def _claim_existing(
-        self,
-        rkey: str,
-        *,
-        namespace: str,
-        key: str,
-        fingerprint: str,
-        lease: timedelta,
-        ttl: timedelta,
-    ) -> Claim:
-        watch_error = self._redis_module.WatchError
-        async with self._client.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(rkey)
-                    raw = await pipe.get(rkey)
-                    existing = None if raw is None else codec.decode(raw)
-                    now = self._clock.now()
-                    status = rules.evaluate_claim(existing, fingerprint, now)
-                    if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
-                        await pipe.unwatch()
-                        assert existing is not None
-                        return Claim(status, existing.token, existing)
-                    record = rules.pending_record(
-                        namespace,
-                        key,
-                        fingerprint,
-                        rules.next_token(existing),
-                        now=now,
-                        lease=lease,
-                        ttl=ttl,
-                    )
-                    pipe.multi()
-                    pipe.set(rkey, codec.encode(record), px=_ms(record.expire_at, now))
-                    await pipe.execute()
-                    return Claim(status, record.token, record)
-                except watch_error:
-                    continue  # the key changed between our read and write: re-evaluate
+    async def _create_or_get(
+        self, rkey: str, value: str, record: DedupRecord, now: datetime
+    ) -> Any:
+        """Create the record if ``rkey`` is free (None), else return the raw record there."""
+        ttl_ms = _ms(record.expire_at, now)
+        if self._nx_get:
+            try:
+                return await self._call(self._client.set(rkey, value, nx=True, px=ttl_ms, get=True))
+            except self._redis_module.ResponseError as exc:
+                if "syntax" not in str(exc).lower():
+                    raise
+                self._nx_get = False  # Redis < 7.0: NX and GET together are refused
+        return await self._script(_CLAIM_OR_GET, rkey, [value, ttl_ms])
 
     async def complete(
         self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
@@ -107,15 +111,17 @@ class AsyncRedisDedupStore:
         now = self._clock.now()
         done = rules.done_record(claim.record, result, now=now, ttl=ttl)
         args = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now), "1"]
-        if not await self._replace_if_token(self._key(namespace, key), args):
+        if not await self._script(_REPLACE_IF_TOKEN, self._key(namespace, key), args):
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
 
     async def release(self, namespace: str, key: str, claim: Claim) -> None:
         if claim.record is None:
             return
         released = rules.released_record(claim.record, now=self._clock.now())
-        await self._replace_if_token(
-            self._key(namespace, key), [claim.token, codec.encode(released), "keep", 0, "0"]
+        await self._script(
+            _REPLACE_IF_TOKEN,
+            self._key(namespace, key),
+            [claim.token, codec.encode(released), "keep", 0, "0"],
         )
 
     async def get(self, namespace: str, key: str) -> DedupRecord | None:
@@ -125,13 +131,15 @@ class AsyncRedisDedupStore:
         record = codec.decode(raw)
         return None if record.is_expired(self._clock.now()) else record
 
-    async def _replace_if_token(self, rkey: str, args: list[Any]) -> Any:
+    async def _script(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
+        """One of the sync store's scripts by EVALSHA, loaded once if Redis lacks it."""
+        sha = _SHA[script]
         try:
-            return await self._call(self._client.evalsha(self._script_sha, 1, rkey, *args))
+            return await self._call(self._client.evalsha(sha, 1, rkey, *args))
         except self._redis_module.exceptions.NoScriptError:
             # Redis restarted or flushed its scripts since we last used ours: load it, retry.
-            await self._call(self._client.script_load(_REPLACE_IF_TOKEN))
-            return await self._call(self._client.evalsha(self._script_sha, 1, rkey, *args))
+            await self._call(self._client.script_load(script))
+            return await self._call(self._client.evalsha(sha, 1, rkey, *args))
 
     def _key(self, namespace: str, key: str) -> str:
         # The sync store's layout (tests check that both see each other's records).
