@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench soak test-faults sim sim-mutations clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-latency soak test-faults sim sim-mutations clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -90,6 +90,9 @@ bench: install ## benchmarks (each starts its own servers); JSON and a PNG chart
 	$(PY) -m bench.fifo
 	$(PY) -m bench.async_consumer
 	$(PY) -m bench.charts
+
+bench-latency: install ## origin -> ingress -> final vs a direct publish on the local stack, p50/p99 (~6 min)
+	$(PY) -m bench.latency
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)
 	$(PY) -m bench.soak
