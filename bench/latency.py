@@ -165,15 +165,15 @@ def stats(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
-def histogram(values: list[float], width: float = 25.0) -> dict[str, int]:
-    """How many latencies fall in each ``width`` ms bucket: the emulator's 50 ms streaming
-    and 100 ms push polling make the distribution a few sharp peaks, which p50/p99 hide."""
-    buckets: dict[str, int] = {}
-    for value in sorted(values):
-        low = int(value // width * width)
-        label = f"{low}-{low + int(width)}"
-        buckets[label] = buckets.get(label, 0) + 1
-    return buckets
+def histogram(values: list[float], tick: float = 50.0) -> dict[str, int]:
+    """How many latencies lie nearest each multiple of ``tick`` ms. The emulator hands a
+    streaming pull its messages every 50 ms and polls an idle push subscription every 100 ms,
+    so the latencies are a few sharp peaks at those multiples, which p50/p99 alone hide."""
+    counts: dict[int, int] = {}
+    for value in values:
+        nearest = round(value / tick) * int(tick)
+        counts[nearest] = counts.get(nearest, 0) + 1
+    return {f"~{ms}": counts[ms] for ms in sorted(counts)}
 
 
 def ratios(origin: dict[str, Any], direct: dict[str, Any]) -> dict[str, float | None]:
