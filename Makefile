@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer soak test-faults sim sim-mutations clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency soak test-faults sim sim-mutations clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -97,6 +97,9 @@ bench-cost: install ## per-path counts of Pub/Sub, Firestore, Redis, Cloud Tasks
 
 bench-peer: install ## the dedup store against the PyPI peer gcp-pubsub-idempotency, alternating rounds (bench/results/peer.json)
 	$(PY) -m bench.peer
+
+bench-latency: install ## origin -> ingress -> final vs a direct publish on the local stack, p50/p99 (~6 min)
+	$(PY) -m bench.latency
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)
 	$(PY) -m bench.soak

@@ -2,6 +2,14 @@
 
 ``PubSubSink.publish`` blocks until Pub/Sub has accepted the message (the future resolved): a
 component only acks its input, or answers 2xx, after its output is durable.
+
+Because every caller waits on its own message, the client it builds batches for 0 s instead of
+google-cloud-pubsub's default 10 ms: that window only delayed each lone publish by 10 ms (two
+thirds of ingress's publish time), and under concurrency it capped a client at one batch per
+window. With 0 s the client's commit thread sends the batch as soon as it runs (publishes made
+before that still join it). Measured on the emulator: a blocking publish 12.5 -> 1 ms, and 8
+threads publishing through one client 630 -> 3,000 msgs/s (docs/reference/performance.md,
+"Immediate-path latency").
 """
 
 from __future__ import annotations
@@ -31,6 +39,17 @@ class MessageSink(Protocol):
         ...
 
 
+def publisher_for_sink(max_latency: timedelta = timedelta(0)) -> pubsub_v1.PublisherClient:
+    """The client :class:`PubSubSink` builds: message ordering on (ordering keys are FIFO
+    groups) and a batching window of ``max_latency`` (see the module docstring for why 0)."""
+    from google.cloud import pubsub_v1  # type: ignore[attr-defined]
+
+    return pubsub_v1.PublisherClient(
+        batch_settings=pubsub_v1.types.BatchSettings(max_latency=max_latency.total_seconds()),
+        publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=True),
+    )
+
+
 class PubSubSink:
     """Publishes with google-cloud-pubsub; message ordering enabled for ordering keys."""
 
@@ -39,13 +58,12 @@ class PubSubSink:
         client: pubsub_v1.PublisherClient | None = None,
         *,
         timeout: timedelta = timedelta(seconds=30),
+        max_latency: timedelta = timedelta(0),
     ) -> None:
+        """``max_latency`` is the batching window of the client built when ``client`` is None
+        (a given client keeps its own settings)."""
         if client is None:
-            from google.cloud import pubsub_v1  # type: ignore[attr-defined]
-
-            client = pubsub_v1.PublisherClient(
-                publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=True)
-            )
+            client = publisher_for_sink(max_latency)
         self._client = client
         self._timeout = timeout.total_seconds()
 
