@@ -94,5 +94,9 @@ def test_template_runs_an_async_handler_once_in_order(template: tuple[Any, Any, 
     assert handler.SEEN == [("-", "hello"), ("1", "step 1"), ("2", "step 2")]
     assert len(handler.THREADS) == 1  # every call on the instance's one event loop
     assert type(main._processor).__name__ == "BlockingProcessor"  # the async stores' path
+    # #4 before #3: parked, so the group needs attention and the sweep visits it (an idle
+    # group is not visited at all).
+    early = push("step 4", "204", {"fifo_group": "g", "fifo_seq": "4"})
+    assert client.post("/", json=early).status_code == 200
     swept = client.post("/sweep").get_json()
     assert swept["swept"] >= 1 and set(swept["outcomes"]) >= {"g"}

@@ -61,7 +61,7 @@ def test_publish_subscribe_and_status_round_trip(env: dict[str, str]) -> None:
         "second",
         "third",
     ]
-    status = cli(env, "status")
+    status = cli(env, "status", "--group", "order-7")  # idle now: named to be shown
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if line.startswith("order-7"))
     assert row.split()[:4] == ["order-7", "3", "3", "0"]  # issued, processed, parked
@@ -113,6 +113,6 @@ def test_consumer_function_template(
         return client.post("/", json=body).status_code
 
     assert [push(s) for s in (2, 3, 1, 1)] == [200, 200, 200, 200]
-    status = cli(env, "status")
+    status = cli(env, "status", "--group", "g")  # idle now: named to be shown
     row = next(line for line in status.stdout.splitlines() if line.startswith("g "))
     assert row.split()[2:4] == ["3", "0"]  # all three processed, in order, nothing parked

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,13 +34,20 @@ def group_statuses(
     *,
     now: datetime,
     counter: SequenceCounter | None = None,
+    named: Iterable[str] = (),
+    remembered: Iterable[str] = (),
 ) -> list[GroupStatus]:
-    """The status of every group the store lists for ``consumer``: those with parked or
-    blocked work, which an operator may have to act on (idle groups are not listed: their
-    records expire ``DEDUP_TTL`` after their last change)."""
+    """The status of every group the store lists for ``consumer`` - those with parked or
+    blocked work, which an operator may have to act on - and of the ``named`` ones. Idle
+    groups are not listed (there may be millions; their records expire ``DEDUP_TTL`` after
+    their last change): ``remembered`` ones (a status page's groups it showed before) are shown
+    while they still have a record."""
+    named = set(named)
     rows = []
-    for group in store.groups(consumer):
+    for group in sorted({*store.groups(consumer), *named, *remembered}):
         state = store.load(consumer, group)
+        if state.version is None and group not in named:
+            continue  # remembered, but its record is gone (expired): nothing to show
         gap = None if state.gap_since is None else (now - state.gap_since).total_seconds()
         rows.append(
             GroupStatus(

@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
     status.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also show this group, idle or not (repeatable; the list shows groups with work)",
+    )
+    status.add_argument(
         "--dead-letter-subscription",
         default="dead-letter-sub",
         metavar="NAME",

@@ -57,7 +57,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     require_emulator_if_local()
     source = LiveStatusSource.from_env(
-        consumer=args.consumer_id, dead_letter_subscription=args.dead_letter_subscription
+        consumer=args.consumer_id,
+        dead_letter_subscription=args.dead_letter_subscription,
+        groups=args.group,
     )
     try:
         snapshot = gather(source, now=SYSTEM_CLOCK.now())
@@ -71,8 +73,9 @@ def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str
     """The `status` command's text for ``snapshot``."""
     from pubsub_toolkit.operations.group_status import render_table
 
-    lines = [f"FIFO groups of consumer {snapshot.consumer!r}:"]
-    lines.append(render_table(snapshot.groups) if snapshot.groups else "(none yet)")
+    lines = [f"FIFO groups of consumer {snapshot.consumer!r} with work, and any named:"]
+    lines.append(render_table(snapshot.groups) if snapshot.groups else "(none)")
+    lines.append("(idle groups are not listed; `status --group NAME` shows one)")
     dead = snapshot.dead_letters
     if not dead.exists:
         dead_text = f"(no subscription {dead_letter_name})"

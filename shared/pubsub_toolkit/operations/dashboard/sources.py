@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ DEFAULT_DEAD_LETTER_SUBSCRIPTION = "dead-letter-sub"
 # Counting dead letters means pulling them (Pub/Sub has no count by attribute): stop here and
 # show "1000+" rather than hold more messages on every refresh.
 DEAD_LETTER_COUNT_LIMIT = 1000
+SHOWN_GROUPS = 200  # groups a status page keeps showing after the store stopped listing them
 
 
 class LiveStatusSource:
@@ -37,8 +38,14 @@ class LiveStatusSource:
         stats: StatsStore,
         tasks_client: Any | None,
         queue: str | None,
+        groups: Sequence[str] = (),
     ) -> None:
+        """``groups``: groups to show whatever their state (the store lists only those with
+        work); the source also keeps showing every group it showed once, while it has a record
+        (a status page follows a group to the end of its run)."""
         self.consumer = consumer
+        self._named = tuple(groups)
+        self._shown: set[str] = set()
         self._fifo_store = fifo_store
         self._counter = counter
         self._subscriber = subscriber
@@ -54,6 +61,7 @@ class LiveStatusSource:
         *,
         consumer: str | None = None,
         dead_letter_subscription: str = DEFAULT_DEAD_LETTER_SUBSCRIPTION,
+        groups: Sequence[str] = (),
     ) -> LiveStatusSource:
         """Clients for the pipeline ``env`` describes (default ``os.environ``)."""
         from pubsub_toolkit.emulator import subscriber_client
@@ -82,10 +90,23 @@ class LiveStatusSource:
             stats=backend.stats_store(),
             tasks_client=tasks,
             queue=queue,
+            groups=groups,
         )
 
     def fifo_groups(self, now: datetime) -> list[GroupStatus]:
-        return group_statuses(self._fifo_store, self.consumer, now=now, counter=self._counter)
+        rows = group_statuses(
+            self._fifo_store,
+            self.consumer,
+            now=now,
+            counter=self._counter,
+            named=self._named,
+            remembered=self._shown,
+        )
+        # Remember what was shown (bounded): a group that finishes its run stays on the page.
+        self._shown = {row.group for row in rows}
+        if len(self._shown) > SHOWN_GROUPS:
+            self._shown = set(sorted(self._shown)[:SHOWN_GROUPS])
+        return rows
 
     def dead_letters(self) -> DeadLetterCounts:
         from google.api_core import exceptions as gexc
