@@ -15,7 +15,7 @@ The sequencer half of the FIFO benchmark is ``bench/fifo_sequencer.py``.
 * **store writes per message**: every variant's FIFO store is wrapped by
   :class:`bench.counting.CountingFifoStore`; state writes (``save``) and all writes (with
   ``park``/``unpark``) per message are machine-independent counts. Target: <= 1.0 state write
-  per in-order message, amortized (the held lease: n + 3 for a burst of n), one by one and batched.
+  per in-order message, amortized (the held lease: n + 1 for n in a row), one by one and batched.
 * **reads per sweep**: 10,000 idle groups and 10 with parked work, on Redis and on Firestore;
   one sweep round (``gate.groups()`` and ``gate.sweep`` of each) by a fresh gate (a restarted
   process) and by the gate that did the work, counted as billed reads (a listing costs what it

@@ -358,9 +358,10 @@ class ConsumerSettings:
     # First wait after a handler failure, doubling per counted failure (capped at 5 minutes):
     # with 5 attempts a message becomes poison after about 75 s of failures, not 5 s.
     retry_backoff: timedelta = timedelta(seconds=5)
-    # How long a streaming consumer keeps a group's lease after an advance for the group's next
-    # delivery (one state write per message instead of two); 0 for a push consumer, whose next
-    # delivery may reach another instance. At most half the lease.
+    # A streaming consumer keeps a group's lease after an advance for the group's next delivery
+    # (one state write per message instead of two); used within lease_hold of the advance it
+    # needs no write at all. 0 for a push consumer, whose next delivery may reach another
+    # instance. At most half the lease.
     lease_hold: timedelta = timedelta(seconds=2)
 
     def __post_init__(self) -> None:

@@ -1,11 +1,10 @@
 """What the FIFO gate costs its store, counted (bench/counting.py), and the rules that keep it
 low without giving up a guarantee:
 
-* a held lease (``lease_hold``): once a group is busy in a process (advanced there less than
-  ``lease_hold`` ago), its next delivery runs under the lease the last advance renewed - one
-  state write per in-order message, not two - and the sweeper gives it back once unused, so
-  another process's copy is not kept waiting for a whole lease; a group's first message frees
-  the lease with its advance (a group of one message pays no release write);
+* a held lease (``lease_hold``): an advance keeps the group's lease (the same one write) and
+  the group's next delivery runs under it - one state write per in-order message, not two; an
+  unused lease just expires (no write), another process's copy parks and this process's
+  sweeper runs it; a gap behind a held lease gives it back (an operator may have to skip);
 * no unpark for a number that was never parked;
 * idle records expire a retention after their last change; a sweep visits only the groups
   that need attention; and a delivery older than the retention for a group without a record
@@ -83,7 +82,7 @@ def deliver(gate: FifoGate, m: Message) -> GateOutcome:
     return gate.deliver(m, m.attributes["fifo_group"], int(m.attributes["fifo_seq"])).outcome
 
 
-@pytest.mark.parametrize(("hold", "writes"), [(HOLD, 52), (timedelta(0), 100)])
+@pytest.mark.parametrize(("hold", "writes"), [(HOLD, 51), (timedelta(0), 100)])
 def test_in_order_deliveries_cost_one_write_each_under_a_held_lease(
     store: CountingFifoStore,
     clock: ManualClock,
@@ -97,14 +96,13 @@ def test_in_order_deliveries_cost_one_write_each_under_a_held_lease(
         assert deliver(gate, message(seq)) is GateOutcome.PROCESSED
         clock.advance(timedelta(milliseconds=100))  # the next one comes within the hold
     assert seen == [f"g:{n}" for n in range(1, 51)]
-    # Held: #1 and #2 take a lease each (the group is not busy yet when #1 advances), then one
-    # advance per message (n + 2 for n); without the hold, a lease and an advance each. Never
-    # a park or an unpark for an in-order message.
+    # Held: one lease for the run, then one advance per message (n + 1 for n); without the
+    # hold, a lease and an advance each. Never a park or an unpark for an in-order message.
     assert store.writes == writes
     assert store.calls["park"] == store.calls["unpark"] == 0
 
 
-def test_the_sweeper_gives_an_unused_held_lease_back_and_another_process_goes_on(
+def test_a_held_lease_is_never_given_back_by_a_write_and_keeps_nobody_waiting(
     store: CountingFifoStore, clock: ManualClock, sink: RecordingSink
 ) -> None:
     seen_a: list[str] = []
@@ -112,19 +110,18 @@ def test_the_sweeper_gives_an_unused_held_lease_back_and_another_process_goes_on
     a = make_gate(store, clock, sink, seen_a)
     b = make_gate(store, clock, sink, seen_b)
     assert deliver(a, message(1)) is GateOutcome.PROCESSED
-    assert a.groups() == []  # a group's first message frees the lease with its advance
-    assert deliver(a, message(2)) is GateOutcome.PROCESSED
-    assert a.groups() == ["g"]  # busy here: the lease is held, the sweep must give it back
-    # B's copy of #3 meets A's held lease: parked, and A's sweep runs it under that lease.
-    assert deliver(b, message(3)) is GateOutcome.IN_PROGRESS
+    assert a.groups() == []  # nothing to sweep: the held lease needs no visit
+    store.reset()
+    clock.advance(HOLD * 3)
+    assert a.groups() == [] and store.writes == 0  # unused: no release write
+    # B's copy of #2 meets A's (still live) lease: parked, so the group is listed, and A's
+    # sweep runs it under a new lease of its own (one write, a new fencing token).
+    token = store.load(CONSUMER, "g").lease_token
+    assert deliver(b, message(2)) is GateOutcome.IN_PROGRESS
+    assert a.groups() == ["g"]
     assert a.sweep("g").outcome is GateOutcome.PROCESSED
-    assert seen_a == ["g:1", "g:2", "g:3"] and seen_b == []
-    clock.advance(HOLD)
-    assert a.sweep("g").outcome is GateOutcome.IDLE  # unused for lease_hold: given back
-    assert store.load(CONSUMER, "g").lease_until is None
-    assert a.groups() == []
-    assert deliver(b, message(4)) is GateOutcome.PROCESSED  # at once, not after a lease
-    assert seen_b == ["g:4"]
+    assert store.load(CONSUMER, "g").lease_token == token + 1
+    assert seen_a == ["g:1", "g:2"] and seen_b == []
 
 
 def test_release_held_gives_every_held_lease_back(
@@ -133,32 +130,44 @@ def test_release_held_gives_every_held_lease_back(
     gate = make_gate(store, clock, sink, [])
     for group in ("a", "b"):
         deliver(gate, message(1, group))
-        deliver(gate, message(2, group))  # busy: held
     assert all(store.load(CONSUMER, g).lease_live(clock.now()) for g in ("a", "b"))
     gate.release_held()  # a consumer stopping
     assert not any(store.load(CONSUMER, g).lease_live(clock.now()) for g in ("a", "b"))
 
 
-def test_a_held_lease_too_old_for_a_handler_is_not_used(
+def test_a_held_lease_too_old_for_a_handler_is_renewed_before_the_run(
     store: CountingFifoStore, clock: ManualClock, sink: RecordingSink
 ) -> None:
     seen: list[str] = []
     gate = make_gate(store, clock, sink, seen)
     deliver(gate, message(1))
-    deliver(gate, message(2))  # busy: held
     clock.advance(HOLD)  # the hold is over: the handler would have less than lease - hold
-    before = store.load(CONSUMER, "g").lease_token
-    assert deliver(gate, message(3)) is GateOutcome.IN_PROGRESS  # still our lease: parked
-    # The sweeper gives it back and runs #2 under a new lease (a new fencing token).
-    assert gate.sweep("g").outcome is GateOutcome.PROCESSED
-    assert store.load(CONSUMER, "g").lease_token == before + 1
-    assert seen == ["g:1", "g:2", "g:3"]
+    token = store.load(CONSUMER, "g").lease_token
+    store.reset()
+    assert deliver(gate, message(2)) is GateOutcome.PROCESSED
+    assert store.load(CONSUMER, "g").lease_token == token + 1  # a new lease for this run
+    assert store.calls["save"] == 2 and store.calls["park"] == 0  # renew, advance
+    assert seen == ["g:1", "g:2"]
+
+
+def test_a_gap_behind_a_held_lease_gives_it_back_so_an_operator_can_skip(
+    store: CountingFifoStore, clock: ManualClock, sink: RecordingSink
+) -> None:
+    seen: list[str] = []
+    gate = make_gate(store, clock, sink, seen)
+    deliver(gate, message(1))
+    assert deliver(gate, message(3)) is GateOutcome.PARKED  # #2 missing
+    assert gate.groups() == ["g"]
+    gate.sweep("g")  # the gap is noticed: the held lease is given back
+    assert not store.load(CONSUMER, "g").lease_live(clock.now())
+    gate.skip("g", 2)  # the operator's skip is not refused as "being processed"
+    assert seen == ["g:1", "g:3"]
 
 
 def test_an_idle_groups_record_expires_and_a_sweep_visits_only_groups_with_work(
     store: CountingFifoStore, clock: ManualClock, sink: RecordingSink
 ) -> None:
-    gate = make_gate(store, clock, sink, [], hold=timedelta(0))
+    gate = make_gate(store, clock, sink, [])
     for n in range(200):
         deliver(gate, message(1, f"idle-{n}"))
     for n in range(3):

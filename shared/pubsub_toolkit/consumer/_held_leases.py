@@ -1,23 +1,37 @@
 """The leases one gate process keeps between a group's deliveries (``GatePolicy.lease_hold``):
-bookkeeping only - which groups, under which fencing token, since when - with the rules for
-using one and giving it back. The gate does the store writes.
+bookkeeping only - which groups, under which fencing token, since when - and the rule for
+using one. The gate does the store writes.
 
 Why: taking the lease is a state write, so a group's every message would cost two (lease,
-advance). Once a group is *busy* here (this process advanced it less than ``lease_hold`` ago)
-its advance keeps the lease, and the group's next delivery runs under it: one write per
-message. A group's first message frees the lease with its advance, so groups of one message
-never pay a release.
+advance). With holding on, an advance keeps the lease (renewed for a whole ``lease``: the same
+one write), and the group's next delivery to this process runs under it with no lease write.
+
+Holding costs no write of its own: an unused lease is never given back by a write; it simply
+expires. Nobody is kept waiting for it either: another process's copy of the group's head
+parks (the group is then listed for the sweepers), and this process's sweeper - visiting
+listed groups only - runs it under the lease it holds. Only this process dying leaves the
+copy waiting for the lease to expire, as a crash in the middle of a run would.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer.gate_rules import GatePolicy
 from pubsub_toolkit.stores.fifo_state.base import GroupState
+
+PRUNE_EVERY = 1024  # holds between two passes that forget expired leases (bounds the map)
+
+
+class Claim(enum.Enum):
+    """What a held lease is good for right now."""
+
+    NONE = "none"  # not held here (any more): take a lease the usual way
+    FREE = "free"  # run under it as it is: no write
+    RENEW = "renew"  # ours and unused, but too little of it is left: write a new lease first
 
 
 class HeldLeases:
@@ -27,73 +41,58 @@ class HeldLeases:
         self._policy = policy
         self._clock = clock
         self._lock = threading.Lock()
-        self._held: dict[str, tuple[int, datetime]] = {}  # group -> (token, last used)
-        self._advanced: Witness[str, datetime] = Witness()  # group -> last advance here
+        self._held: dict[str, tuple[int, datetime]] = {}  # group -> (token, since)
+        self._holds = 0
 
-    def advanced(self, group: str) -> None:
-        """This process just advanced ``group``."""
-        self._advanced.put(group, self._clock.now())
-
-    def busy(self, group: str) -> bool:
-        """True if the advance being written should keep the lease: holding is on and this
-        process advanced the group less than ``lease_hold`` ago (its messages are coming one
-        after another)."""
-        if not self._policy.lease_hold:
-            return False
-        last = self._advanced.get(group)
-        return last is not None and self._clock.now() - last < self._policy.lease_hold
+    @property
+    def enabled(self) -> bool:
+        return bool(self._policy.lease_hold)
 
     def hold(self, group: str, token: int) -> None:
-        """Keep the lease ``token`` on ``group`` for its next delivery."""
+        """Keep the lease ``token`` on ``group`` (just renewed by an advance) for its next
+        delivery."""
+        now = self._clock.now()
         with self._lock:
-            self._held[group] = (token, self._clock.now())
+            self._held[group] = (token, now)
+            self._holds += 1
+            if self._holds % PRUNE_EVERY == 0:
+                expired = [g for g, (_t, since) in self._held.items() if now - since >= self._lease]
+                for stale in expired:
+                    del self._held[stale]
 
     def holds(self, group: str) -> bool:
         with self._lock:
             return group in self._held
 
-    def groups(self) -> set[str]:
-        with self._lock:
-            return set(self._held)
-
-    def claim(self, group: str, state: GroupState, now: datetime) -> bool:
-        """Take the held lease on ``group`` for a run, if ``state`` still shows it with enough
-        of it left for a handler (``lease - lease_hold``); a stale one is dropped, one that is
-        still ours but too old stays for the sweeper to give back."""
+    def claim(self, group: str, state: GroupState, now: datetime) -> Claim:
+        """Take the lease held on ``group`` for a run, as ``state`` shows it (the entry is
+        gone afterwards; the run holds again when it ends)."""
         with self._lock:
             held = self._held.pop(group, None)
         if held is None:
-            return False
+            return Claim.NONE
         token, since = held
-        usable = (
-            state.lease_token == token
-            and state.blocked_at is None
-            and not state.complete
-            and not state.backing_off(now)
-            and now - since < self._policy.lease_hold
-            and state.lease_until is not None
-            and state.lease_until - now >= self._policy.lease - self._policy.lease_hold
-        )
-        if not usable and state.lease_token == token and state.lease_live(now):
-            with self._lock:
-                self._held[group] = (token, since)
-        return usable
-
-    def unused(self, group: str, state: GroupState, now: datetime) -> tuple[bool, int | None]:
-        """Whether the held lease on ``group`` is gone after this call, and the token to give
-        back if it was ours and unused for ``lease_hold`` (None: nothing to write)."""
-        with self._lock:
-            held = self._held.get(group)
-            if held is None:
-                return True, None
-            token, since = held
-            if state.lease_token == token and now - since < self._policy.lease_hold:
-                return False, None
-            del self._held[group]
-        return True, token if state.lease_token == token else None
+        if (
+            state.lease_token != token
+            or not state.lease_live(now)
+            or state.blocked_at is not None
+            or state.complete
+        ):
+            return Claim.NONE  # fenced, expired or stopped meanwhile: not ours to use
+        # Used within lease_hold of its renewal, the lease has at least lease - lease_hold left
+        # for the handler; later, a new lease (one write) gives the run a whole one.
+        fresh = now - since < self._policy.lease_hold
+        assert state.lease_until is not None  # lease_live says so
+        enough = state.lease_until - now >= self._lease - self._policy.lease_hold
+        return Claim.FREE if fresh and enough else Claim.RENEW
 
     def take_all(self) -> dict[str, int]:
         """Every held lease, forgotten here: group -> token (a consumer stopping)."""
         with self._lock:
             held, self._held = self._held, {}
-        return {group: token for group, (token, _since) in held.items()}
+        now = self._clock.now()
+        return {g: token for g, (token, since) in held.items() if now - since < self._lease}
+
+    @property
+    def _lease(self) -> timedelta:
+        return self._policy.lease

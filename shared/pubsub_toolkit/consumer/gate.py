@@ -65,7 +65,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
-from pubsub_toolkit.consumer._held_leases import HeldLeases
+from pubsub_toolkit.consumer._held_leases import Claim, HeldLeases
 from pubsub_toolkit.consumer.gate_rules import (
     REASON_AFTER_END,
     REASON_LATE_AFTER_SKIP,
@@ -237,10 +237,13 @@ class FifoGate:
                     self._store.unpark(self.consumer, group, seq)
                 return self._after_end(message, group, seq, state, verdict)
             at_head = seq == state.head
-            if at_head and self._held.claim(group, state, now):
-                # This process kept the lease since the group's last advance: run under it,
-                # no lease write (the advance renews it).
-                return self._run(group, [(seq, message)], state, from_park=False)
+            if at_head and self._held.holds(group):
+                # This process kept the lease since the group's last advance: run under it
+                # (no lease write: the advance renews it), or under a new one if it is old.
+                leased = self._held_lease(group, state, now, digest)
+                if leased is None:
+                    continue  # no longer ours, or the state moved: decide again
+                return self._run(group, [(seq, message)], leased, from_park=False)
             waiting = at_head and (state.lease_live(now) or state.backing_off(now))
             if seq > state.head or state.blocked_at is not None or waiting:
                 # Early, blocked, backing off, or this very number is being run elsewhere: keep
@@ -307,10 +310,12 @@ class FifoGate:
             run.append(i)
         if len(run) < 2 or state.blocked_at is not None or state.backing_off(now):
             return  # one by one: the usual rules decide each
-        first_message = deliveries[run[0]][0]
-        leased: GroupState | None = state
-        if not self._held.claim(group, state, now):
-            leased = self._take_lease(group, state, now, key_digest(message_key(first_message)))
+        first_digest = key_digest(message_key(deliveries[run[0]][0]))
+        leased = None
+        if self._held.holds(group):
+            leased = self._held_lease(group, state, now, first_digest)
+        if leased is None:
+            leased = self._take_lease(group, state, now, first_digest)
         if leased is None:
             return  # someone else runs the group: one by one, they park
         steps = [(deliveries[i][1], deliveries[i][0]) for i in run]
@@ -327,18 +332,19 @@ class FifoGate:
                 results[i] = GateResult(GateOutcome.PROCESSED, group, deliveries[i][1])
 
     def sweep(self, group: str) -> GateResult:
-        """Periodic work for one group: run a parked head, act on an expired gap, give back a
-        lease this process held longer than ``lease_hold`` without using it."""
+        """Periodic work for one group: run a parked head, act on an expired gap."""
         state = self._seen.load(group)
         now = self._clock.now()
-        if self._held.holds(group):
-            if state.head in state.parked and self._held.claim(group, state, now):
-                # Parked meanwhile (another process's copy waits for our lease): run it.
-                return self._run_parked_head(group, state, state)
-            if self._release_if_unused(group, state, now):
-                state = self._seen.load(group)
-            else:
-                return GateResult(GateOutcome.IDLE, group, state.head)
+        held = self._held.holds(group) and state.blocked_at is None and not state.complete
+        if held and state.head in state.parked:
+            # Another process's copy of the head waits for the lease this process holds.
+            return self._run_parked_head(group, state)
+        if held and state.parked:
+            # A gap opened behind the lease this process holds: give it back (one write), so
+            # an operator can skip the missing number and any process can run it.
+            if self._held.claim(group, state, now) is not Claim.NONE:
+                self._release(group, state.lease_token)
+            state = self._seen.load(group)
         if state.complete:
             # Nothing runs in a complete group; copies parked past its end (a crash between
             # the end and their dead-lettering) are settled here.
@@ -351,13 +357,11 @@ class FifoGate:
             state = self._on_gap(group, state, now)
             if state.head not in state.parked:
                 return GateResult(GateOutcome.IDLE, group, state.head)
-        return self._run_parked_head(group, state, None)
+        return self._run_parked_head(group, state)
 
-    def _run_parked_head(
-        self, group: str, state: GroupState, leased: GroupState | None
-    ) -> GateResult:
-        """Run the group's parked head, under ``leased`` (a lease this process holds) or a
-        lease taken now; a head listed but not stored is repaired or forgotten first."""
+    def _run_parked_head(self, group: str, state: GroupState) -> GateResult:
+        """Run the group's parked head, under the lease this process holds or one taken now;
+        a head listed but not stored is repaired or forgotten first."""
         now = self._clock.now()
         message = self._store.parked_message(self.consumer, group, state.head)
         copy = self._seen.parked_copy(group, state.head)
@@ -377,10 +381,7 @@ class FifoGate:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
             head = state.head
-            lost = rules.without_lost_parked(state, head)
-            if leased is not None:
-                lost = rules.lease_released(lost)
-            self._seen.save(group, lost, state)
+            self._seen.save(group, rules.without_lost_parked(state, head), state)
             self._decision(
                 "parked_lost",
                 group,
@@ -391,8 +392,10 @@ class FifoGate:
                 alert="parked_lost",
             )
             return GateResult(GateOutcome.IDLE, group, head)
+        digest = key_digest(message_key(message))
+        leased = self._held_lease(group, state, now, digest) if self._held.holds(group) else None
         if leased is None:
-            leased = self._take_lease(group, state, now, key_digest(message_key(message)))
+            leased = self._take_lease(group, state, now, digest)
         if leased is None:
             return GateResult(GateOutcome.IDLE, group, state.head)
         return self._run(group, [(state.head, message)], leased, from_park=True)
@@ -444,9 +447,9 @@ class FifoGate:
 
     def groups(self) -> list[str]:
         """The groups a sweep visits: those needing attention (parked or blocked work, as the
-        store lists them and as this process saw them) and those whose lease this process
-        holds (to give it back) - O(groups with work), however many groups went idle."""
-        return sorted({*self._seen.groups(), *self._held.groups()})
+        store lists them and as this process saw them) - O(groups with work), however many
+        groups went idle. (A held lease needs no visit: unused, it expires by itself.)"""
+        return self._seen.groups()
 
     def release_held(self) -> None:
         """Give back every lease this process holds between deliveries (a consumer stopping):
@@ -456,12 +459,26 @@ class FifoGate:
 
     # --- held leases ----------------------------------------------------------------------
 
-    def _release_if_unused(self, group: str, state: GroupState, now: datetime) -> bool:
-        """Give back a held lease unused for ``lease_hold``; True if it is gone."""
-        gone, token = self._held.unused(group, state, now)
-        if token is not None:
-            self._release(group, token)
-        return gone
+    def _held_lease(
+        self, group: str, state: GroupState, now: datetime, digest: str
+    ) -> GroupState | None:
+        """``state`` leased to this run through the lease this process holds on ``group``: as
+        it is if fresh, else renewed by one write (a new fencing token - the lease is ours and
+        unused, so nobody else can hold it); None if it is not ours any more or the state
+        moved (the caller decides again)."""
+        claim = self._held.claim(group, state, now)
+        if claim is Claim.FREE:
+            return state
+        if claim is Claim.RENEW:
+            renewed = self._seen.save(
+                group, rules.leased(state, digest, now=now, lease=self.policy.lease), state
+            )
+            if renewed is None:
+                # The record moved (someone parked a copy): the lease is still ours, so keep
+                # holding it; the caller reads the record again and decides.
+                self._held.hold(group, state.lease_token)
+            return renewed
+        return None
 
     def _release(self, group: str, token: int) -> None:
         try:
@@ -657,7 +674,7 @@ class FifoGate:
                 return GateResult(first_outcome, group, first, released)  # lease freed
             steps = self._parked_steps(group, state)
             if not steps:
-                if self.policy.lease_hold:
+                if self._held.enabled:
                     self._held.hold(group, token)  # for the group's next delivery (see GatePolicy)
                 else:
                     self._release_lease(group, token, known=state)
@@ -701,7 +718,6 @@ class FifoGate:
             self._decision("filled", group, seq, f"no new message at this number ({why})")
             return state, GateOutcome.FILLED, False
         self._decision("processed", group, seq, "processed in order")
-        self._held.advanced(group)
         return state, GateOutcome.PROCESSED, False
 
     def _run_batch(
@@ -739,7 +755,6 @@ class FifoGate:
             if from_park or seq in found.parked:
                 self._store.unpark(self.consumer, group, seq)
             self._decision("processed", group, seq, f"processed in order (batch {numbers})")
-        self._held.advanced(group)
         return state, GateOutcome.PROCESSED, False
 
     def _parked_steps(self, group: str, state: GroupState) -> list[Step]:
@@ -899,7 +914,7 @@ class FifoGate:
                         digest=key_digest(message_key(message)),
                         end=attr.is_end_of_group(message),
                         found=found,
-                        hold=self._held.busy(group),
+                        hold=self._held.enabled,
                     ),
                     writes=lambda transaction: handler(self._one(message), transaction),
                 )
@@ -921,7 +936,7 @@ class FifoGate:
         handler's transaction in transactional mode)."""
         messages = [message for _seq, message in steps]
         digests = {seq: key_digest(message_key(message)) for seq, message in steps}
-        hold = self._held.busy(group)
+        hold = self._held.enabled
         changes = [
             self._advance_change(seq, skipped=(), digest=digests[seq], found=found, hold=hold)
             for seq, _message in steps
@@ -979,7 +994,7 @@ class FifoGate:
             digest=recorded,
             found=found,
             end=attr.is_end_of_group(message),
-            hold=self._held.busy(group),
+            hold=self._held.enabled,
         )
         state = self._advance_recorded(group, token, change, seq=seq, digest=recorded, known=known)
         if found.displaced:
@@ -1054,7 +1069,7 @@ class FifoGate:
         hold: bool = False,
     ) -> Callable[[GroupState], GroupState]:
         """The advance past ``seq``; with ``hold`` the lease stays for the group's next delivery
-        (see :meth:`HeldLeases.busy`)."""
+        (see :mod:`._held_leases`)."""
 
         def advance(s: GroupState) -> GroupState:
             other = s.key_of(seq) if seq in s.parked else None
@@ -1095,7 +1110,7 @@ class FifoGate:
         end: bool = False,
     ) -> GroupState:
         change = self._advance_change(
-            seq, skipped=skipped, digest=digest, end=end, hold=self._held.busy(group)
+            seq, skipped=skipped, digest=digest, end=end, hold=self._held.enabled
         )
         return self._update(group, token, change)
 

@@ -76,12 +76,13 @@ class GatePolicy:
     # The same retention dates an IDLE group's record (nothing parked, not blocked) from its
     # last change, so groups that stop (one per order id) do not keep state for good.
     completed_retention: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS)
-    # How long this process keeps a group's lease after an advance with nothing ready to run
-    # next, so the group's next delivery runs under it: one state write per message instead of
-    # two (take the lease, advance). Another process's delivery of that group waits (parked)
-    # until this process's sweeper releases the lease, ``lease_hold`` after its last use. The
-    # handler then has at least ``lease - lease_hold`` to finish. Zero releases at once (a push
-    # consumer, whose next delivery may reach another instance).
+    # With lease_hold > 0 an advance keeps the group's lease (renewed for a whole lease: the
+    # same one write) and the group's next delivery to this process runs under it - one state
+    # write per message instead of two (take the lease, advance). Used within lease_hold of the
+    # advance, the handler still has lease - lease_hold; later, the run takes a new lease (one
+    # write). An unused lease simply expires (no write); another process's copy parks and this
+    # process's sweeper runs it. Zero frees the lease with each advance (a push consumer, whose
+    # next delivery may reach another instance and which has no sweeper between requests).
     lease_hold: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
@@ -228,8 +229,10 @@ def advanced(
         return ended(new, now=now, retention=retention)
     if new.parked and new.head not in new.parked:
         new = replace(new, gap_since=now)
-    if new.head in new.parked or hold:
-        # Renewed, not kept: a long backlog must not outlive the lease it started with.
+    if new.head in new.parked or (hold and not new.parked):
+        # Renewed, not kept: a long backlog must not outlive the lease it started with. (Not
+        # held over a gap: an operator may have to skip the missing head, and a live lease
+        # would refuse that.)
         return replace(new, lease_until=now + lease)
     return new
 
