@@ -24,8 +24,6 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from dataclasses import replace
-from datetime import timedelta
 
 import functions_framework
 from flask import Request
@@ -66,12 +64,10 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
                 raise ConfigurationError(
                     "environment variable HANDLER is required (module:function)"
                 )
-            # A push consumer holds no lease between requests: the group's next push may reach
-            # another instance, which would wait for the held lease (and no sweeper runs here
-            # between requests to give it back).
-            consumer_settings = replace(ConsumerSettings.from_env(), lease_hold=timedelta(0))
+            # No lease is held between requests (FIFO_LEASE_HOLD_SECONDS unset): the group's next
+            # push may reach another instance, which would wait for a held lease.
             processor = MessageProcessor.from_settings(
-                Settings.from_env(), consumer_settings, load_handler(spec)
+                Settings.from_env(), ConsumerSettings.from_env(), load_handler(spec)
             )
             if isinstance(processor, AsyncMessageProcessor):
                 _processor = processor.blocking()  # an async def handler, on its own loop

@@ -358,11 +358,11 @@ class ConsumerSettings:
     # First wait after a handler failure, doubling per counted failure (capped at 5 minutes):
     # with 5 attempts a message becomes poison after about 75 s of failures, not 5 s.
     retry_backoff: timedelta = timedelta(seconds=5)
-    # A streaming consumer keeps a group's lease after an advance for the group's next delivery
-    # (one state write per message instead of two); used within lease_hold of the advance it
-    # needs no write at all. 0 for a push consumer, whose next delivery may reach another
-    # instance. At most half the lease.
-    lease_hold: timedelta = timedelta(seconds=2)
+    # Keep a group's lease after an advance for the group's next delivery (one state write per
+    # message instead of two); used within lease_hold of the advance it needs no write at all.
+    # None lets the runner choose: the streaming Consumer holds (2 s), everything else - a push
+    # function, whose next delivery may reach another instance - does not. At most half the lease.
+    lease_hold: timedelta | None = None
 
     def __post_init__(self) -> None:
         consumer_id = _text(self, "consumer_id")
@@ -379,7 +379,9 @@ class ConsumerSettings:
         for name in ("gap_timeout", "lease", "retry_backoff"):
             _positive_duration(self, name)
         hold = self.lease_hold
-        if not isinstance(hold, timedelta) or hold < timedelta(0) or hold * 2 > self.lease:
+        if hold is not None and (
+            not isinstance(hold, timedelta) or hold < timedelta(0) or hold * 2 > self.lease
+        ):
             raise ConfigurationError(
                 f"{SETTING_NAMES['lease_hold']} must be between 0 and half of "
                 f"{SETTING_NAMES['lease']}, not {hold!r}"
@@ -414,7 +416,11 @@ class ConsumerSettings:
             lease=_seconds(env, "FIFO_LEASE_SECONDS", "lease", 60),
             park=park == "true",
             retry_backoff=_seconds(env, "FIFO_RETRY_BACKOFF_SECONDS", "retry_backoff", 5),
-            lease_hold=_seconds(env, "FIFO_LEASE_HOLD_SECONDS", "lease_hold", 2),
+            lease_hold=(
+                _seconds(env, "FIFO_LEASE_HOLD_SECONDS", "lease_hold", 0)
+                if env.get("FIFO_LEASE_HOLD_SECONDS", "").strip()
+                else None
+            ),
         )
 
 

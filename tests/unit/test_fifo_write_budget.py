@@ -199,3 +199,28 @@ def test_an_old_redelivery_for_an_expired_group_is_dead_lettered_not_run_again(
     # A new message of the group (published now) starts it afresh.
     assert deliver(gate, message(1, "h", published=clock.now())) is GateOutcome.PROCESSED
     assert seen == ["g:1", "h:1"]
+
+
+def test_holding_is_the_streaming_consumers_choice_unless_the_settings_make_it(
+    store: CountingFifoStore, clock: ManualClock
+) -> None:
+    """Unset, no lease is held (a push function's next delivery may reach another instance,
+    which would wait for it); the streaming Consumer turns holding on; a setting wins."""
+    from pubsub_toolkit.config import ConsumerSettings
+    from pubsub_toolkit.consumer.processor import gate_policy
+
+    assert ConsumerSettings.from_env({"CONSUMER_ID": "c"}).lease_hold is None
+    assert ConsumerSettings.from_env(
+        {"CONSUMER_ID": "c", "FIFO_LEASE_HOLD_SECONDS": "0"}
+    ).lease_hold == timedelta(0)
+    policy = gate_policy(ConsumerSettings(consumer_id="c"))
+    gate = FifoGate(store, consumer=CONSUMER, handler=lambda _m: None, policy=policy, clock=clock)  # type: ignore[arg-type]
+    deliver(gate, message(1))
+    assert store.load(CONSUMER, "g").lease_until is None  # freed with the advance
+    gate.use_lease_hold(HOLD)  # what Consumer does before it starts
+    deliver(gate, message(2))
+    assert store.load(CONSUMER, "g").lease_live(clock.now())  # held for the next delivery
+    chosen = gate_policy(ConsumerSettings(consumer_id="c", lease_hold=timedelta(0)))
+    other = FifoGate(store, consumer=CONSUMER, handler=lambda _m: None, policy=chosen, clock=clock)  # type: ignore[arg-type]
+    other.use_lease_hold(HOLD)
+    assert other.policy.lease_hold == timedelta(0)  # the setting's choice stands

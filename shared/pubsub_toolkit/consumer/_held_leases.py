@@ -46,7 +46,7 @@ class HeldLeases:
 
     @property
     def enabled(self) -> bool:
-        return bool(self._policy.lease_hold)
+        return bool(self._hold)
 
     def hold(self, group: str, token: int) -> None:
         """Keep the lease ``token`` on ``group`` (just renewed by an advance) for its next
@@ -81,9 +81,9 @@ class HeldLeases:
             return Claim.NONE  # fenced, expired or stopped meanwhile: not ours to use
         # Used within lease_hold of its renewal, the lease has at least lease - lease_hold left
         # for the handler; later, a new lease (one write) gives the run a whole one.
-        fresh = now - since < self._policy.lease_hold
+        fresh = now - since < self._hold
         assert state.lease_until is not None  # lease_live says so
-        enough = state.lease_until - now >= self._lease - self._policy.lease_hold
+        enough = state.lease_until - now >= self._lease - self._hold
         return Claim.FREE if fresh and enough else Claim.RENEW
 
     def take_all(self) -> dict[str, int]:
@@ -96,3 +96,7 @@ class HeldLeases:
     @property
     def _lease(self) -> timedelta:
         return self._policy.lease
+
+    @property
+    def _hold(self) -> timedelta:
+        return self._policy.lease_hold or timedelta(0)

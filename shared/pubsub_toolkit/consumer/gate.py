@@ -57,8 +57,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
@@ -450,6 +450,13 @@ class FifoGate:
         store lists them and as this process saw them) - O(groups with work), however many
         groups went idle. (A held lease needs no visit: unused, it expires by itself.)"""
         return self._seen.groups()
+
+    def use_lease_hold(self, hold: timedelta) -> None:
+        """Hold leases between a group's deliveries for ``hold`` (see ``GatePolicy``), unless
+        the policy already chose; the streaming ``Consumer`` calls it before it starts."""
+        if self.policy.lease_hold is None:
+            self.policy = replace(self.policy, lease_hold=hold)
+            self._held = HeldLeases(self.policy, self._clock)
 
     def release_held(self) -> None:
         """Give back every lease this process holds between deliveries (a consumer stopping):

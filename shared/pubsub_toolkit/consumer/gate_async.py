@@ -16,6 +16,7 @@ rare path: one publish on the loop's thread per poison or refused message).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from pubsub_toolkit._bridge import SyncFifoStore, awaiting, loop_clock, run_sync
@@ -95,6 +96,10 @@ class AsyncFifoGate:
     async def groups(self) -> list[str]:
         """The groups a sweep visits (see FifoGate.groups)."""
         return await run_sync(self.sync.groups)
+
+    def use_lease_hold(self, hold: timedelta) -> None:
+        """See FifoGate.use_lease_hold (called before the consumer starts)."""
+        self.sync.use_lease_hold(hold)
 
     async def release_held(self) -> None:
         """Give back the leases this process holds between deliveries (see FifoGate)."""

@@ -47,6 +47,8 @@ REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
 REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
 REASON_AFTER_END = "fifo_after_end"
 REASON_STATE_EXPIRED = "fifo_state_expired"
+# FIFO_LEASE_HOLD_SECONDS when unset, for a streaming consumer (see GatePolicy.lease_hold).
+STREAMING_LEASE_HOLD = timedelta(seconds=2)
 
 
 class PoisonPolicy(enum.StrEnum):
@@ -83,10 +85,13 @@ class GatePolicy:
     # write). An unused lease simply expires (no write); another process's copy parks and this
     # process's sweeper runs it. Zero frees the lease with each advance (a push consumer, whose
     # next delivery may reach another instance and which has no sweeper between requests).
-    lease_hold: timedelta = timedelta(0)
+    # None: not chosen - no holding, unless the runner turns it on (FifoGate.use_lease_hold:
+    # the streaming Consumer does).
+    lease_hold: timedelta | None = None
 
     def __post_init__(self) -> None:
-        if self.lease_hold < timedelta(0) or self.lease_hold * 2 > self.lease:
+        hold = self.lease_hold
+        if hold is not None and (hold < timedelta(0) or hold * 2 > self.lease):
             raise ValueError(
                 f"lease_hold ({self.lease_hold}) must be between 0 and half the lease "
                 f"({self.lease}): a handler run under a held lease has lease - lease_hold"

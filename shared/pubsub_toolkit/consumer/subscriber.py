@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
+from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import MessageProcessor, fifo_address
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
@@ -107,6 +108,9 @@ class Consumer:
         self._sweep_interval = sweep_interval.total_seconds()
         self._subscriber = subscriber
         self._on_outcome = on_outcome
+        # A streaming consumer gets a group's messages one after another: holding the lease
+        # between them makes each one state write, not two (unless the settings chose).
+        processor.gate.use_lease_hold(STREAMING_LEASE_HOLD)
         # Batch mode (a gate built with batch > 1): a group's queued consecutive deliveries go
         # to the processor together.
         batch = 1 if self._async is not None else cast(MessageProcessor, processor).gate.batch

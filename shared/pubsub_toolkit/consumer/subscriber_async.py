@@ -21,6 +21,7 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import fifo_address
 from pubsub_toolkit.consumer.subscriber import OutcomeListener, nack_after, to_message
 from pubsub_toolkit.errors import PermanentError
@@ -50,6 +51,8 @@ class AsyncConsumer:
     ) -> None:
         self.subscription = subscription
         self._processor = processor
+        # Hold a group's lease between its deliveries (see Consumer), unless the settings chose.
+        processor.gate.use_lease_hold(STREAMING_LEASE_HOLD)
         self._concurrency = concurrency
         self._max_outstanding = max_outstanding
         self._sweep_interval = sweep_interval.total_seconds()
