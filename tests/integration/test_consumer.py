@@ -82,7 +82,14 @@ def _env(
 
 
 @pytest.mark.parametrize(
-    ("backend", "ordering"), [("redis", False), ("firestore", False), ("redis", True)]
+    ("backend", "ordering"),
+    [
+        ("redis", False),
+        # About a minute each: in `make test-slow`, to keep `make test` within its budget (the
+        # gate and stores are the same code; their backend contracts run in make test).
+        pytest.param("firestore", False, marks=pytest.mark.slow),
+        pytest.param("redis", True, marks=pytest.mark.slow),
+    ],
 )
 def test_shuffled_groups_with_duplicates_and_redeliveries_are_handled_in_order_once(
     request: pytest.FixtureRequest,
