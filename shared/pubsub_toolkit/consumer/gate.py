@@ -908,29 +908,38 @@ class FifoGate:
         if not run_handler or attr.is_filler(message):
             return self._advance_after_effect(group, token, seq, message, known, found)
         if self._transactional_handler is not None:
-            handler = self._transactional_handler
-            store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
-            committed = self._seen.witnessed(
-                store.commit_with(
-                    self.consumer,
-                    group,
-                    token=token,
-                    change=self._advance_change(
-                        seq,
-                        skipped=(),
-                        digest=key_digest(message_key(message)),
-                        end=attr.is_end_of_group(message),
-                        found=found,
-                        hold=self._held.enabled,
-                    ),
-                    writes=lambda transaction: handler(self._one(message), transaction),
-                )
+            change = self._advance_change(
+                seq,
+                skipped=(),
+                digest=key_digest(message_key(message)),
+                end=attr.is_end_of_group(message),
+                found=found,
+                hold=self._held.enabled,
             )
+            committed = self._commit_with_handler(group, token, change, self._one(message))
             if found.displaced:
                 self._dead_letter_displaced(group, seq, key_digest(message_key(message)))
             return committed
         self._handler(self._one(message))
         return self._advance_after_effect(group, token, seq, message, known, found)
+
+    def _commit_with_handler(
+        self, group: str, token: int, change: Callable[[GroupState], GroupState], taken: Any
+    ) -> GroupState:
+        """Transactional mode: the handler's writes for ``taken`` (a message, or a batch's list)
+        and ``change`` commit in one Firestore transaction."""
+        handler = self._transactional_handler
+        assert handler is not None  # transactional mode
+        store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
+        return self._seen.witnessed(
+            store.commit_with(
+                self.consumer,
+                group,
+                token=token,
+                change=change,
+                writes=lambda transaction: handler(taken, transaction),
+            )
+        )
 
     def _one(self, message: Message) -> Any:
         """What the handler takes for one message: the message, or in batch mode a list."""
@@ -956,17 +965,7 @@ class FifoGate:
 
         last = steps[-1][0]
         if self._transactional_handler is not None:
-            handler = self._transactional_handler
-            store: TransactionalStore = self._store  # type: ignore[assignment]  # checked in __init__
-            state = self._seen.witnessed(
-                store.commit_with(
-                    self.consumer,
-                    group,
-                    token=token,
-                    change=change,
-                    writes=lambda transaction: handler(messages, transaction),  # type: ignore[arg-type]
-                )
-            )
+            state = self._commit_with_handler(group, token, change, messages)
         else:
             self._handler(messages)  # type: ignore[arg-type]  # batch mode: a list
             state = self._advance_recorded(
