@@ -541,6 +541,29 @@ def test_a_store_that_lost_writes_is_caught_by_the_process_that_made_them(
     assert handler.seen["g"] == [1, 2, 3, 4, 5]  # #2 never ran twice, #5 not lost
 
 
+def test_a_number_the_store_forgot_and_gave_to_another_message_is_caught_by_its_witness(
+    clock: ManualClock, sink: RecordingSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store loses #1's run and its counter; #1 goes to a new message that another
+    process runs. The store's position then matches what this process saw (1), but not its
+    history: this process ran "a" there, so "a" renumbered to #2 by its producer's retry must
+    not run again (found by the simulation, seed 12562)."""
+    store = MemoryFifoStore()
+    mine, theirs = Recorder(), Recorder()
+    gate, other = make_gate(mine, clock, sink, store), make_gate(theirs, clock, sink, store)
+    assert gate.deliver(keyed("g", 1, "a"), "g", 1).outcome is GateOutcome.PROCESSED
+    store._states.clear()  # the data loss
+    assert other.deliver(keyed("g", 1, "b"), "g", 1).outcome is GateOutcome.PROCESSED
+    assert gate.deliver(keyed("g", 2, "a"), "g", 2).outcome is GateOutcome.FILLED
+    assert any(
+        "ALERT" in r.getMessage() and "given again" in r.getMessage() for r in caplog.records
+    )
+    # Both messages that ran at #1 stay known: a renumbered copy of either fills its number.
+    assert other.deliver(keyed("g", 3, "b"), "g", 3).outcome is GateOutcome.FILLED
+    assert gate.deliver(keyed("g", 4, "c"), "g", 4).outcome is GateOutcome.PROCESSED
+    assert (mine.seen["g"], theirs.seen["g"]) == ([1, 4], [1])
+
+
 def test_an_in_order_message_costs_one_state_read_and_two_writes(
     handler: Recorder, clock: ManualClock, sink: RecordingSink
 ) -> None:

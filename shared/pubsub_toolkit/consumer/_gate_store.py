@@ -133,12 +133,24 @@ class SeenStore:
                 restored.append(seq)
         lost = [s for s in lost if s not in restored]
         repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
+        rewritten = rules.rewritten_number(seen, state)
         self._decide(
             "store_rollback",
             group,
             state.head,
-            f"ALERT: the store lost writes: last processed went back from "
-            f"{seen.last_processed} to {state.last_processed}; restored to {last}"
+            "ALERT: the store lost writes: "
+            + (
+                f"last processed went back from {seen.last_processed} to "
+                f"{state.last_processed}; restored to {last}"
+                if state.last_processed < seen.last_processed
+                else f"last processed {state.last_processed}, {last} seen here"
+            )
+            + (
+                f"; #{rewritten} records another message than the one that ran there (the "
+                "number was given again): both runs are kept"
+                if rewritten is not None
+                else ""
+            )
             + (f"; parked again from this process's copies: {restored}" if restored else "")
             + (
                 f"; parked messages lost: {lost} (seek the subscription back to before they "
@@ -158,7 +170,7 @@ class SeenStore:
         for seq in sorted(state.parked):
             if seq <= last and seq > state.last_processed:
                 copy = self._store.parked_message(self._consumer, group, seq)
-                if copy is not None and seen.ran_at(seq) != key_digest(rules.message_key(copy)):
+                if copy is not None and not seen.records(seq, key_digest(rules.message_key(copy))):
                     with contextlib.suppress(PermanentError):  # no topic: the ALERT above says
                         self._keep_reissued(copy, group, seq, repaired)
                 self._store.unpark(self._consumer, group, seq)

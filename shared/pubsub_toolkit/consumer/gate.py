@@ -203,8 +203,7 @@ class FifoGate:
         for _ in range(MAX_CAS_ROUNDS):
             state = self._seen.load(group)
             now = self._clock.now()
-            known = state.key_of(seq)
-            if known is not None and known != digest:
+            if state.key_of(seq) is not None and not state.records(seq, digest):
                 return self._reused(message, group, seq, state)
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
@@ -1022,8 +1021,8 @@ class FifoGate:
             try:
                 if attempt > 0:
                     state = self._seen.load(group)
-                    mine = state.lease_token == token and state.key_of(seq) == digest.removeprefix(
-                        FILLER_MARK
+                    mine = state.lease_token == token and state.records(
+                        seq, digest.removeprefix(FILLER_MARK)
                     )
                     if mine and state.last_processed >= seq:
                         return state  # the first attempt was applied; only its answer was lost

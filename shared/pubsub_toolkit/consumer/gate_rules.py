@@ -40,6 +40,7 @@ from pubsub_toolkit.stores.fifo_state.base import (
     key_digest,
     merge_ranges,
     needs_attention,
+    plain_digest,
 )
 
 REASON_POISON = "fifo_poison"
@@ -143,7 +144,21 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
         state.last_processed < seen.last_processed
         or state.lease_token < seen.lease_token
         or lost_parked
+        or rewritten_number(seen, state) is not None
     )
+
+
+def rewritten_number(seen: GroupState, state: GroupState) -> int | None:
+    """A number both passed where the store records only other messages than the one this
+    process saw there: the store lost that run and the number went to another message (its
+    counter rolled back too). The position alone cannot show it - the reissue brought it back
+    to where it was - but the run this process remembers must still count (``ran_earlier``)."""
+    passed = min(seen.last_processed, state.last_processed)
+    for seq, digest in seen.keys:
+        theirs = {plain_digest(d) for s, d in state.keys if s == seq}
+        if seq <= passed and theirs and plain_digest(digest) not in theirs:
+            return seq
+    return None
 
 
 def ran_earlier(state: GroupState, seq: int, message: Message) -> int | None:
@@ -390,11 +405,28 @@ def repaired(
         next_attempt_at=state.next_attempt_at if last == state.last_processed else None,
         blocked_at=state.blocked_at if last == state.last_processed else None,
         skipped=merge_ranges((*seen.skipped, *state.skipped), ()),
-        # One key per number, this process's word first: it saw what really ran there.
-        keys=tuple(sorted({**dict(state.keys), **dict(seen.keys)}.items())),
+        keys=merged_keys(seen, state),
         # A completion the store lost is this process's word too: the end stays an end.
         end_seq=seen.end_seq if seen.complete and seen.last_processed == last else state.end_seq,
         expire_at=seen.expire_at
         if seen.complete and seen.last_processed == last
         else state.expire_at,
     )
+
+
+def merged_keys(seen: GroupState, state: GroupState) -> tuple[tuple[int, str], ...]:
+    """The keys of a repaired group: this process's, and the store's it does not contradict.
+
+    Where both record a passed number with different messages, both ran there (the lost run,
+    and the reissued number's): both stay, so a renumbered copy of either is a duplicate - and
+    the next process to compare finds nothing rewritten (no repair ping-pong between two
+    witnesses). Elsewhere this process's word comes first: it saw what really ran there."""
+    mine = {(s, plain_digest(d)) for s, d in seen.keys}
+    passed = min(seen.last_processed, state.last_processed)
+    numbers = {s for s, _ in seen.keys}
+    theirs = [
+        (s, d)
+        for s, d in state.keys
+        if (s not in numbers or s <= passed) and (s, plain_digest(d)) not in mine
+    ]
+    return tuple(sorted({*seen.keys, *theirs}))

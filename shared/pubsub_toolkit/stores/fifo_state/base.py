@@ -122,6 +122,11 @@ class GroupState:
         digest = next((d for s, d in self.keys if s == seq), None)
         return None if digest is None else plain_digest(digest)
 
+    def records(self, seq: int, digest: str) -> bool:
+        """True when ``digest`` (plain) is recorded for ``seq``. A repaired store loss can
+        record two messages at one processed number: the lost run and the number's reissue."""
+        return any(s == seq and plain_digest(d) == digest for s, d in self.keys)
+
     def ran_at(self, seq: int) -> str | None:
         """The digest of the message that RAN at ``seq`` (not a filler), if recorded."""
         digest = next((d for s, d in self.keys if s == seq and s <= self.last_processed), None)
