@@ -194,12 +194,34 @@ def _groups_finish(f: Final) -> Iterator[Violation]:
         letters = [d for d in f.ledger.dead_letters if d.group == group and d.seq == str(head)]
         if any(d.source == "pubsub" for d in letters):
             continue  # Pub/Sub's own dead-letter policy took it before ingress could (weaker 5)
+        if _waits_behind_pubsub_letter(f, group, head):
+            continue  # the same, behind numbers that never reached the origin topic (weaker 5)
         why = f"alerts={len(alerts)}, dead letters for #{head}={len(letters)}"
         yield Violation(
             "4 groups_finish",
             None,
             f"{group} stopped at {state.last_processed} of {target} ({why})",
         )
+
+
+def _waits_behind_pubsub_letter(f: Final, group: str, head: int) -> bool:
+    """True when the first number at or after ``head`` that reached the origin topic is one
+    Pub/Sub dead-lettered from there (weaker 5): the numbers before it were reserved but never
+    published (a counter reply or a publish lost), so no copy of the group past ``head`` ever
+    reached the gate - no gap to time, no ALERT possible. The group waits for that dead letter
+    to be replayed (its gap then times out) or skipped, as when it waits at the number itself."""
+    published = [
+        int(o.seq)
+        for o in f.ledger.origins
+        if o.group == group and not o.hostile and o.seq is not None and o.seq.isdigit()
+        if int(o.seq) >= head
+    ]
+    if not published:
+        return False
+    first = str(min(published))
+    return any(
+        d.source == "pubsub" and d.group == group and d.seq == first for d in f.ledger.dead_letters
+    )
 
 
 def _cancel_truthful(f: Final) -> Iterator[Violation]:

@@ -564,6 +564,32 @@ def test_a_number_the_store_forgot_and_gave_to_another_message_is_caught_by_its_
     assert (mine.seen["g"], theirs.seen["g"]) == ([1, 4], [1])
 
 
+def test_a_repair_the_store_loses_at_once_is_caught_again(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    """The store loses writes, and then the repair too (a second loss right after it): the
+    read after the repair is checked as well, so the reused number is still refused."""
+
+    class LosesTheRepair(MemoryFifoStore):
+        lose_next_save = False
+
+        def save(self, *args: Any) -> Any:
+            stored = super().save(*args)
+            if self.lose_next_save and stored is not None:
+                self.lose_next_save = False
+                self._states.clear()  # acknowledged, then lost
+            return stored
+
+    store = LosesTheRepair()
+    gate = make_gate(handler, clock, sink, store)
+    gate.deliver(keyed("g", 1, "k1"), "g", 1)
+    store._states.clear()  # the first loss
+    store.lose_next_save = True  # the repair's write is lost as well
+    assert gate.deliver(keyed("g", 1, "new"), "g", 1).outcome is GateOutcome.DEAD_LETTERED
+    assert handler.seen["g"] == [1]  # #1 ran once: the other message at #1 never ran
+    assert store.load("consumer-a", "g").last_processed == 1  # repaired again
+
+
 def test_an_in_order_message_costs_one_state_read_and_two_writes(
     handler: Recorder, clock: ManualClock, sink: RecordingSink
 ) -> None:

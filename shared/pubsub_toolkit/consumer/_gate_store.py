@@ -101,8 +101,10 @@ class SeenStore:
                 return state
             if seen is None or not rules.went_back(seen, state, now=self._clock.now()):
                 return self.witnessed(state, group)
-            if self._repair(group, seen, state):
-                return self._store.load(self._consumer, group)
+            # Repaired or not, read again - and check that read too: the store may lose the
+            # repair itself (another loss right after it), and an unchecked re-read would then
+            # hand the gate the old position (a number run twice on this very process).
+            self._repair(group, seen, state)
         raise TransientError(f"{self._consumer}/{group}: could not repair the group's state")
 
     def save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
