@@ -264,7 +264,7 @@ def mutations() -> tuple[Mutation, ...]:
                 SourceEdit(
                     gate,
                     "FifoGate.deliver",
-                    "if known is not None and known != digest:",
+                    "if state.key_of(seq) is not None and not state.records(seq, digest):",
                     "if False:",
                 ),
             ),

@@ -15,7 +15,9 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
      be gone - its copy was written before the loss, whatever the ack's timing: the gate
      names such messages in a ``store_rollback`` ALERT when the process that parked them
      still runs, and nobody can when it restarted (README, "What a store can lose": the
-     residue);
+     residue); and a copy parked after the loss at a number the store gave again, when the
+     consumer has no dead-letter topic to keep it, goes to the operator whole in a
+     ``reissued_unkept`` ALERT (its data and attributes), not to the handler;
    * invariant 2 (publish order, no number twice) is not checked;
    * invariant 4: a group may need an operator to skip a number the rollback made it wait
      for (the operator skips on a gap ALERT even without a dead letter), and the store's
@@ -60,8 +62,10 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
+from pubsub_toolkit.message import Message
 from tests.simulation.ledger import DeadLetter, Ledger
 
 
@@ -74,6 +78,7 @@ class Relaxation:
     reached_gate: tuple[tuple[str, float], ...]
     last_rollback: float
     victims: frozenset[str] = frozenset()
+    handed_over: frozenset[str] = frozenset()
 
     @classmethod
     def for_schedule(cls, ledger: Ledger, *, rollback: bool) -> Relaxation:
@@ -83,8 +88,16 @@ class Relaxation:
             for o in ledger.origins
             if not o.hostile and o.lid is not None and (o.group, o.seq) in stolen
         }
+        # A copy parked at a number the store gave again, with no dead-letter topic to keep
+        # it: its ALERT carries the message whole, for the operator (not lost silently).
+        handed_over = {
+            ledger.lid_of(Message(base64.b64decode(d.get("data_base64") or ""), {}))
+            for d in ledger.decisions
+            if d.outcome == "reissued_unkept"
+        }
         return cls(
             victims=frozenset(victims),
+            handed_over=frozenset(lid for lid in handed_over if lid is not None),
             rollback=rollback,
             at_risk=frozenset(ledger.at_risk),
             reached_gate=tuple(sorted(ledger.reached_gate.items())),
@@ -94,7 +107,8 @@ class Relaxation:
     def may_be_lost(self, lid: str) -> bool:
         """Acked by the consumer before the store lost writes: the rollback's residue."""
         reached = dict(self.reached_gate).get(lid)
-        return self.rollback and reached is not None and reached <= self.last_rollback
+        before = reached is not None and reached <= self.last_rollback
+        return self.rollback and (before or lid in self.handed_over)
 
     def effect_at_risk(self, lid: str) -> bool:
         """The effect ran but the toolkit could not record it (the two-phase window)."""

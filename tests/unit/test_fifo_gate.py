@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import random
 from collections import defaultdict
 from datetime import timedelta
@@ -15,7 +16,7 @@ from pubsub_toolkit.consumer.gate_rules import GapPolicy, GateOutcome, GatePolic
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
-from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
@@ -588,6 +589,66 @@ def test_a_repair_the_store_loses_at_once_is_caught_again(
     assert gate.deliver(keyed("g", 1, "new"), "g", 1).outcome is GateOutcome.DEAD_LETTERED
     assert handler.seen["g"] == [1]  # #1 ran once: the other message at #1 never ran
     assert store.load("consumer-a", "g").last_processed == 1  # repaired again
+
+
+def test_a_reissued_number_parked_after_a_loss_is_kept_even_if_its_dead_letter_fails_once(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    """Another process parks (and acks) a reissued #2 after the loss; this process repairs the
+    group and must dead-letter that copy - a failure of the dead letter must not lose it."""
+    store = MemoryFifoStore()
+    gate = make_gate(handler, clock, sink, store)
+    for seq in (1, 2):
+        gate.deliver(keyed("g", seq, f"k{seq}"), "g", seq)
+    store._states.clear()  # the data loss
+    other = make_gate(Recorder(), clock, sink, store)  # a process that saw nothing before
+    assert other.deliver(keyed("g", 2, "new"), "g", 2).outcome is GateOutcome.PARKED
+    send, calls = gate._dead_letters.send, []  # type: ignore[union-attr]
+
+    def flaky(*args: Any, **kwargs: Any) -> str:
+        calls.append(args)
+        if len(calls) == 1:
+            raise StoreUnavailableError("the dead-letter publish timed out")
+        return send(*args, **kwargs)
+
+    gate._dead_letters.send = flaky  # type: ignore[union-attr, method-assign]
+    with pytest.raises(StoreUnavailableError):
+        gate.sweep("g")  # the repair finds the reissued copy; keeping it fails
+    gate.sweep("g")  # the next read repairs again, and keeps it this time
+    assert [m.attributes["dedup_key"] for m in sink.on(DLQ)] == ["new"]
+    assert sink.on(DLQ)[0].attributes["error_reason"] == "fifo_sequence_reused"
+    state = store.load("consumer-a", "g")
+    assert (state.last_processed, state.parked) == (2, ())
+    assert store.parked_message("consumer-a", "g", 2) is None
+    assert handler.seen["g"] == [1, 2]
+
+
+def test_without_a_dead_letter_topic_a_reissued_parked_copy_goes_to_the_operator_whole(
+    handler: Recorder, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Acked when parked, its number then found given again, and no topic to keep it: the
+    ALERT carries the message itself, so it can be published again (sim seed 65164)."""
+    store = MemoryFifoStore()
+
+    def gate_without_topic(handler: Recorder) -> FifoGate:
+        return FifoGate(store, consumer="consumer-a", handler=handler, clock=clock)
+
+    gate = gate_without_topic(handler)
+    for seq in (1, 2):
+        gate.deliver(keyed("g", seq, f"k{seq}"), "g", seq)
+    store._states.clear()  # the data loss
+    parked = keyed("g", 2, "new", color="blue")
+    assert gate_without_topic(Recorder()).deliver(parked, "g", 2).outcome is GateOutcome.PARKED
+    gate.sweep("g")
+    handed = [
+        r for r in caplog.records if getattr(r, "decision", {}).get("outcome") == "reissued_unkept"
+    ]
+    assert len(handed) == 1 and "ALERT" in handed[0].getMessage()
+    fields = handed[0].decision  # type: ignore[attr-defined]
+    assert fields["dedup_key"] == "new" and fields["attributes"] == dict(parked.attributes)
+    assert base64.b64decode(fields["data_base64"]) == parked.data
+    assert store.parked_message("consumer-a", "g", 2) is None  # handed over, not kept twice
+    assert handler.seen["g"] == [1, 2]
 
 
 def test_an_in_order_message_costs_one_state_read_and_two_writes(

@@ -12,7 +12,7 @@ already passed. The gate (:mod:`.gate`) reads and writes only through it.
 
 from __future__ import annotations
 
-import contextlib
+import base64
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -37,7 +37,15 @@ class Decide(Protocol):
     """The gate's decision log: one structured line per outcome."""
 
     def __call__(
-        self, outcome: str, group: str, seq: int, text: str, *, level: int = ..., **fields: object
+        self,
+        outcome: str,
+        group: str,
+        seq: int,
+        text: str,
+        *,
+        level: int = ...,
+        dedup_key: str | None = ...,
+        **fields: object,
     ) -> None: ...
 
 
@@ -122,6 +130,24 @@ class SeenStore:
                 self._witness.put(group, state)
         return state
 
+    def _hand_over(self, group: str, seq: int, copy: Message) -> None:
+        """A reissued copy with no dead-letter topic to keep it: it was acked when parked, so
+        its whole content goes to the operator in an ALERT (publish it again from there)."""
+        self._decide(
+            "reissued_unkept",
+            group,
+            seq,
+            f"ALERT: {group}#{seq} ({rules.message_key(copy)}) was parked at a number the store "
+            "gave again and there is no dead-letter topic to keep it: this line carries its "
+            "data and attributes - publish it again as a new message (its number is taken), "
+            "or drop it",
+            level=logging.ERROR,
+            alert="store_rollback",
+            dedup_key=rules.message_key(copy),
+            data_base64=base64.b64encode(copy.data).decode(),
+            attributes=dict(copy.attributes),
+        )
+
     def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
         """The store handed back an older state than this process wrote: put the group back
         where it was, fence every lease, and say what could not be restored."""
@@ -136,6 +162,16 @@ class SeenStore:
         lost = [s for s in lost if s not in restored]
         repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
+        # Copies parked at numbers the group had already passed (a reissued number parked
+        # after the loss) can never run: they were acked when parked, so each is kept (dead-
+        # lettered, once per copy) BEFORE the repaired state stops listing it - a failure or a
+        # crash in between leaves the old state, and the next read repairs (and keeps) again.
+        passed = [s for s in sorted(state.parked) if state.last_processed < s <= last]
+        reissued: list[tuple[int, Message]] = []
+        for seq in passed:
+            copy = self._store.parked_message(self._consumer, group, seq)
+            if copy is not None and not seen.records(seq, key_digest(rules.message_key(copy))):
+                reissued.append((seq, copy))
         self._decide(
             "store_rollback",
             group,
@@ -159,21 +195,26 @@ class SeenStore:
                 "were published, or skip them)"
                 if lost
                 else ""
+            )
+            + (
+                f"; numbers given again and parked since the loss, kept as "
+                f"{rules.REASON_SEQUENCE_REUSED}: "
+                f"{[(s, rules.message_key(c)) for s, c in reissued]}"
+                if reissued
+                else ""
             ),
             level=logging.ERROR,
             alert="store_rollback",
         )
+        for seq, copy in reissued:
+            try:
+                self._keep_reissued(copy, group, seq, repaired)
+            except PermanentError:
+                self._hand_over(group, seq, copy)
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             return False  # someone wrote meanwhile: look again
         self._witness.put(group, repaired)
-        # Copies parked at numbers the group had already passed (a reissued number parked
-        # after the loss) can never run: keep them, with the reason.
-        for seq in sorted(state.parked):
-            if seq <= last and seq > state.last_processed:
-                copy = self._store.parked_message(self._consumer, group, seq)
-                if copy is not None and not seen.records(seq, key_digest(rules.message_key(copy))):
-                    with contextlib.suppress(PermanentError):  # no topic: the ALERT above says
-                        self._keep_reissued(copy, group, seq, repaired)
-                self._store.unpark(self._consumer, group, seq)
+        for seq in passed:
+            self._store.unpark(self._consumer, group, seq)
         return True

@@ -1160,8 +1160,15 @@ class FifoGate:
         text: str,
         *,
         level: int = logging.INFO,
+        dedup_key: str | None = None,
         **fields: object,
     ) -> None:
         self.log.decision(
-            outcome, text, dedup_key=None, level=level, fifo_group=group, fifo_seq=seq, **fields
+            outcome,
+            text,
+            dedup_key=dedup_key,
+            level=level,
+            fifo_group=group,
+            fifo_seq=seq,
+            **fields,
         )
