@@ -232,12 +232,20 @@ def parse_deliver_at(raw: str) -> datetime:
         ) from exc
 
 
+# google-cloud-pubsub's trace-context attribute prefix (see pubsub_toolkit.tracing).
+_CONTEXT = "googclient_"
+
+
 def content_fingerprint(data: bytes, attributes: Mapping[str, str]) -> str:
-    """SHA-256 of the payload and the producer's attributes, stable across hops and replays."""
+    """SHA-256 of the payload and the producer's attributes, stable across hops and replays.
+
+    Trace context (``googclient_*``, set by google-cloud-pubsub's tracing and the toolkit's)
+    is not content: a retried publish carries a new one."""
     digest = hashlib.sha256()
     digest.update(len(data).to_bytes(8, "big"))
     digest.update(data)
-    for key in sorted(k for k in attributes if k not in TOOLKIT_STAMPED):
+    content = (k for k in attributes if k not in TOOLKIT_STAMPED and not k.startswith(_CONTEXT))
+    for key in sorted(content):
         # Length-prefixing makes the encoding unambiguous ("a"+"bc" != "ab"+"c").
         for part in (key.encode(), attributes[key].encode()):
             digest.update(len(part).to_bytes(4, "big"))

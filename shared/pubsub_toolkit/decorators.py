@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, cast
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import tracing
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.errors import ClaimInProgressError, PermanentError, TransientError
@@ -192,7 +193,8 @@ class Idempotent:
             return ran["value"]
 
         try:
-            _, stored = processor.run_once(keyed, call)
+            with tracing.handling(keyed, processor.gate.consumer, hop="consumer"):
+                _, stored = processor.run_once(keyed, call)
         except ClaimInProgressError:
             import flask  # functions-framework runs on Flask
 

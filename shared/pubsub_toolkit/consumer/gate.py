@@ -46,7 +46,7 @@ consumer processes on one subscription keep each group in order and run nothing 
 This module is the orchestration and I/O only: the policies, outcomes and every state
 transition are pure functions in :mod:`.gate_rules`, and the store is read and written through
 :class:`~._gate_store.SeenStore` (which repairs a group a store handed back older). It is still
-about 1150 lines because what remains is one state machine - deliver (one or a batch),
+about 1190 lines because what remains is one state machine - deliver (one or a batch),
 sweep, the operator's skip and replay, the run loop (one number or a batch), failure handling,
 the advance and a group's end - whose steps share the lease token and the compare-and-set loop
 of ``_update``; split further, a step would be read away from the loop it runs in. (The held
@@ -56,12 +56,14 @@ leases' bookkeeping is :mod:`._held_leases`.)
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
@@ -91,7 +93,7 @@ from pubsub_toolkit.errors import (
     TransientError,
 )
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.observability import HANDLER_DURATION, DecisionLog
 from pubsub_toolkit.stores.fifo_state.base import (
     FILLER_MARK,
     POISON_MARK,
@@ -691,7 +693,14 @@ class FifoGate:
     def _run_one(
         self, group: str, token: int, step: Step, state: GroupState, from_park: bool
     ) -> tuple[GroupState, GateOutcome, bool]:
-        """Run one number; (state, outcome, whether the run stops here)."""
+        """Run one number; (state, outcome, whether the run stops here). A message run from
+        another's delivery (released from the park) or a sweep gets a span in its own trace."""
+        with tracing.handling(step[1], self.consumer, hop="consumer", unless_current=True):
+            return self._run_number(group, token, step, state, from_park)
+
+    def _run_number(
+        self, group: str, token: int, step: Step, state: GroupState, from_park: bool
+    ) -> tuple[GroupState, GateOutcome, bool]:
         seq, message = step
         ran_before = ran_earlier(state, seq, message)
         filled = attr.is_filler(message) or ran_before is not None
@@ -919,8 +928,14 @@ class FifoGate:
             if found.displaced:
                 self._dead_letter_displaced(group, seq, key_digest(message_key(message)))
             return committed
-        self._handler(self._one(message))
+        self._timed(self._one(message))
         return self._advance_after_effect(group, token, seq, message, known, found)
+
+    def _timed(self, taken: Any) -> None:
+        """The handler's call, its duration counted (``handler_seconds``) when it returns."""
+        started = time.perf_counter()
+        self._handler(taken)
+        self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
 
     def _commit_with_handler(
         self, group: str, token: int, change: Callable[[GroupState], GroupState], taken: Any
@@ -966,7 +981,7 @@ class FifoGate:
         if self._transactional_handler is not None:
             state = self._commit_with_handler(group, token, change, messages)
         else:
-            self._handler(messages)  # type: ignore[arg-type]  # batch mode: a list
+            self._timed(messages)
             state = self._advance_recorded(
                 group, token, change, seq=last, digest=digests[last], known=known
             )

@@ -30,12 +30,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from pubsub_toolkit import tracing
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import MessageProcessor, fifo_address
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.tracing import RECEIVE
 
 if TYPE_CHECKING:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
@@ -206,12 +208,15 @@ class Consumer:
         )
 
     def _process(self, received: Any, message: Message) -> None:
-        try:
-            outcome = cast(MessageProcessor, self._processor).process(message)
-        except Exception as exc:
-            outcome = nack_after(received, exc)
-        else:
-            received.ack()
+        with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
+            try:
+                outcome = cast(MessageProcessor, self._processor).process(message)
+            except Exception as exc:
+                with tracing.settling(self.subscription, message, hop="consumer", ack=False):
+                    outcome = nack_after(received, exc)
+            else:
+                with tracing.settling(self.subscription, message, hop="consumer", ack=True):
+                    received.ack()
         if self._on_outcome is not None:
             self._on_outcome(message, outcome)
 

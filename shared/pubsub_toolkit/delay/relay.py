@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letters.send import DeadLetterer
@@ -40,7 +41,7 @@ from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message, OutboundMessage
-from pubsub_toolkit.observability import DecisionLog, Metrics
+from pubsub_toolkit.observability import LATENESS, DecisionLog, Metrics
 from pubsub_toolkit.producer.sink import MessageSink
 from pubsub_toolkit.stores.dedup.base import DedupStore
 
@@ -92,11 +93,11 @@ class Relay:
     ) -> None:
         self.log = DecisionLog(RELAY_NAMESPACE, metrics)
         self._store = store
-        self._sink = sink
+        self._sink = tracing.traced(sink, hop="relay")
         self._final_topic = final_topic
         self._scheduler = scheduler
         self._clock = clock
-        self._dead_letters = DeadLetterer(sink, dead_letter_topic, self.log)
+        self._dead_letters = DeadLetterer(self._sink, dead_letter_topic, self.log)
         self._publishes = IdempotentProcessor(
             store, namespace=RELAY_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
@@ -139,6 +140,11 @@ class Relay:
             delayed = DelayedMessage.from_json(body)
         except PermanentError as exc:
             return self._reject(body, exc)
+        queue = getattr(self._scheduler, "queue", "tasks")
+        with tracing.handling(_as_message(delayed), queue, hop="relay", hop_number=delayed.hop):
+            return self._release(delayed)
+
+    def _release(self, delayed: DelayedMessage) -> RelayResult:
         key = fate_key(delayed.dedup_key, delayed.message.attributes)
         if is_cancelled(self._store, key):
             return self._cancelled(delayed)
@@ -167,6 +173,10 @@ class Relay:
             return RelayResult(RelayOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH)
         if processed.outcome is Outcome.DUPLICATE:
             return RelayResult(RelayOutcome.DUPLICATE, key, released_message_id(processed.result))
+        # How late the release was (Cloud Tasks' dispatch, retries, a cold start): never
+        # negative, the relay waits out an early call.
+        lateness = (self._clock.now() - delayed.deliver_at).total_seconds()
+        self.metrics.observe(LATENESS, max(lateness, 0.0))
         return RelayResult(RelayOutcome.PUBLISHED, key, released_message_id(processed.result))
 
     def _publish(self, message: OutboundMessage) -> str:
@@ -196,8 +206,11 @@ class Relay:
         self._hops.process(
             hop_key,
             delayed.message.attributes.get(attr.CONTENT_SHA256, ""),
-            lambda: scheduler.schedule(
-                delayed.message, delayed.deliver_at, delayed.dedup_key, hop=hop
+            lambda: tracing.scheduled(
+                lambda m: scheduler.schedule(m, delayed.deliver_at, delayed.dedup_key, hop=hop),
+                getattr(scheduler, "queue", "tasks"),
+                delayed.message,
+                hop="relay",
             ),
         )
         return RelayResult(RelayOutcome.RESCHEDULED, delayed.dedup_key, f"hop {hop}")

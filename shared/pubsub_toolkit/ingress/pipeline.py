@@ -32,7 +32,7 @@ minted it (:mod:`pubsub_toolkit.dead_letters.replay`); otherwise the message is 
 ``Ingress.handle`` returns normally when the message may be acked and raises
 :class:`~pubsub_toolkit.errors.TransientError` when it must be delivered again.
 
-(About 330 lines, a tenth of them this overview: one class whose methods are the routing
+(About 355 lines, a tenth of them this overview: one class whose methods are the routing
 cases above; what it reports is in :mod:`.outcomes`, the contract checks in
 :mod:`pubsub_toolkit.envelope`.)
 """
@@ -45,6 +45,7 @@ from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.cloudevent import message_from_event_data, message_from_push_body
 from pubsub_toolkit.config import Settings
@@ -68,6 +69,7 @@ from pubsub_toolkit.stores.dedup.base import DedupStore
 from pubsub_toolkit.stores.stats.base import DELIVERIES
 
 INGRESS_NAMESPACE = "ingress"
+ORIGIN = "origin"  # the span's destination: the origin topic's push subscription
 REJECTED_NAMESPACE = "ingress-rejected"
 REASON_DELAY_UNAVAILABLE = "delayed_delivery_unavailable"
 
@@ -93,9 +95,9 @@ class Ingress:
             store, namespace=INGRESS_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
         self._store = store
-        self._sink = sink
+        self._sink = tracing.traced(sink, hop="ingress")
         self._final_topic = final_topic
-        self._dead_letters = DeadLetterer(sink, dead_letter_topic, self.log)
+        self._dead_letters = DeadLetterer(self._sink, dead_letter_topic, self.log)
         self._rejections = self._processor.sibling(
             REJECTED_NAMESPACE, log=DecisionLog(REJECTED_NAMESPACE)
         )
@@ -150,6 +152,13 @@ class Ingress:
 
     def handle(self, message: Message) -> IngressResult:
         """Validate, deduplicate and route one delivery. Raises TransientError to redeliver."""
+        with tracing.handling(message, ORIGIN, hop="ingress") as span:
+            result = self._handle(message)
+            if span is not None:
+                span.set_attribute("pubsub_toolkit.outcome", result.outcome.value)
+            return result
+
+    def _handle(self, message: Message) -> IngressResult:
         self.metrics.increment(DELIVERIES)  # the dedup hit rate's denominator (stats/)
         try:
             envelope = parse_envelope(message, now=self._clock.now())
@@ -303,7 +312,13 @@ class Ingress:
                         REASON_DELAY_UNAVAILABLE,
                         f"message is due at {attr.format_time(due)} but no scheduler is configured",
                     )
-                task = self._scheduler.schedule(outbound, due, envelope.dedup_key)
+                scheduler = self._scheduler
+                task = tracing.scheduled(
+                    lambda m: scheduler.schedule(m, due, envelope.dedup_key),
+                    getattr(scheduler, "queue", "tasks"),
+                    outbound,
+                    hop="ingress",
+                )
                 return Routed(IngressOutcome.SCHEDULED, task, seq)
             if due is not None:
                 return self._release_due(envelope, outbound)

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import tracing
 from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import Message, OutboundMessage
@@ -53,7 +54,7 @@ class Publisher:
     ) -> None:
         if not topic:
             raise ValueError("topic must be a topic path such as projects/P/topics/T")
-        self._sink = sink
+        self._sink = tracing.traced(sink, hop="producer")
         self._topic = topic
         self._counter = counter
 

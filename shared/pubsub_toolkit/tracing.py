@@ -1,0 +1,343 @@
+"""OpenTelemetry tracing: one trace per message across every hop - off by default.
+
+A message crosses up to six processes (producer -> origin -> ingress -> Cloud Tasks -> relay ->
+final -> consumer). With tracing on (:func:`enable`, or ``TRACING=on`` read by the entry points
+through :func:`configure_from_env`) every hop the toolkit owns makes spans named and attributed
+per the OpenTelemetry messaging conventions for ``gcp_pubsub``:
+
+* a publish is a ``send`` span (PRODUCER) whose context travels in the message's
+  ``googclient_traceparent`` attribute - the W3C ``traceparent`` that google-cloud-pubsub's own
+  tracing uses, so a producer with the client's tracing on starts the same trace, and a
+  consumer with it on continues it;
+* a task created for a delayed message is a ``create`` span (PRODUCER) whose context travels
+  in the task (inside the message it carries), so the relay's release joins the trace of the
+  message's scheduling and links to it;
+* each hop that handles a message (ingress, relay, consumer) is a ``process`` span (CONSUMER)
+  whose parent is the context the message carries - also when the gate runs a message it had
+  parked, from another delivery or a sweep (that span is linked to the one that released it);
+* the consumer's ack is a ``settle`` span; every decision (duplicate, parked, released, poison,
+  gap, mismatch, ...) is an event on the span current at the time, with the dedup key
+  (:class:`~pubsub_toolkit.observability.DecisionLog` adds it), and every log line written
+  under a span carries Cloud Logging's trace fields.
+
+Off, every hook is one module-level check and OpenTelemetry is never imported; the trace
+attribute is excluded from content fingerprints (:func:`~pubsub_toolkit.attributes
+.content_fingerprint`), so a retried publish with a new trace context is still the same content.
+
+(About 340 lines: the span helpers each hop calls - :func:`handling`, :func:`sending`,
+:func:`settling`, :func:`scheduled`, :class:`TracedSink` - and the carrier they share.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from pubsub_toolkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer
+
+    from pubsub_toolkit.message import Message, OutboundMessage
+
+logger = logging.getLogger(__name__)
+
+# google-cloud-pubsub's attribute prefix for trace context (its OpenTelemetry tracing).
+CONTEXT_PREFIX = "googclient_"
+TRACEPARENT = CONTEXT_PREFIX + "traceparent"
+TRACER_NAME = "pubsub_toolkit"
+SYSTEM = "gcp_pubsub"
+# The conventions' operation types, and the span kinds they go with.
+CREATE, SEND, RECEIVE, PROCESS, SETTLE = "create", "send", "receive", "process", "settle"
+# Attributes beyond the conventions, under the toolkit's own namespace.
+DEDUP_KEY = "pubsub_toolkit.dedup_key"
+HOP = "pubsub_toolkit.hop"
+FIFO_GROUP = "pubsub_toolkit.fifo_group"
+FIFO_SEQ = "pubsub_toolkit.fifo_seq"
+
+S = TypeVar("S")
+_TRUE, _FALSE = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
+
+
+class _State:
+    enabled = False
+    tracer: Tracer | None = None
+
+
+_state = _State()
+
+
+def enable(on: bool = True) -> None:
+    """Turn the toolkit's spans on (or off again). Spans go to OpenTelemetry's global tracer
+    provider: configure it (an exporter) before, or use :func:`configure_from_env`."""
+    if on:
+        from opentelemetry import trace
+
+        _state.tracer = trace.get_tracer(TRACER_NAME)
+    _state.enabled = on
+
+
+def enabled() -> bool:
+    return _state.enabled
+
+
+def configure_from_env(env: Mapping[str, str]) -> bool:
+    """For entry points: ``TRACING`` on/off (default off); with ``TRACE_FILE`` set, spans are
+    also written there as JSON lines (the local stack's exporter, read by
+    ``pubsub-toolkit trace``). Returns whether tracing is on."""
+    raw = env.get("TRACING", "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise ConfigurationError(f"TRACING {raw!r} is not one of on, off")
+    if raw in _FALSE:
+        return False
+    path = env.get("TRACE_FILE", "").strip()
+    if path:
+        from pubsub_toolkit._trace_file import install_file_exporter
+
+        install_file_exporter(path)
+    enable()
+    return True
+
+
+class _Carrier:
+    """OpenTelemetry's getter/setter over message attributes, with the client's prefix."""
+
+    def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
+        value = carrier.get(CONTEXT_PREFIX + key)
+        return None if value is None else [value]
+
+    def keys(self, carrier: Mapping[str, str]) -> list[str]:
+        return [k.removeprefix(CONTEXT_PREFIX) for k in carrier if k.startswith(CONTEXT_PREFIX)]
+
+    def set(self, carrier: dict[str, str], key: str, value: str) -> None:
+        carrier[CONTEXT_PREFIX + key] = value
+
+
+_CARRIER = _Carrier()
+
+
+def _carried(attributes: Mapping[str, str]) -> Context | None:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if TRACEPARENT not in attributes:
+        return None
+    return TraceContextTextMapPropagator().extract(attributes, getter=_CARRIER)  # type: ignore[arg-type]
+
+
+def with_context(attributes: Mapping[str, str]) -> Mapping[str, str]:
+    """``attributes`` with the current span's context in ``googclient_traceparent`` (replacing
+    the one it carried); unchanged when tracing is off or no span is current."""
+    if not _state.enabled:
+        return attributes
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if not trace.get_current_span().get_span_context().is_valid:
+        return attributes
+    out = {k: v for k, v in attributes.items() if not k.startswith(CONTEXT_PREFIX)}
+    TraceContextTextMapPropagator().inject(out, setter=_CARRIER)  # type: ignore[arg-type]
+    return out
+
+
+def _messaging(
+    operation: str,
+    destination: str,
+    message: Message | OutboundMessage | None,
+    hop: str,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    from pubsub_toolkit import attributes as attr
+
+    fields: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.destination.name": destination.rsplit("/", 1)[-1],
+        HOP: hop,
+    }
+    if message is not None:
+        a = message.attributes
+        message_id = getattr(message, "message_id", "")  # an outbound message has none yet
+        if message_id:
+            fields["messaging.message.id"] = message_id
+        if message.ordering_key:
+            fields["messaging.gcp_pubsub.message.ordering_key"] = message.ordering_key
+        fields["messaging.message.body.size"] = len(message.data)
+        for name, key in ((DEDUP_KEY, attr.DEDUP_KEY), (FIFO_GROUP, attr.FIFO_GROUP)):
+            if a.get(key):
+                fields[name] = a[key]
+        if a.get(attr.FIFO_SEQ, "").isdigit():
+            fields[FIFO_SEQ] = int(a[attr.FIFO_SEQ])
+    fields.update({k: v for k, v in extra.items() if v is not None})
+    return fields
+
+
+@contextlib.contextmanager
+def _span(
+    name: str, kind: str, parent: Context | None, links: list[Any], fields: dict[str, Any]
+) -> Iterator[Span]:
+    from opentelemetry import trace
+
+    assert _state.tracer is not None
+    with _state.tracer.start_as_current_span(
+        name, context=parent, kind=getattr(trace.SpanKind, kind), attributes=fields, links=links
+    ) as span:
+        yield span
+
+
+def handling(
+    message: Message,
+    destination: str,
+    *,
+    hop: str,
+    operation: str = PROCESS,
+    unless_current: bool = False,
+    **extra: Any,
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A CONSUMER span for ``hop`` handling ``message`` from ``destination`` (a subscription
+    or queue), in the trace the message carries: child of the current span when that is in
+    the same trace (the client's own subscribe span), else of the carried context, linked to
+    the current span (the gate releasing a parked message from another's delivery). With
+    ``unless_current``, nothing new when this very message's span is already current."""
+    if not _state.enabled:
+        return contextlib.nullcontext()
+    identity = _identity(message)
+    if unless_current and _handled.get() == identity:
+        return contextlib.nullcontext()
+    from opentelemetry import trace
+
+    carried = _carried(message.attributes)
+    links = []
+    current = trace.get_current_span().get_span_context()
+    if carried is not None:
+        sender = trace.get_current_span(carried).get_span_context()
+        links.append(trace.Link(sender))
+        if current.is_valid and current.trace_id == sender.trace_id:
+            carried = None  # the current span is this message's: a child of it
+        elif current.is_valid:
+            links.append(trace.Link(current, {"pubsub_toolkit.link": "released_by"}))
+    fields = _messaging(operation, destination, message, hop, extra)
+    name = f"{operation} {fields['messaging.destination.name']}"
+    return _marked(identity, _span(name, "CONSUMER", carried, links, fields))
+
+
+# The message whose CONSUMER span is current (see ``unless_current``).
+_handled: contextvars.ContextVar[str | None] = contextvars.ContextVar("handled", default=None)
+
+
+def _identity(message: Message) -> str:
+    a = message.attributes
+    return f"{a.get('dedup_key') or message.message_id}#{a.get('fifo_seq', '')}"
+
+
+@contextlib.contextmanager
+def _marked(identity: str, span: contextlib.AbstractContextManager[Span]) -> Iterator[Span]:
+    token = _handled.set(identity)
+    try:
+        with span as opened:
+            yield opened
+    finally:
+        _handled.reset(token)
+
+
+def sending(
+    destination: str,
+    message: Message | OutboundMessage | None = None,
+    *,
+    hop: str,
+    operation: str = SEND,
+    **extra: Any,
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A PRODUCER span for publishing to ``destination`` (a topic) or creating a task in it (a
+    queue, ``operation=CREATE``), child of the current span; put its context in the outbound
+    attributes with :func:`with_context` inside it."""
+    if not _state.enabled:
+        return contextlib.nullcontext()
+    fields = _messaging(operation, destination, message, hop, extra)
+    name = f"{operation} {fields['messaging.destination.name']}"
+    return _span(name, "PRODUCER", None, [], fields)
+
+
+def settling(
+    destination: str, message: Message, *, hop: str, **extra: Any
+) -> contextlib.AbstractContextManager[Span | None]:
+    """A CLIENT span for the ack (or nack) of ``message``, child of the current span."""
+    if not _state.enabled:
+        return contextlib.nullcontext()
+    fields = _messaging(SETTLE, destination, message, hop, extra)
+    return _span(f"{SETTLE} {fields['messaging.destination.name']}", "CLIENT", None, [], fields)
+
+
+def decision_event(outcome: str, fields: Mapping[str, Any]) -> None:
+    """The decision as an event on the current span (DecisionLog calls this for every one)."""
+    if not _state.enabled:
+        return
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            f"pubsub_toolkit.{outcome}",
+            {k: v if isinstance(v, (str, bool, int, float)) else str(v) for k, v in fields.items()},
+        )
+
+
+def log_fields(project: str | None) -> dict[str, Any]:
+    """Cloud Logging's trace fields for the span current now (none when off or outside one)."""
+    if not _state.enabled:
+        return {}
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    trace_id = f"{context.trace_id:032x}"
+    return {
+        "logging.googleapis.com/trace": f"projects/{project}/traces/{trace_id}"
+        if project
+        else trace_id,
+        "logging.googleapis.com/spanId": f"{context.span_id:016x}",
+        "logging.googleapis.com/trace_sampled": context.trace_flags.sampled,
+    }
+
+
+class TracedSink:
+    """A :class:`~pubsub_toolkit.producer.sink.MessageSink` whose publishes are ``send``
+    spans, each message carrying its span's context; with tracing off, the sink itself."""
+
+    def __init__(self, sink: Any, *, hop: str) -> None:
+        self._sink = sink
+        self._hop = hop
+
+    def publish(self, topic: str, message: OutboundMessage) -> str:
+        if not _state.enabled:
+            return str(self._sink.publish(topic, message))
+        with sending(topic, message, hop=self._hop) as span:
+            carrying = dataclasses.replace(message, attributes=with_context(message.attributes))
+            message_id = str(self._sink.publish(topic, carrying))
+            if span is not None:
+                span.set_attribute("messaging.message.id", message_id)
+            return message_id
+
+    def __getattr__(self, name: str) -> Any:  # close(), and whatever else the sink has
+        return getattr(self._sink, name)
+
+
+def traced(sink: S, *, hop: str) -> S:
+    """``sink`` with its publishes traced (see :class:`TracedSink`); never wrapped twice."""
+    return sink if isinstance(sink, TracedSink) else cast(S, TracedSink(sink, hop=hop))
+
+
+def scheduled(
+    schedule: Callable[[OutboundMessage], str], queue: str, message: OutboundMessage, *, hop: str
+) -> str:
+    """``schedule(message)`` (a Cloud Tasks task for it) as a ``create`` span whose context the
+    task carries in the message, so its release joins the trace; with tracing off, the call."""
+    if not _state.enabled:
+        return schedule(message)
+    with sending(queue, message, hop=hop, operation=CREATE):
+        return schedule(dataclasses.replace(message, attributes=with_context(message.attributes)))
