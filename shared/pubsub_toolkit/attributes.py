@@ -284,7 +284,10 @@ def format_time(value: datetime) -> str:
 
 
 def is_reserved_attribute(name: str) -> bool:
-    """True for names that cannot be published as attributes."""
+    """True for names that cannot be published as attributes. ``googclient_*`` is the one
+    ``goog`` name allowed: google-cloud-pubsub's own trace context (``googclient_traceparent``)."""
+    if name.startswith(_CONTEXT):
+        return False
     return name in RESERVED_NAMES or name.lower().startswith(RESERVED_PREFIX)
 
 

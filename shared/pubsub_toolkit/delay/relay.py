@@ -141,8 +141,13 @@ class Relay:
         except PermanentError as exc:
             return self._reject(body, exc)
         queue = getattr(self._scheduler, "queue", "tasks")
-        with tracing.handling(_as_message(delayed), queue, hop="relay", hop_number=delayed.hop):
-            return self._release(delayed)
+        with tracing.handling(
+            _as_message(delayed), queue, hop="relay", hop_number=delayed.hop
+        ) as span:
+            result = self._release(delayed)
+            if span is not None:
+                span.set_attribute("pubsub_toolkit.outcome", result.outcome.value)
+            return result
 
     def _release(self, delayed: DelayedMessage) -> RelayResult:
         key = fate_key(delayed.dedup_key, delayed.message.attributes)

@@ -1,0 +1,263 @@
+"""One trace per message across every hop, read from an in-memory span exporter.
+
+A delayed FIFO message goes the whole way in-process on our own protocols (a recording sink
+stands for Pub/Sub, a recording scheduler for Cloud Tasks, the task body passed to the relay
+as Cloud Tasks would): producer -> ingress -> task -> relay -> final -> consumer. The spans must
+form one trace in causal order with the messaging conventions' attributes; a duplicate's span
+carries the dedup decision; the decision log lines carry the trace id.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit import tracing
+from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
+from pubsub_toolkit.delay.payload import DelayedMessage
+from pubsub_toolkit.delay.relay import Relay
+from pubsub_toolkit.ingress.pipeline import Ingress
+from pubsub_toolkit.message import Message, OutboundMessage
+from pubsub_toolkit.observability import CloudLoggingFormatter
+from pubsub_toolkit.producer.publisher import Publisher
+from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
+from tests.support.sinks import RecordingSink
+
+ORIGIN, FINAL, DLQ = "projects/p/topics/origin", "projects/p/topics/final", "projects/p/topics/dlq"
+QUEUE = "projects/p/locations/l/queues/delays"
+
+_exporter = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):  # the process's one provider, made once
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+        provider.add_span_processor(SimpleSpanProcessor(_exporter))
+    _exporter.clear()
+    tracing.enable()
+    yield _exporter
+    tracing.enable(False)
+    _exporter.clear()
+
+
+class RecordingScheduler:
+    """Cloud Tasks as our Scheduler protocol sees it: keeps each task's body."""
+
+    queue = QUEUE
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def schedule(
+        self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
+    ) -> str:
+        self.bodies.append(DelayedMessage(message, dedup_key, deliver_at, hop).to_json())
+        return f"{QUEUE}/tasks/{len(self.bodies)}"
+
+
+def delivered(message: OutboundMessage, message_id: str) -> Message:
+    """What a subscriber receives for a published message."""
+    return Message(message.data, message.attributes, message_id, ordering_key=message.ordering_key)
+
+
+class Pipeline:
+    """The whole path in one process, each part as deployed, on recording transports."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+        self.sink = RecordingSink()
+        self.scheduler = RecordingScheduler()
+        store = MemoryDedupStore(self.clock)
+        common: dict[str, Any] = {
+            "store": store,
+            "sink": self.sink,
+            "final_topic": FINAL,
+            "dead_letter_topic": DLQ,
+            "lease": timedelta(seconds=30),
+            "ttl": timedelta(days=8),
+            "clock": self.clock,
+        }
+        self.ingress = Ingress(scheduler=self.scheduler, **common)
+        self.relay = Relay(scheduler=self.scheduler, **common)
+        self.handled: list[Message] = []
+        gate = FifoGate(
+            MemoryFifoStore(), consumer="orders", handler=self.handled.append, clock=self.clock
+        )
+        dedup = IdempotentProcessor(
+            MemoryDedupStore(self.clock),
+            namespace="orders",
+            lease=timedelta(seconds=30),
+            ttl=timedelta(days=8),
+            clock=self.clock,
+        )
+        self.consumer = MessageProcessor(handler=self.handled.append, dedup=dedup, gate=gate)
+        self.publisher = Publisher(self.sink, ORIGIN, MemorySequenceCounter())
+
+    def origin(self, index: int = -1) -> Message:
+        return delivered(self.sink.on(ORIGIN)[index], f"o{index}")
+
+
+def by_name(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
+    return {span.name: span for span in spans}
+
+
+def test_a_delayed_fifo_message_is_one_trace_across_every_hop(
+    spans: InMemorySpanExporter,
+) -> None:
+    p = Pipeline()
+    due = p.clock.now() + timedelta(minutes=5)
+    p.publisher.publish(b"order 1", dedup_key="k1", fifo_group="g", deliver_at=due)
+    p.ingress.handle(p.origin())
+    p.clock.advance(timedelta(minutes=5))
+    [task] = p.scheduler.bodies
+    p.relay.release(task)
+    p.consumer.process(delivered(p.sink.on(FINAL)[0], "f1"))
+    assert [m.data for m in p.handled] == [b"order 1"]
+
+    finished = list(spans.get_finished_spans())
+    named = by_name(finished)
+    assert set(named) == {
+        "send origin",  # the producer's publish
+        "process origin",  # ingress
+        "create delays",  # the Cloud Tasks task
+        "process delays",  # the relay's release
+        "send final",  # the relay's publish
+        "process orders",  # the consumer
+    }
+    assert len({span.context.trace_id for span in finished}) == 1  # one trace
+    # Causal order: each hop is the child of the one that sent it the message.
+    chain = ["send origin", "process origin", "create delays", "process delays", "send final"]
+    for parent, child in zip(chain, [*chain[1:], "process orders"], strict=False):
+        assert named[child].parent is not None
+        assert named[child].parent.span_id == named[parent].context.span_id, child
+    # The release links to its scheduling.
+    linked = {link.context.span_id for link in named["process delays"].links}
+    assert named["create delays"].context.span_id in linked
+    # The conventions' attributes.
+    for span in finished:
+        assert span.attributes is not None
+        assert span.attributes["messaging.system"] == "gcp_pubsub"
+        assert span.attributes[tracing.DEDUP_KEY] == "k1"
+        assert span.attributes[tracing.FIFO_GROUP] == "g"
+    kinds = {name: span.kind for name, span in named.items()}
+    assert kinds["send origin"] is trace.SpanKind.PRODUCER
+    assert kinds["create delays"] is trace.SpanKind.PRODUCER
+    assert kinds["process orders"] is trace.SpanKind.CONSUMER
+    ops = {
+        name: (span.attributes or {})["messaging.operation.type"] for name, span in named.items()
+    }
+    assert ops["create delays"] == "create" and ops["send final"] == "send"
+    assert ops["process origin"] == ops["process orders"] == "process"
+    assert (named["process orders"].attributes or {})["messaging.message.id"] == "f1"
+    # The decisions are events on the span of the hop that took them.
+    assert "pubsub_toolkit.processed" in {e.name for e in named["process origin"].events}
+    assert (named["process origin"].attributes or {})["pubsub_toolkit.outcome"] == "scheduled"
+    assert (named["process delays"].attributes or {})["pubsub_toolkit.outcome"] == "published"
+
+
+def test_a_duplicate_shows_its_dedup_decision_and_its_log_lines_carry_the_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    p = Pipeline()
+    p.publisher.publish(b"order 1", dedup_key="k1")
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(CloudLoggingFormatter(project="p"))
+    decisions = logging.getLogger("pubsub_toolkit.decisions")
+    decisions.addHandler(handler)
+    level = decisions.level
+    decisions.setLevel(logging.INFO)
+    try:
+        p.ingress.handle(p.origin())
+        p.ingress.handle(p.origin())  # Pub/Sub delivers it again
+    finally:
+        decisions.removeHandler(handler)
+        decisions.setLevel(level)
+
+    first, again = [s for s in spans.get_finished_spans() if s.name == "process origin"]
+    events = {e.name: e for e in again.events}
+    assert "pubsub_toolkit.duplicate" in events
+    assert (events["pubsub_toolkit.duplicate"].attributes or {})["dedup_key"] == "k1"
+    assert (again.attributes or {})["pubsub_toolkit.outcome"] == "duplicate"
+    # Both deliveries continue the producer's trace.
+    [sent] = [s for s in spans.get_finished_spans() if s.name == "send origin"]
+    assert first.context.trace_id == again.context.trace_id == sent.context.trace_id
+    logged = [json.loads(line) for line in lines.getvalue().splitlines()]
+    trace_id = f"{sent.context.trace_id:032x}"
+    duplicate = [entry for entry in logged if entry.get("outcome") == "duplicate"]
+    assert duplicate and all(
+        entry["logging.googleapis.com/trace"] == f"projects/p/traces/{trace_id}"
+        and entry["logging.googleapis.com/spanId"] == f"{again.context.span_id:016x}"
+        and entry["logging.googleapis.com/trace_sampled"] is True
+        for entry in duplicate
+    )
+
+
+def test_a_parked_message_released_later_joins_its_own_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    p = Pipeline()
+    for key in ("k1", "k2"):
+        p.publisher.publish(key.encode(), dedup_key=key, fifo_group="g")
+    for index in (0, 1):
+        p.ingress.handle(p.origin(index))
+    first, second = (delivered(m, f"f{i}") for i, m in enumerate(p.sink.on(FINAL)))
+    assert p.consumer.process(second) == "parked"
+    p.consumer.process(first)  # runs #1, then releases the parked #2
+    assert [m.data for m in p.handled] == [b"k1", b"k2"]
+
+    sends = [s for s in spans.get_finished_spans() if s.name == "send origin"]
+    runs = [s for s in spans.get_finished_spans() if s.name == "process orders"]
+    trace_of = {(s.attributes or {})[tracing.DEDUP_KEY]: s.context.trace_id for s in sends}
+    # #2's run from #1's delivery is a span in #2's own trace, linked to #1's delivery.
+    [released] = [
+        r
+        for r in runs
+        if r.parent is not None
+        and r.context.trace_id == trace_of["k2"]
+        and "pubsub_toolkit.processed" in {e.name for e in r.events}
+    ]
+    [delivery_1] = [r for r in runs if r.context.trace_id == trace_of["k1"]]
+    assert delivery_1.context.span_id in {link.context.span_id for link in released.links}
+    assert trace_of["k1"] != trace_of["k2"]
+
+
+def test_tracing_off_adds_nothing_and_a_retried_publish_keeps_its_fingerprint() -> None:
+    assert not tracing.enabled()
+    p = Pipeline()
+    p.publisher.publish(b"order 1", dedup_key="k1")
+    [sent] = p.sink.on(ORIGIN)
+    assert tracing.TRACEPARENT not in sent.attributes
+    # A copy carrying trace context (a retry, traced) is the same content.
+    traced = {**sent.attributes, tracing.TRACEPARENT: "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    assert attr.content_fingerprint(sent.data, traced) == attr.content_fingerprint(
+        sent.data, sent.attributes
+    )
+
+
+def test_a_bad_tracing_setting_names_the_variable() -> None:
+    from pubsub_toolkit.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="TRACING 'maybe'"):
+        tracing.configure_from_env({"TRACING": "maybe"})
+    assert tracing.configure_from_env({"TRACING": "off"}) is False
+    assert not tracing.enabled()
