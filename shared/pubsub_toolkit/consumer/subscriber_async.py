@@ -21,11 +21,13 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from pubsub_toolkit import tracing
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import fifo_address
 from pubsub_toolkit.consumer.subscriber import OutcomeListener, nack_after, to_message
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.tracing import RECEIVE
 
 if TYPE_CHECKING:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
@@ -187,12 +189,15 @@ class AsyncConsumer:
             self._queues.pop(group, None)
 
     async def _process(self, received: Any, message: Message) -> None:
-        try:
-            outcome = await self._processor.process(message)
-        except Exception as exc:
-            outcome = nack_after(received, exc)
-        else:
-            received.ack()
+        with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
+            try:
+                outcome = await self._processor.process(message)
+            except Exception as exc:
+                with tracing.settling(self.subscription, message, hop="consumer", ack=False):
+                    outcome = nack_after(received, exc)
+            else:
+                with tracing.settling(self.subscription, message, hop="consumer", ack=True):
+                    received.ack()
         if self._on_outcome is not None:
             self._on_outcome(message, outcome)
 
