@@ -65,10 +65,11 @@ locals {
   }
 
   # Stats documents (one per ingress instance, for the status page) carry expire_at too, so
-  # those of instances long gone are removed.
+  # those of instances long gone are removed; so do the per-minute ones (the status page's
+  # charts, collection group pubsub_toolkit_stats_minutes), 90 minutes after their minute.
   # Firestore only: TTL policies need a Firestore database (apply fails without one).
   ttl_collection_groups = !local.firestore ? {} : merge(
-    { dedup = local.dedup_collection, stats = "pubsub_toolkit_stats", fifo_state = "pubsub_toolkit_fifo_state" },
+    { dedup = local.dedup_collection, stats = "pubsub_toolkit_stats", stats_minutes = "pubsub_toolkit_stats_minutes", fifo_state = "pubsub_toolkit_fifo_state" },
     var.extra_ttl_collection_groups,
   )
 

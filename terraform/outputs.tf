@@ -88,3 +88,8 @@ output "source_bucket" {
   description = "Bucket holding the zipped function and relay bundles."
   value       = google_storage_bucket.sources.name
 }
+
+output "dashboard" {
+  description = "The Cloud Monitoring dashboard's id (projects/P/dashboards/ID), or null with create_dashboard = false."
+  value       = one(google_monitoring_dashboard.this[*].id)
+}

@@ -635,3 +635,10 @@ variable "alert_thresholds" {
     error_message = "alert_thresholds.period must be seconds (e.g. \"300s\") and oldest_unacked_age a positive number of seconds."
   }
 }
+
+variable "create_dashboard" {
+  type        = bool
+  description = "Create a Cloud Monitoring dashboard of the toolkit: the log-based metrics, the dead-letter backlog and the OpenTelemetry metrics entry points export with METRICS_EXPORTER=cloud-monitoring (empty charts until they do)."
+  default     = true
+  nullable    = false
+}

@@ -17,13 +17,14 @@ import math
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pubsub_toolkit import tracing
 
 LOGGER_NAME = "pubsub_toolkit"
+DEAD_LETTERED = "dead_lettered"  # the dead-letter outcome (dead_letters.send.DEAD_LETTERED)
 _DECISION_FIELD = "decision"
 
 
@@ -69,6 +70,7 @@ class Metrics:
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
         self._histograms: dict[str, Histogram] = {}
+        self._observers: tuple[Callable[[str, float], None], ...] = ()
         self._lock = threading.Lock()
 
     def increment(self, name: str, amount: int = 1) -> None:
@@ -79,6 +81,13 @@ class Metrics:
         """Count ``value`` in the histogram ``name``."""
         with self._lock:
             self._histograms[name] = self._histograms.get(name, Histogram()).observed(value)
+        for observer in self._observers:  # none unless metrics export is on (metrics.py)
+            observer(name, value)
+
+    def add_observer(self, observer: Callable[[str, float], None]) -> None:
+        """Also pass every observation to ``observer`` (e.g. an OpenTelemetry histogram)."""
+        with self._lock:
+            self._observers = (*self._observers, observer)
 
     def histograms(self) -> dict[str, Histogram]:
         """A copy of every histogram."""
@@ -156,8 +165,13 @@ class DecisionLog:
         level: int = logging.INFO,
         **fields: Any,
     ) -> None:
-        """Record that ``outcome`` was decided for the message with ``dedup_key``."""
+        """Record that ``outcome`` was decided for the message with ``dedup_key``; a dead
+        letter (``outcome="dead_lettered"`` with a ``reason``) is also counted by reason, as
+        ``dead_lettered.{reason}``."""
         self.metrics.increment(outcome)
+        reason = fields.get("reason")
+        if outcome == DEAD_LETTERED and reason:
+            self.metrics.increment(f"{DEAD_LETTERED}.{reason}")
         payload = {"outcome": outcome, "dedup_key": dedup_key, "consumer": self.consumer, **fields}
         tracing.decision_event(outcome, payload)
         self._logger.log(level, message, extra={_DECISION_FIELD: payload})

@@ -196,3 +196,58 @@ run "alerts_without_a_channel_are_flagged" {
 
   expect_failures = [check.alerts_notify_someone]
 }
+
+run "dashboard_charts_the_log_metrics_and_the_otel_metrics" {
+  command = apply
+
+  variables {
+    name_prefix = "blue-"
+  }
+
+  assert {
+    condition = (
+      length(google_monitoring_dashboard.this) == 1 &&
+      jsondecode(google_monitoring_dashboard.this[0].dashboard_json).displayName == "blue-pubsub-toolkit" &&
+      output.dashboard == google_monitoring_dashboard.this[0].id
+    )
+    error_message = "one dashboard, named with the prefix, its id in the outputs."
+  }
+  assert {
+    condition = alltrue([
+      for m in google_logging_metric.this : anytrue([
+        for t in jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles :
+        strcontains(t.widget.xyChart.dataSets[0].timeSeriesQuery.timeSeriesFilter.filter, "logging.googleapis.com/user/${m.name}\"")
+      ])
+    ])
+    error_message = "every log-based metric has a chart."
+  }
+  assert {
+    condition = alltrue([
+      for name in ["duplicates", "mismatches", "dead_letters", "fifo.parked", "fifo.oldest_gap_age", "delay.lateness", "handler.duration"] : anytrue([
+        for t in jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles :
+        strcontains(t.widget.xyChart.dataSets[0].timeSeriesQuery.timeSeriesFilter.filter, "workload.googleapis.com/pubsub_toolkit.${name}\"")
+      ])
+    ])
+    error_message = "every OpenTelemetry metric of pubsub_toolkit.metrics has a chart."
+  }
+  assert {
+    condition = alltrue([
+      for t in jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles :
+      t.xPos + t.width <= 12 && t.xPos >= 0
+    ])
+    error_message = "tiles fit the 12-column mosaic."
+  }
+}
+
+run "no_dashboard_when_asked" {
+  command = plan
+
+  variables {
+    create_dashboard = false
+  }
+
+  assert {
+    condition     = length(google_monitoring_dashboard.this) == 0 && output.dashboard == null
+    error_message = "create_dashboard = false makes no dashboard."
+  }
+}

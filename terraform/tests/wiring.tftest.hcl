@@ -320,6 +320,13 @@ run "dedup_records_have_a_ttl_on_expire_at" {
   }
   assert {
     condition = (
+      google_firestore_field.ttl["stats_minutes"].collection == "pubsub_toolkit_stats_minutes" &&
+      google_firestore_field.ttl["stats_minutes"].field == "expire_at"
+    )
+    error_message = "the per-minute stats documents (status page charts) expire: TTL on pubsub_toolkit_stats_minutes.expire_at."
+  }
+  assert {
+    condition = (
       google_firestore_field.ttl["fifo_state"].collection == "pubsub_toolkit_fifo_state" &&
       google_firestore_field.ttl["fifo_state"].field == "expire_at"
     )

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -72,6 +72,52 @@ def test_concurrent_writers_lose_nothing(writers: WriterFactory) -> None:
     for t in threads:
         t.join()
     assert writers().totals() == {"deliveries": 40, "duplicate": 80}
+
+
+def test_minute_buckets_sum_every_writer_minute_by_minute(writers: WriterFactory) -> None:
+    a, b = writers(), writers()
+    t = datetime(2030, 1, 1, 12, 0, 10, tzinfo=UTC)
+    first, second = datetime(2030, 1, 1, 12, 0, tzinfo=UTC), datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
+    a.add({"deliveries": 2}, {"deliveries": 2, "delay_lateness_seconds.bucket.3": 1}, minute=t)
+    b.add({"deliveries": 1}, minute=t + timedelta(seconds=30))  # the same minute, another writer
+    a.add({"duplicate": 1}, minute=t + timedelta(minutes=1))
+    a.add({"deliveries": 5})  # the totals only
+    a.add({}, {"delay_lateness_seconds.bucket.4": 2}, minute=t + timedelta(minutes=1))
+    reader = writers()
+    assert reader.minutes(t - timedelta(minutes=59), t + timedelta(minutes=1)) == {
+        first: {"deliveries": 3, "delay_lateness_seconds.bucket.3": 1},
+        second: {"duplicate": 1, "delay_lateness_seconds.bucket.4": 2},
+    }
+    assert reader.minutes(second, second + timedelta(minutes=5)) == {
+        second: {"duplicate": 1, "delay_lateness_seconds.bucket.4": 2}
+    }
+    assert reader.minutes(first - timedelta(hours=1), first - timedelta(minutes=1)) == {}
+    assert reader.totals() == {"deliveries": 8, "duplicate": 1}
+
+
+def test_redis_minute_hashes_expire(redis_url: str, unique: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = RedisStatsStore(client, prefix=f"test:{unique}:")
+    now = datetime.now(UTC)
+    store.add({"deliveries": 1}, minute=now)
+    ttl = client.ttl(store.minute_hash(now))
+    assert 0 < ttl <= 90 * 60  # SERIES_RETENTION after the minute's start
+    assert client.ttl(store.key) == -1  # the totals hash never expires
+    client.close()
+
+
+def test_firestore_minute_documents_carry_their_expiry(
+    firestore_emulator: str, project_id: str
+) -> None:
+    client = firestore.Client(project=project_id)
+    minute = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    FirestoreStatsStore(client, instance="a").add({"deliveries": 1}, minute=minute)
+    FirestoreStatsStore(client, instance="a").add({"deliveries": 2}, minute=minute)
+    minutes = client.collection("pubsub_toolkit_stats/ingress/pubsub_toolkit_stats_minutes")
+    docs = {d.id: d.to_dict() for d in minutes.stream()}
+    assert set(docs) == {"203001011200-a"}
+    assert docs["203001011200-a"]["counts"] == {"deliveries": 3}
+    assert docs["203001011200-a"]["expire_at"] == minute + timedelta(minutes=90)
 
 
 def test_firestore_writes_one_document_per_instance(

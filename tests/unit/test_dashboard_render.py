@@ -3,6 +3,7 @@ and the counter flusher's arithmetic."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from html.parser import HTMLParser
@@ -143,10 +144,16 @@ class FlakyStore(MemoryStatsStore):
         super().__init__()
         self.fail = False
 
-    def add(self, deltas: dict[str, int]) -> None:  # type: ignore[override]
+    def add(
+        self,
+        deltas: Mapping[str, int],
+        per_minute: Mapping[str, int] | None = None,
+        *,
+        minute: datetime | None = None,
+    ) -> None:
         if self.fail:
             raise ConnectionError("store down")
-        super().add(deltas)
+        super().add(deltas, per_minute, minute=minute)
 
 
 def test_flusher_writes_deltas_and_keeps_them_when_a_write_fails() -> None:

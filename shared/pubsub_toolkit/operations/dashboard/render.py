@@ -2,9 +2,11 @@
 
 No external assets (inline CSS, a few lines of inline script). Elements carry stable ids and
 ``data-*`` attributes (``#fifo-groups tr[data-group=G] td[data-field=parked]``,
-``#dead-letters tr[data-reason=R]``, ``#scheduled-count``, ``#dedup-hit-rate``, ...) so tests
-and scrapers do not depend on layout. The page refreshes itself: the script replaces
-``#panel`` with a fresh ``/panel`` every few seconds (a ``<noscript>`` meta refresh otherwise).
+``#dead-letters tr[data-reason=R]``, ``#scheduled-count``, ``#dedup-hit-rate``,
+``svg#chart-deliveries rect[data-minute=HH:MM]``, ...) so tests and scrapers do not depend on
+layout; the charts of the last hour are inline SVG (:mod:`.charts`). The page refreshes itself:
+the script replaces ``#panel`` - charts included - with a fresh ``/panel`` every few seconds (a
+``<noscript>`` meta refresh otherwise).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from html import escape
 
 from pubsub_toolkit.attributes import format_time
+from pubsub_toolkit.operations.dashboard.charts import render_charts
 from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot
 from pubsub_toolkit.operations.group_status import GroupStatus, state_text
 
@@ -27,6 +30,11 @@ th,td{border:1px solid #d9dde3;padding:.3rem .6rem;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.blocked td{background:#fde8e8} tr.waiting td{background:#fff6df}
 .stale{color:#a33}
+#charts{margin-bottom:1rem} .charts{display:flex;flex-wrap:wrap;gap:1rem}
+figure.chart{margin:0;padding:.6rem .8rem}
+figure.chart svg{display:block;max-width:100%;height:auto}
+figcaption{font-size:.9rem;margin-bottom:.3rem} .legend{margin-left:.6rem;font-weight:600}
+.c0{color:#2f6fde} .c1{color:#d1495b} .c2{color:#2a9d8f} .c3{color:#e9a23b} .c4{color:#7b5ea7}
 """
 
 _SCRIPT = """
@@ -74,6 +82,7 @@ def render_panel(snapshot: StatusSnapshot) -> str:
         f"<span id='consumer'>{escape(snapshot.consumer)}</span></div>"
         f"<div class='cards'>{_dedup_card(snapshot)}{_scheduled_card(snapshot)}"
         f"{_dead_letter_card(snapshot)}</div>"
+        f"{render_charts(snapshot.history)}"
         f"{_groups_section(snapshot.groups)}"
         "</main>"
     )

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from pubsub_toolkit.attributes import format_time
+from pubsub_toolkit.operations.dashboard.history import History
 from pubsub_toolkit.operations.group_status import GroupStatus, state_text
 
 
@@ -64,6 +65,7 @@ class StatusSnapshot:
     dead_letters: DeadLetterCounts
     scheduled: ScheduledCount
     dedup: DedupRate
+    history: History = field(default_factory=History)  # the last hour (the page's charts)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the page's ``/status.json``)."""
@@ -96,6 +98,7 @@ class StatusSnapshot:
                 "duplicates": self.dedup.duplicates,
                 "hit_rate": self.dedup.hit_rate,
             },
+            "history": self.history.to_json(),
         }
 
 
@@ -112,6 +115,8 @@ class StatusSource(Protocol):
 
     def dedup(self) -> DedupRate: ...
 
+    def history(self, now: datetime) -> History: ...
+
 
 def gather(source: StatusSource, *, now: datetime) -> StatusSnapshot:
     """Read every part once and freeze the result."""
@@ -122,4 +127,5 @@ def gather(source: StatusSource, *, now: datetime) -> StatusSnapshot:
         dead_letters=source.dead_letters(),
         scheduled=source.scheduled(),
         dedup=source.dedup(),
+        history=source.history(now),  # after fifo_groups: it charts that sample too
     )

@@ -7,15 +7,16 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pubsub_toolkit.config import Settings, queue_path
+from pubsub_toolkit.operations.dashboard.history import WINDOW_MINUTES, BacklogHistory, History
 from pubsub_toolkit.operations.dashboard.snapshot import DeadLetterCounts, DedupRate, ScheduledCount
 from pubsub_toolkit.operations.group_status import GroupStatus, group_statuses
 from pubsub_toolkit.stores.counters.base import SequenceCounter
 from pubsub_toolkit.stores.fifo_state.base import FifoStore
-from pubsub_toolkit.stores.stats.base import DELIVERIES, DUPLICATES, StatsStore
+from pubsub_toolkit.stores.stats.base import DELIVERIES, DUPLICATES, RELAY_SCOPE, StatsStore
 
 DEFAULT_DEAD_LETTER_SUBSCRIPTION = "dead-letter-sub"
 # Counting dead letters means pulling them (Pub/Sub has no count by attribute): stop here and
@@ -36,6 +37,7 @@ class LiveStatusSource:
         subscriber: Any,
         dead_letter_subscription: str,
         stats: StatsStore,
+        relay_stats: StatsStore | None = None,
         tasks_client: Any | None,
         queue: str | None,
         groups: Sequence[str] = (),
@@ -46,11 +48,13 @@ class LiveStatusSource:
         self.consumer = consumer
         self._named = tuple(groups)
         self._shown: set[str] = set()
+        self._backlog = BacklogHistory()
         self._fifo_store = fifo_store
         self._counter = counter
         self._subscriber = subscriber
         self._dead_letter_subscription = dead_letter_subscription
         self._stats = stats
+        self._relay_stats = relay_stats
         self._tasks_client = tasks_client
         self._queue = queue
 
@@ -88,6 +92,7 @@ class LiveStatusSource:
             subscriber=subscriber_client(),  # dead letters can be 10 MB
             dead_letter_subscription=subscription,
             stats=backend.stats_store(),
+            relay_stats=backend.stats_store(scope=RELAY_SCOPE),
             tasks_client=tasks,
             queue=queue,
             groups=groups,
@@ -102,6 +107,7 @@ class LiveStatusSource:
             named=self._named,
             remembered=self._shown,
         )
+        self._backlog.record(now, rows)
         # Remember what was shown (bounded): a group that finishes its run stays on the page.
         self._shown = {row.group for row in rows}
         if len(self._shown) > SHOWN_GROUPS:
@@ -131,6 +137,13 @@ class LiveStatusSource:
     def dedup(self) -> DedupRate:
         totals = self._stats.totals()
         return DedupRate(deliveries=totals.get(DELIVERIES, 0), duplicates=totals.get(DUPLICATES, 0))
+
+    def history(self, now: datetime) -> History:
+        """The stats store's minute buckets of the last hour, and the backlog this source
+        sampled (each :meth:`fifo_groups` call is one sample)."""
+        since = now - timedelta(minutes=WINDOW_MINUTES - 1)
+        relay = {} if self._relay_stats is None else self._relay_stats.minutes(since, now)
+        return History.build(now, self._stats.minutes(since, now), self._backlog.samples, relay)
 
     def close(self) -> None:
         self._subscriber.close()
