@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency soak test-faults sim sim-mutations clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency bench-tracing soak test-faults sim sim-mutations clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -100,6 +100,9 @@ bench-peer: install ## the dedup store against the PyPI peer gcp-pubsub-idempote
 
 bench-latency: install ## origin -> ingress -> final vs a direct publish on the local stack, p50/p99 (~6 min)
 	$(PY) -m bench.latency
+
+bench-tracing: install ## Ingress.handle with tracing off / on / before tracing existed (1839f16), alternating rounds (bench/results/tracing.json; ~4 min)
+	$(PY) -m bench.tracing
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)
 	$(PY) -m bench.soak
