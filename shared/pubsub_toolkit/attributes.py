@@ -284,7 +284,11 @@ def format_time(value: datetime) -> str:
 
 
 def is_reserved_attribute(name: str) -> bool:
-    """True for names that cannot be published as attributes."""
+    """True for names that cannot be published as attributes. The trace context
+    (``googclient_traceparent``, which google-cloud-pubsub's tracing and the toolkit's write)
+    is the one ``goog`` name a client may send."""
+    if name.startswith(_CONTEXT):
+        return False
     return name in RESERVED_NAMES or name.lower().startswith(RESERVED_PREFIX)
 
 
