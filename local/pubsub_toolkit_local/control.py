@@ -69,8 +69,10 @@ USER_ENV = (
     "RELAY_URL",
     "TASKS_SERVICE_ACCOUNT",
     "OIDC_CERTS_URL",
+    "TRACING",
+    "TRACE_FILE",
 )
-_OPTION_FIELDS = ("project", "store_backend", "persist_dir", *DEFAULT_PORTS)
+_OPTION_FIELDS = ("project", "store_backend", "persist_dir", "tracing", *DEFAULT_PORTS)
 
 
 @dataclass(frozen=True)
