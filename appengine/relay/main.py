@@ -9,6 +9,7 @@ App Engine's queue header), release, and map the outcome to a status Cloud Tasks
 from __future__ import annotations
 
 import logging
+import os
 
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
@@ -18,6 +19,7 @@ from pubsub_toolkit.delay.auth import AuthError, RequestAuthenticator, authentic
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.observability import configure_logging
+from pubsub_toolkit.tracing_setup import configure_entry_point
 
 logger = logging.getLogger("pubsub_toolkit.relay")
 MAX_BODY_BYTES = 1_100_000  # a Cloud Tasks task is at most 1 MB
@@ -29,8 +31,10 @@ def create_app(
     relay: Relay | None = None,
     authenticator: RequestAuthenticator | None = None,
 ) -> Flask:
-    """The relay's Flask app. Reads the environment only when no parts are passed in."""
-    configure_logging()
+    """The relay's Flask app. Reads the environment only when no parts are passed in (tracing,
+    ``TRACING`` and ``TRACE_FILE``, is read from it always: once per process)."""
+    configure_logging(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
+    configure_entry_point(os.environ, service="relay")
     if relay is None or authenticator is None:
         settings = settings or Settings.from_env()
         if settings.delay is None:

@@ -35,6 +35,7 @@ from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor, Block
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import configure_logging
+from pubsub_toolkit.tracing_setup import configure_entry_point
 
 _lock = threading.Lock()
 _processor: MessageProcessor | BlockingProcessor | None = None
@@ -58,7 +59,8 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
     global _processor
     with _lock:
         if _processor is None:
-            configure_logging()
+            configure_logging(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
+            configure_entry_point(os.environ, service="consumer")  # TRACING, TRACE_FILE
             spec = os.environ.get("HANDLER", "")
             if not spec:
                 raise ConfigurationError(

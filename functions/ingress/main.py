@@ -18,6 +18,7 @@ with a traceback, which buried real errors under hundreds of these.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import flask
@@ -29,6 +30,7 @@ from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.observability import LOGGER_NAME, configure_logging
 from pubsub_toolkit.operations.stats import CounterFlusher
 from pubsub_toolkit.stores.factory import stats_store_from_settings
+from pubsub_toolkit.tracing_setup import configure_entry_point
 
 _lock = threading.Lock()
 _logger = logging.getLogger(f"{LOGGER_NAME}.ingress")
@@ -40,7 +42,8 @@ def _get_ingress() -> Ingress:
     global _ingress
     with _lock:
         if _ingress is None:
-            configure_logging()
+            configure_logging(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
+            configure_entry_point(os.environ, service="ingress")  # TRACING, TRACE_FILE
             settings = Settings.from_env()
             _ingress = Ingress.from_settings(settings)
             # The dashboard's dedup hit rate: counter deltas go to the dedup backend every few

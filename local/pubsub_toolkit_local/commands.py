@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep Firestore's (and Redis's) data in DIR across `local down`/`up` and "
         "restarts; the Pub/Sub and Cloud Tasks emulators cannot keep theirs",
     )
+    up.add_argument(
+        "--no-tracing",
+        dest="tracing",
+        action="store_false",
+        help="start the parts with TRACING=off (by default every part writes its spans to one "
+        "TRACE_FILE in the stack's work directory, read by `pubsub-toolkit trace KEY`)",
+    )
     for name, port in DEFAULT_PORTS.items():
         flag = "--" + name.replace("_", "-")
         up.add_argument(
@@ -129,7 +136,11 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     ports = {name: getattr(args, name) for name in control.DEFAULT_PORTS}
     persist = None if args.persist is None else str(args.persist.resolve())
     options = StackOptions(
-        project=args.project, store_backend=args.store_backend, persist_dir=persist, **ports
+        project=args.project,
+        store_backend=args.store_backend,
+        persist_dir=persist,
+        tracing=args.tracing,
+        **ports,
     )
     print("starting the local stack (emulators, Cloud Tasks emulator, ingress, relay)...")
     state = control.up(repo_root(), options)
@@ -147,6 +158,15 @@ def cmd_local_env(args: argparse.Namespace) -> int:
 
     print("\n".join(control.export_lines(control.require_running(repo_root()))))
     return 0
+
+
+def trace_file() -> str | None:
+    """The running local stack's TRACE_FILE (None: no stack is running, or it traces nothing);
+    the default of ``pubsub-toolkit trace``."""
+    from pubsub_toolkit_local import control
+
+    state = control.StackState.load(control.state_path(repo_root()))
+    return None if state is None else state.env.get("TRACE_FILE") or None
 
 
 def cmd_local_status(args: argparse.Namespace) -> int:

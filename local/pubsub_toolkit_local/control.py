@@ -8,7 +8,7 @@ on the same port (re-creating what an empty emulator lacks), ``heal`` un-sticks 
 (:mod:`.pubsub_health`), and ``down`` stops every process group the state file names - nothing
 else - after saying what that discards (or, with ``--persist``, exporting what can be kept).
 
-About 320 lines: every command here reads and rewrites the same state file, so they stay together
+About 330 lines: every command here reads and rewrites the same state file, so they stay together
 (the counting lives in :mod:`.inventory`, the Pub/Sub self-test and heal in :mod:`.pubsub_health`).
 """
 
@@ -69,8 +69,10 @@ USER_ENV = (
     "RELAY_URL",
     "TASKS_SERVICE_ACCOUNT",
     "OIDC_CERTS_URL",
+    "TRACING",
+    "TRACE_FILE",
 )
-_OPTION_FIELDS = ("project", "store_backend", "persist_dir", *DEFAULT_PORTS)
+_OPTION_FIELDS = ("project", "store_backend", "persist_dir", "tracing", *DEFAULT_PORTS)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ real producers do: each order twice (a retry after a timeout), one key reused fo
 content, two messages that break the contract, two delayed reminders, a FIFO group whose steps
 are sent out of order, and one message the consumer's handler can never process. A Consumer
 (dedup + FIFO gate, on unary pull) reads the final topic. It prints what happened and stops
-everything.
+everything. Every part traces (TRACING=on, one TRACE_FILE): one delayed reminder is published
+through the toolkit's Publisher in a FIFO group, and its trace - producer, ingress, the Cloud
+Tasks task, the relay, the consumer - is printed last, as ``pubsub-toolkit trace`` prints it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,11 @@ ORDERS = 10
 DELAYS = (3, 5)
 FIFO_STEPS = ("created", "paid", "packed", "shipped", "delivered")
 SEND_ORDER = (4, 1, 5, 3, 2)  # the FIFO group's numbers, in the order they are published
+# The reminder published through pubsub_toolkit's Publisher, delayed and in a FIFO group: the
+# one whose trace the demo prints.
+TRACED_DELAY = DELAYS[-1]
+TRACED_KEY = f"reminder-{TRACED_DELAY}s"
+TRACED_GROUP = "reminders"
 
 
 def _say(text: str) -> None:
@@ -64,12 +71,23 @@ class _Recorder:
             return len(self.seen)
 
 
-def _publish(publisher: Any, origin: str, numbers: dict[str, int], poison_seq: int) -> None:
-    """Publish the demo's workload the way real producers do."""
+def _publish(
+    publisher: Any, traced: Any, origin: str, numbers: dict[str, int], poison_seq: int
+) -> None:
+    """Publish the demo's workload the way real producers do (``traced``: the toolkit's
+    Publisher, for the reminder whose trace is shown)."""
     for n in range(1, ORDERS + 1):
         for _attempt in range(2):  # a producer that retries after a timeout sends twice
             publisher.publish(origin, f"order {n}".encode(), dedup_key=f"order-{n}")
     for delay in DELAYS:
+        if delay == TRACED_DELAY:
+            traced.publish(
+                b"reminder",
+                dedup_key=TRACED_KEY,
+                delay=timedelta(seconds=delay),
+                fifo_group=TRACED_GROUP,
+            )
+            continue
         publisher.publish(
             origin,
             b"reminder",
@@ -159,7 +177,11 @@ def run_demo(repo: Path) -> int:
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
     from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
+    from pubsub_toolkit.operations.cli.trace import print_trace
+    from pubsub_toolkit.producer.publisher import Publisher
+    from pubsub_toolkit.producer.sink import PubSubSink
     from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
+    from pubsub_toolkit.tracing_setup import configure_entry_point
 
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-demo-"))
     # The consumer's decision log (retries, the poison) goes to a file; the table tells the story.
@@ -170,7 +192,7 @@ def run_demo(repo: Path) -> int:
     toolkit_logger.propagate = False
     _say("starting the local stack: Pub/Sub + Firestore emulators, Cloud Tasks emulator,")
     _say("  ingress (functions-framework), relay (gunicorn)")
-    with LocalStack(StackOptions(project="demo-project"), work, repo) as stack:
+    with LocalStack(StackOptions(project="demo-project", tracing=True), work, repo) as stack:
         topo = stack.topology
         assert topo is not None
         _say(f"ready: {topo.origin} -> ingress -> {topo.final}")
@@ -180,6 +202,8 @@ def run_demo(repo: Path) -> int:
             "FIFO_MAX_ATTEMPTS": "2",
             "FIFO_RETRY_BACKOFF_SECONDS": "0.5",
         }
+        # This process is the producer and the consumer: its spans go to the stack's TRACE_FILE.
+        configure_entry_point(env, service="demo")
         recorder = _Recorder()
         processor = MessageProcessor.from_settings(
             Settings.from_env(env), ConsumerSettings.from_env(env), recorder
@@ -188,11 +212,13 @@ def run_demo(repo: Path) -> int:
         numbers = {step: counter.reserve("order-42").first for step in FIFO_STEPS}
         poison_seq = counter.reserve("order-99").first
         publisher = pubsub_v1.PublisherClient()
+        sink = PubSubSink()
+        traced = Publisher(sink, topo.origin, counter)
         started = datetime.now(UTC)
         # Unary pull: the emulator leaves a stopped streaming subscriber's subscription stuck.
         subscriber = UnaryPullSubscriber()
         with Consumer(topo.final_sub, processor, concurrency=8, subscriber=subscriber):
-            _publish(publisher, topo.origin, numbers, poison_seq)
+            _publish(publisher, traced, topo.origin, numbers, poison_seq)
             _say(
                 f"published {2 * ORDERS} order copies, {len(DELAYS)} delayed reminders, a FIFO "
                 f"group sent as {SEND_ORDER}, a poison message, 2 invalid messages, 1 reused key"
@@ -203,7 +229,13 @@ def run_demo(repo: Path) -> int:
             while recorder.count() < expected and time.monotonic() < deadline:
                 time.sleep(0.2)  # polling a counter for the narration; bounded by the deadline
             dead = drain(topo.dead_letter_sub, expected=4, timeout=30, quiet=1)
+        sink.close()
 
     ok = _report(recorder, dead, started)
+    _say(
+        f"the trace of {TRACED_KEY} (delayed {TRACED_DELAY}s, FIFO group {TRACED_GROUP!r}), "
+        f"as `pubsub-toolkit trace {TRACED_KEY} --file {stack.trace_file}` prints it:"
+    )
+    print_trace(TRACED_KEY, str(stack.trace_file))
     _say(f"stopped everything (logs in {work})")
     return 0 if ok else 1

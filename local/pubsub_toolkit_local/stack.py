@@ -26,6 +26,7 @@ from pubsub_toolkit_local.topology import Topology, create_topology
 INVOKER = "tasks-invoker@local-project.iam.gserviceaccount.com"
 LOCATION = "local"
 QUEUE_ID = "pubsub-toolkit-delay"
+TRACE_FILE_NAME = "traces.jsonl"
 # The parts a user can name (``local restart PART``) and the service each one runs.
 PARTS = {
     "pubsub": "pubsub-emulator",
@@ -66,6 +67,10 @@ class StackOptions:
     # Keep Firestore's and Redis's data here across restarts (see emulators.py for what the
     # emulators allow); None: every part starts empty.
     persist_dir: str | None = None
+    # Every part traces each message (TRACING=on) into one file in the work directory,
+    # TRACE_FILE, which `pubsub-toolkit trace KEY` reads (`local up` and the demo turn it on);
+    # False: TRACING=off, no spans.
+    tracing: bool = False
 
 
 def _port(value: int) -> int:
@@ -142,12 +147,24 @@ class LocalStack:
             "CLOUD_TASKS_EMULATOR_HOST": f"127.0.0.1:{self.ports['tasks']}",
             "OIDC_CERTS_URL": f"http://127.0.0.1:{self.ports['oidc']}/oauth2/v1/certs",
             **({"REDIS_URL": redis_url} if redis_url else {}),
+            **self.tracing_env(),
             **o.extra_env,
         }
         # Our own clients (topology, queue, self-test) talk to the same emulators.
         os.environ.update(
             {k: self.env[k] for k in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST")}
         )
+
+    @property
+    def trace_file(self) -> Path:
+        """Where every part appends its spans (when tracing is on)."""
+        return self.work_dir / TRACE_FILE_NAME
+
+    def tracing_env(self) -> dict[str, str]:
+        """``TRACING`` and ``TRACE_FILE`` for the parts and the user's code (one shared file)."""
+        if not self.options.tracing:
+            return {"TRACING": "off"}
+        return {"TRACING": "on", "TRACE_FILE": str(self.trace_file)}
 
     def spec(self, part: str) -> ServiceSpec:
         """How to run ``part`` (one of :data:`PARTS`) on its port."""

@@ -49,6 +49,9 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert status.returncode == 0 and status.stdout.count("running") == 5, status.stdout
         exports = cli(env, "env").stdout
         assert f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.services[0].port}" in exports
+        # Every part traces into one file in the stack's work directory (pubsub-toolkit trace).
+        assert "export TRACING=on\n" in exports
+        assert f"export TRACE_FILE={state.work_dir}/traces.jsonl\n" in exports
         again = cli(env, "up", *port_flags())
         assert again.returncode == 2 and "already running" in again.stderr
     finally:

@@ -34,11 +34,15 @@ from pubsub_toolkit.operations.cli.operations import (
     cmd_fifo_skip,
     cmd_status,
 )
+from pubsub_toolkit.operations.cli.trace import add_trace_command
 
 # Options whose value may start with "-" (a negative duration): argparse would take "-5s" for
 # an option and answer "expected one argument", so `--delay -5s` is read as `--delay=-5s` and
 # the value's own check explains what is wrong with it.
 _DASH_VALUE_OPTIONS = ("--delay", "--timeout")
+# Commands that send or handle messages: with TRACING=on (as `local env` exports) their spans
+# join each message's trace, as the deployed parts' do.
+_TRACED_COMMANDS = ("publish", "subscribe")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
 
     add_dashboard_command(commands)
+    add_trace_command(commands)
     _add_fifo_commands(commands)
     _add_dlq_commands(commands)
     add_local_commands(commands)
@@ -266,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        if args.command in _TRACED_COMMANDS:
+            from pubsub_toolkit.tracing_setup import configure_entry_point
+
+            configure_entry_point(os.environ, service="pubsub-toolkit")
         return int(args.func(args))
     except ToolkitError as exc:
         print(f"pubsub-toolkit: error: {exc}", file=sys.stderr)
