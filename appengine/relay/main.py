@@ -18,7 +18,11 @@ from pubsub_toolkit.config import Settings
 from pubsub_toolkit.delay.auth import AuthError, RequestAuthenticator, authenticator_from_settings
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.metrics import configure_metrics_from_env
 from pubsub_toolkit.observability import configure_logging
+from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stores.factory import stats_store_from_settings
+from pubsub_toolkit.stores.stats.base import RELAY_SCOPE
 from pubsub_toolkit.tracing_setup import configure_entry_point
 
 logger = logging.getLogger("pubsub_toolkit.relay")
@@ -41,7 +45,9 @@ def create_app(
             from pubsub_toolkit.errors import ConfigurationError
 
             raise ConfigurationError("TASKS_QUEUE is required by the relay")
-        relay = relay or Relay.from_settings(settings)
+        if relay is None:
+            relay = Relay.from_settings(settings)
+            _observe(relay, settings)
         authenticator = authenticator or authenticator_from_settings(settings.delay)
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -64,3 +70,14 @@ def create_app(
         return jsonify(outcome=result.outcome, dedup_key=result.dedup_key, caller=caller), 200
 
     return app
+
+
+def _observe(relay: Relay, settings: Settings) -> None:
+    """The relay's counters and lateness histogram: flushed (under the relay's own scope: its
+    outcome names are ingress's too) for the status page's charts, and exported through
+    OpenTelemetry when METRICS_EXPORTER says so."""
+    if settings.stats_flush is not None:
+        store = stats_store_from_settings(settings, scope=RELAY_SCOPE)
+        interval = settings.stats_flush.total_seconds()
+        CounterFlusher(relay.metrics, store, interval=interval).start()
+    configure_metrics_from_env(os.environ, relay.metrics, component="relay")

@@ -34,6 +34,7 @@ from pubsub_toolkit.consumer.processor import AsyncHandler, Handler, MessageProc
 from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor, BlockingProcessor
 from pubsub_toolkit.errors import ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.metrics import FifoSource, configure_metrics_from_env
 from pubsub_toolkit.observability import configure_logging
 from pubsub_toolkit.tracing_setup import configure_entry_point
 
@@ -75,6 +76,13 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
                 _processor = processor.blocking()  # an async def handler, on its own loop
             else:
                 _processor = processor
+                # METRICS_EXPORTER: decisions, dead letters, handler time and the groups'
+                # backlog through OpenTelemetry (read at export time, off the message path).
+                gate = processor.gate
+                fifo = FifoSource(gate.store, gate.consumer)
+                configure_metrics_from_env(
+                    os.environ, gate.log.metrics, component="consumer", fifo=fifo
+                )
         return _processor
 
 

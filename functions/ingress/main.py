@@ -27,6 +27,7 @@ import functions_framework
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.ingress.pipeline import Ingress
+from pubsub_toolkit.metrics import configure_metrics_from_env
 from pubsub_toolkit.observability import LOGGER_NAME, configure_logging
 from pubsub_toolkit.operations.stats import CounterFlusher
 from pubsub_toolkit.stores.factory import stats_store_from_settings
@@ -46,6 +47,8 @@ def _get_ingress() -> Ingress:
             configure_entry_point(os.environ, service="ingress")  # TRACING, TRACE_FILE
             settings = Settings.from_env()
             _ingress = Ingress.from_settings(settings)
+            # METRICS_EXPORTER: the metrics through OpenTelemetry (read at export, off the path).
+            configure_metrics_from_env(os.environ, _ingress.metrics, component="ingress")
             # The dashboard's dedup hit rate: counter deltas go to the dedup backend every few
             # seconds from a background thread, never on the message path. 0 turns it off.
             if settings.stats_flush is not None:

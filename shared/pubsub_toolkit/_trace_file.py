@@ -37,7 +37,11 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
             for e in span.events
         ],
         "links": [
-            {"trace_id": f"{link.context.trace_id:032x}", "span_id": f"{link.context.span_id:016x}"}
+            {
+                "trace_id": f"{link.context.trace_id:032x}",
+                "span_id": f"{link.context.span_id:016x}",
+                "attributes": dict(link.attributes or {}),
+            }
             for link in span.links
         ],
         "status": span.status.status_code.name,

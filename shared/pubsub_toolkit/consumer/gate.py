@@ -196,6 +196,11 @@ class FifoGate:
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
 
+    @property
+    def store(self) -> FifoStore:
+        """The FIFO store this gate keeps its groups in (for gauges and operators)."""
+        return self._store
+
     # --- deliveries ---------------------------------------------------------------------
 
     def deliver(self, message: Message, group: str, seq: int) -> GateResult:

@@ -118,6 +118,8 @@ def _details(span: Span, known: Mapping[str, Span]) -> list[str]:
     for link in span.get("links", ()):
         target = known.get(link["span_id"])
         parent = " - also its parent" if link["span_id"] == span.get("parent_id") else ""
+        if link.get("attributes", {}).get("pubsub_toolkit.link") == "released_by":
+            parent = " - it released this parked message"
         lines.append(
             f"↪ linked to {_label(target)} (span {link['span_id'][:8]}{parent})"
             if target is not None
