@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pubsub_toolkit import attributes as attr
@@ -38,25 +37,15 @@ from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink
+from tests.support.spans import memory_spans
 
 ORIGIN, FINAL, DLQ = "projects/p/topics/origin", "projects/p/topics/final", "projects/p/topics/dlq"
 QUEUE = "projects/p/locations/l/queues/delays"
 
-_exporter = InMemorySpanExporter()
-
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):  # the process's one provider, made once
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-        provider.add_span_processor(SimpleSpanProcessor(_exporter))
-    _exporter.clear()
-    tracing.enable()
-    yield _exporter
-    tracing.enable(False)
-    _exporter.clear()
+    yield from memory_spans()
 
 
 class RecordingScheduler:
