@@ -4,7 +4,26 @@ Why: issue 16 asks for "Ingress throughput with tracing on / off (same run) >= 0
 measurable cost with tracing off". Figures from different runs prove nothing on these shared
 machines, so every variant is measured in the same run, round by round, the order rotating.
 
-What it does (``make bench-tracing`` or ``python -m bench.tracing``):
+``make bench-tracing`` (``python -m bench.tracing``) runs two parts, ``--parts`` choosing
+(a part not run keeps its section of ``bench/results/tracing.json``):
+
+**deployed** (the headline): the ingress as deployed, as ``bench/dedup.py``'s ``bench_ingress`` -
+``Ingress.handle`` on ``--threads`` (8) threads publishing through ``PubSubSink`` to the Pub/Sub
+emulator, the dedup store on redis-server or the Firestore emulator (``bench.common
+.local_servers`` starts and stops them). One process: one ``PubSubSink`` and one client per
+backend for the run, a fresh ``Ingress`` (own key prefix / collection) per round and variant, and
+one SDK ``TracerProvider`` (``BatchSpanProcessor`` + an exporter that drops spans) installed
+once; ``tracing.enable(True/False)`` switches between rounds. Same process rather than one per
+variant, so that only the tracing differs (same publisher client, channels, store connections,
+warm caches); off is the same code path either way (every hook returns at its enabled check).
+Variants ``off``, ``off_twin`` (A/A), ``on_batch``, ``on_sampled`` (``ParentBased
+(TraceIdRatioBased(0.1))``) and, on request, ``cand_sampled`` (the proposed unsampled fast path,
+applied by wrapping). The mix: see :func:`deployed_messages`. A warm-up round, then
+``--deployed-rounds`` rounds, every backend and variant per round, the order rotating; the
+timer stops after ``force_flush()``. ``--profile deployed_on|deployed_off`` profiles one Redis
+round on one thread instead.
+
+**in_process** (the lower bound, and "no cost when off" against the library before tracing):
 
 * ``git worktree add --detach`` the commit before tracing existed (default ``1839f16``) at
   ``/tmp/pre-tracing`` (removed at the end), and starts one redis-server on a free loopback
@@ -67,7 +86,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -322,6 +342,296 @@ def worker(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Deployed shape: Ingress.handle publishing to the Pub/Sub emulator, on Redis and Firestore.
+# --------------------------------------------------------------------------------------------
+
+DEPLOYED_VARIANTS = ("off", "off_twin", "on_batch", "on_sampled")
+DEPLOYED_BACKENDS = ("redis", "firestore")
+DEPLOYED_PAIRS = (
+    ("on_batch", "off"),
+    ("on_sampled", "off"),
+    ("off_twin", "off"),
+    ("cand_sampled", "off"),
+    ("cand_sampled", "on_sampled"),
+)
+
+
+def deployed_messages(count: int, tag: str) -> list[Any]:
+    """Per 100: 78 plain (320-byte payload), 10 FIFO (8 groups, an ordering key each), 2
+    contract violations (dead-lettered: a publish to the dead-letter topic) and 10 redeliveries
+    of the message 50 places back (duplicates: long finished even on 8 threads). No delayed
+    messages: ``local_servers`` has no Cloud Tasks, and a scheduled message is one more call."""
+    from pubsub_toolkit.message import Message
+
+    out: list[Any] = []
+    seqs: Counter[str] = Counter()
+    for i in range(count):
+        if i % 10 == 9 and i >= 50:
+            out.append(out[i - 50])
+            continue
+        attributes = {"dedup_key": f"{tag}-{i}", "source": "bench", "kind": f"k{i % 3}"}
+        group = ""
+        if i % 10 == 4:
+            group = f"{tag}-g{(i // 10) % 8}"
+            seqs[group] += 1
+            attributes |= {"fifo_group": group, "fifo_seq": str(seqs[group])}
+        elif i % 50 == 17:
+            attributes["goog_internal"] = "x"  # reserved: dead-lettered
+        out.append(
+            Message(
+                (f"{i:08d}" * 40).encode(),
+                attributes,
+                message_id=f"{tag}-m{i}",
+                publish_time=PUBLISHED_AT,
+                ordering_key=group,
+            )
+        )
+    return out
+
+
+class SwitchedTracing:
+    """One SDK provider for the whole run (BatchSpanProcessor, dropping exporter), installed
+    once; each round turns the toolkit's tracing on or off with ``tracing.enable``. The
+    provider's sampler is a switch (this SDK caches one tracer per scope, with the sampler it
+    had when first asked for): ``on_batch`` records every trace (``ParentBased(ALWAYS_ON)``, the
+    SDK default), ``on_sampled`` one in ten (``ParentBased(TraceIdRatioBased(0.1))``)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import (
+            ALWAYS_ON,
+            ParentBased,
+            Sampler,
+            TraceIdRatioBased,
+        )
+
+        class Switch(Sampler):
+            def __init__(self, inner: Sampler) -> None:
+                self.inner = inner
+
+            def should_sample(self, *args: Any, **kwargs: Any) -> Any:
+                return self.inner.should_sample(*args, **kwargs)
+
+            def get_description(self) -> str:
+                return self.inner.get_description()
+
+        self.full = ParentBased(ALWAYS_ON)
+        self.sampled = ParentBased(TraceIdRatioBased(SAMPLE_RATIO))
+        self.switch = Switch(self.full)
+        self.exporter = DroppingExporter()
+        self.provider = TracerProvider(sampler=self.switch)
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))  # type: ignore[arg-type]
+        trace.set_tracer_provider(self.provider)
+        # ``cand_*`` (``--proposal``): tracing.py's proposed unsampled fast path (see the docs'
+        # Tracing cost section), emulated by wrapping: no PRODUCER/CLIENT child span under a
+        # span the sampler dropped (with ParentBased it would not be recorded either).
+        from pubsub_toolkit import tracing
+
+        self._originals = tracing.sending, tracing.settling
+
+        def unsampled() -> bool:
+            span = trace.get_current_span()
+            return span.get_span_context().is_valid and not span.is_recording()
+
+        def lean(original: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return contextlib.nullcontext() if unsampled() else original(*args, **kwargs)
+
+            return call
+
+        self._proposed = lean(tracing.sending), lean(tracing.settling)
+
+    def select(self, variant: str) -> None:
+        from pubsub_toolkit import tracing
+
+        tracing.sending, tracing.settling = self._originals
+        if variant.startswith("off"):
+            tracing.enable(False)
+            return
+        self.switch.inner = self.sampled if variant.endswith("_sampled") else self.full
+        if variant.startswith("cand_"):
+            tracing.sending, tracing.settling = self._proposed
+        tracing.enable(True)
+
+    def spans(self) -> int:
+        count, self.exporter.exported = self.exporter.exported, 0
+        return count
+
+
+def deployed_round(
+    ingress: Any, messages: list[Any], threads: int, tracer: SwitchedTracing
+) -> dict[str, Any]:
+    from pubsub_toolkit.errors import TransientError
+
+    def one(message: Any) -> str:
+        try:
+            return str(ingress.handle(message).outcome.value)
+        except TransientError:  # a redelivery that found its original still in progress
+            return "transient"
+
+    tracer.spans()
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    if threads == 0:  # in this thread (for --profile)
+        outcomes = Counter(map(one, messages))
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            outcomes = Counter(pool.map(one, messages))
+    tracer.provider.force_flush()  # the export thread's work for this round's spans counts
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    count = len(messages)
+    return {
+        "msgs_per_s": round(count / wall, 1),
+        "cpu_us_per_msg": round(cpu / count * 1e6, 1),
+        "spans_per_msg": round(tracer.spans() / count, 3),
+        "outcomes": dict(sorted(outcomes.items())),
+    }
+
+
+@contextlib.contextmanager
+def deployed_setup(
+    args: argparse.Namespace,
+) -> Iterator[tuple[Callable[[str, str], Any], SwitchedTracing]]:
+    """The local servers, topics, one PubSubSink, one client per backend and the provider;
+    yields ``make(backend, tag)`` (a fresh Ingress with a store namespace of its own) and the
+    tracing switch. Everything is stopped on exit."""
+    from bench.common import local_servers
+
+    configure_logs(args.logs)
+    with contextlib.ExitStack() as stack:
+        servers = stack.enter_context(local_servers())
+        stack.callback(os.environ.pop, "PUBSUB_EMULATOR_HOST", None)
+        stack.callback(os.environ.pop, "FIRESTORE_EMULATOR_HOST", None)
+        import redis
+        from google.cloud import firestore, pubsub_v1  # type: ignore[attr-defined]
+
+        from pubsub_toolkit.ingress.pipeline import Ingress
+        from pubsub_toolkit.producer.sink import PubSubSink
+        from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
+        from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
+
+        project = f"bench-tracing-{os.getpid()}"
+        final, dead = f"projects/{project}/topics/final", f"projects/{project}/topics/dead-letter"
+        admin = pubsub_v1.PublisherClient()
+        admin.create_topic(name=final)
+        admin.create_topic(name=dead)
+        sink = PubSubSink()  # one publisher client for every variant, as one function instance
+        stack.callback(sink.close)
+        # One client per backend for the run (as an instance keeps its connections); each
+        # round gets a namespace of its own (Redis key prefix, Firestore collection).
+        redis_client = redis.Redis.from_url(servers.redis_url)
+        stack.callback(redis_client.close)
+        firestore_client = firestore.Client(project=project)
+        tracer = SwitchedTracing()
+
+        def make(backend: str, tag: str) -> Any:
+            if backend == "redis":
+                store: Any = RedisDedupStore(redis_client, prefix=f"bench-tracing:{tag}:")
+            else:
+                store = FirestoreDedupStore(firestore_client, collection=f"dedup-{tag}")
+            return Ingress(
+                store=store,
+                sink=sink,
+                final_topic=final,
+                dead_letter_topic=dead,
+                lease=LEASE,
+                ttl=TTL,
+            )
+
+        yield make, tracer
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The decision logs (JSON on ``sys.stdout``) into /dev/null while the block runs."""
+    real = sys.stdout
+    with open(os.devnull, "w") as devnull:
+        sys.stdout = devnull
+        try:
+            yield
+        finally:
+            sys.stdout = real
+
+
+def bench_deployed(args: argparse.Namespace) -> dict[str, Any]:
+    """Every round: each backend, each variant (order rotating), a fresh Ingress and store
+    namespace, ``--deployed-messages`` messages on ``--threads`` threads."""
+    variants = list(args.deployed_variants)
+    rounds: list[dict[str, Any]] = []
+    with deployed_setup(args) as (make, tracer):
+        started = time.perf_counter()
+        for round_no in range(-args.warmup_rounds, args.deployed_rounds):
+            shift = round_no % len(variants)
+            order = variants[shift:] + variants[:shift]
+            for backend in args.backends:
+                row: dict[str, Any] = {"round": round_no, "workload": backend, "order": order}
+                for variant in order:
+                    tag = f"{variant}-{backend}-r{round_no}"
+                    ingress = make(backend, tag)
+                    messages = deployed_messages(args.deployed_messages, tag)
+                    tracer.select(variant)
+                    try:
+                        with quiet():
+                            row[variant] = deployed_round(ingress, messages, args.threads, tracer)
+                    finally:
+                        tracer.select("off")
+                if round_no >= 0:
+                    rounds.append(row)
+                label = (
+                    "warm-up" if round_no < 0 else f"round {round_no + 1}/{args.deployed_rounds}"
+                )
+                print(
+                    f"deployed {label} {backend}: "
+                    + ", ".join(f"{v} {row[v]['msgs_per_s']:.0f}/s" for v in order)
+                    + f" ({time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
+    summary = summarise(rounds, variants, DEPLOYED_PAIRS)
+    return {
+        "method": (
+            f"Ingress.handle on {args.threads} threads publishing through PubSubSink to the"
+            " Pub/Sub emulator, dedup store on redis-server / the Firestore emulator; one"
+            " process, one TracerProvider (BatchSpanProcessor + dropping exporter) installed"
+            " once, tracing.enable(True/False) per variant; variants rotate order every round;"
+            " ratios are medians of per-round ratios (min-max)"
+        ),
+        "threads": args.threads,
+        "rounds": args.deployed_rounds,
+        "warmup_rounds": args.warmup_rounds,
+        "messages_per_round": args.deployed_messages,
+        "sample_ratio": SAMPLE_RATIO,
+        "summary": summary,
+        "rounds_detail": rounds,
+    }
+
+
+def profile_deployed(args: argparse.Namespace) -> None:
+    """``--profile deployed_on|deployed_off``: one Redis round of the deployed shape on one
+    thread (this one: cProfile sees only its own thread) under cProfile, after a warm-up."""
+    import cProfile
+    import pstats
+
+    variant = "on_batch" if args.profile == "deployed_on" else "off"
+    backend = args.backends[0]
+    with deployed_setup(args) as (make, tracer):
+        tracer.select(variant)
+        with quiet():
+            deployed_round(make(backend, "warm"), deployed_messages(300, "warm"), 0, tracer)
+            ingress = make(backend, "profiled")
+            messages = deployed_messages(args.deployed_messages, "profiled")
+            profiler = cProfile.Profile()
+            profiler.enable()
+            result = deployed_round(ingress, messages, 0, tracer)
+            profiler.disable()
+        tracer.select("off")
+    print(json.dumps(result))
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile_top)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile_top)
+
+
+# --------------------------------------------------------------------------------------------
 # Driver: worktree, redis-server, workers, alternating rounds, ratios.
 # --------------------------------------------------------------------------------------------
 
@@ -402,7 +712,11 @@ def spread(values: list[float]) -> dict[str, float]:
     }
 
 
-def summarise(rounds: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
+def summarise(
+    rounds: list[dict[str, Any]],
+    variants: list[str],
+    pairs: tuple[tuple[str, str], ...] = PAIRS,
+) -> dict[str, Any]:
     """Per workload: medians per variant, per-round ratios per pair, and the outcome check."""
     summary: dict[str, Any] = {}
     for workload in sorted({r["workload"] for r in rounds}):
@@ -418,7 +732,7 @@ def summarise(rounds: list[dict[str, Any]], variants: list[str]) -> dict[str, An
             for v in variants
         }
         ratios: dict[str, Any] = {}
-        for top, bottom in PAIRS:
+        for top, bottom in pairs:
             if top in variants and bottom in variants:
                 per_round = [r[top]["msgs_per_s"] / r[bottom]["msgs_per_s"] for r in mine]
                 cpu = [r[bottom]["cpu_us_per_msg"] / r[top]["cpu_us_per_msg"] for r in mine]
@@ -454,8 +768,7 @@ def print_table(summary: dict[str, Any]) -> None:
             print(f"  {pair:18} {t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})")
 
 
-def drive(args: argparse.Namespace) -> None:
-    from bench.common import write_result
+def bench_in_process(args: argparse.Namespace) -> dict[str, Any]:
     from bench.compare import baseline_worktree
 
     variants = list(args.variants) + (list(CANDIDATES) if args.candidate else [])
@@ -501,27 +814,48 @@ def drive(args: argparse.Namespace) -> None:
         infos = {v: w.info for v, w in workers.items()}
     summary = summarise(rounds, variants)
     print_table(summary)
+    return {
+        "method": (
+            "Ingress.handle in a loop on 1 thread, in-process; one long-lived worker process"
+            " per variant; variants rotate order every round; recording sink and scheduler;"
+            " ratios are medians of per-round ratios (min-max)"
+        ),
+        "pre_tracing_commit": args.pre_commit,
+        "candidate_tree": str(args.candidate) if args.candidate else None,
+        "rounds": args.rounds,
+        "warmup_rounds": args.warmup_rounds,
+        "messages_per_round": {"memory": args.messages, "redis": args.redis_messages},
+        "logs": args.logs,
+        "workers": infos,
+        "summary": summary,
+        "rounds_detail": rounds,
+        "warmup_detail": warmups,
+    }
+
+
+def drive(args: argparse.Namespace) -> None:
+    """Both parts (or the ``--parts`` asked for), one after the other; a part not run keeps its
+    section of the existing JSON."""
+    from bench.common import RESULTS, write_result
+
+    previous: dict[str, Any] = {}
+    existing = RESULTS / f"{args.output}.json"
+    if existing.exists():
+        previous = json.loads(existing.read_text())
+    sections: dict[str, Any] = {}
+    if "deployed" in args.parts:
+        sections["deployed"] = bench_deployed(args)
+    if "in_process" in args.parts:
+        sections["in_process"] = bench_in_process(args)
+    if "deployed" in sections:
+        print("\ndeployed shape (headline):")
+        print_table(sections["deployed"]["summary"])
+    for part in ("deployed", "in_process"):
+        if part not in sections and part in previous:
+            sections[part] = previous[part]
     path = write_result(
         args.output,
-        {
-            "method": (
-                "Ingress.handle in a loop on 1 thread, in-process; one long-lived worker process"
-                " per variant; variants rotate order every round; recording sink and scheduler;"
-                " ratios are medians of per-round ratios (min-max)"
-            ),
-            "pre_tracing_commit": args.pre_commit,
-            "candidate_tree": str(args.candidate) if args.candidate else None,
-            "current_commit": _head(),
-            "rounds": args.rounds,
-            "warmup_rounds": args.warmup_rounds,
-            "messages_per_round": {"memory": args.messages, "redis": args.redis_messages},
-            "logs": args.logs,
-            "target_on_over_off": TARGET,
-            "workers": infos,
-            "summary": summary,
-            "rounds_detail": rounds,
-            "warmup_detail": warmups,
-        },
+        {"current_commit": _head(), "target_on_over_off": TARGET, **sections},
     )
     print(f"\nwrote {path}")
 
@@ -565,7 +899,20 @@ def main() -> None:
     parser.add_argument("--pre-commit", default=PRE_TRACING)
     parser.add_argument("--worktree", type=Path, default=WORKTREE)
     parser.add_argument("--output", default="tracing", help="bench/results/<output>.json")
-    parser.add_argument("--profile", choices=("off", "on_batch", "on_simple"))
+    parser.add_argument("--parts", type=lambda s: s.split(","), default=["deployed", "in_process"])
+    parser.add_argument("--deployed-rounds", type=int, default=15)
+    parser.add_argument("--deployed-messages", type=int, default=600, help="per deployed round")
+    parser.add_argument("--threads", type=int, default=8, help="deployed: Ingress.handle threads")
+    parser.add_argument(
+        "--deployed-variants",
+        type=lambda s: s.split(","),
+        default=list(DEPLOYED_VARIANTS),
+        help="of off, off_twin, on_batch, on_sampled, cand_sampled (the proposed fast path)",
+    )
+    parser.add_argument("--backends", type=lambda s: s.split(","), default=list(DEPLOYED_BACKENDS))
+    parser.add_argument(
+        "--profile", choices=("off", "on_batch", "on_simple", "deployed_on", "deployed_off")
+    )
     parser.add_argument("--profile-top", type=int, default=30)
     # Worker mode (internal).
     parser.add_argument("--candidate", type=Path, help="a tree whose shared/ to run as cand_*")
@@ -575,6 +922,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         worker(args)
+    elif args.profile and args.profile.startswith("deployed"):
+        profile_deployed(args)
     elif args.profile:
         profile(args)
     else:
