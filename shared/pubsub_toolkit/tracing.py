@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pubsub_toolkit.errors import ConfigurationError
@@ -65,8 +64,14 @@ _TRUE, _FALSE = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
 
 
 class _State:
+    """Whether tracing is on, and the OpenTelemetry pieces every hook uses (looked up once,
+    at :func:`enable`: the hooks run per message)."""
+
     enabled = False
     tracer: Tracer | None = None
+    trace: Any = None  # the opentelemetry.trace module
+    context: Any = None  # the opentelemetry.context module
+    propagator: Any = None  # W3C trace context
 
 
 _state = _State()
@@ -76,8 +81,11 @@ def enable(on: bool = True) -> None:
     """Turn the toolkit's spans on (or off again). Spans go to OpenTelemetry's global tracer
     provider: configure it (an exporter) before, or use :func:`configure_from_env`."""
     if on:
-        from opentelemetry import trace
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        _state.trace, _state.context = trace, context
+        _state.propagator = TraceContextTextMapPropagator()
         _state.tracer = trace.get_tracer(TRACER_NAME)
     _state.enabled = on
 
@@ -122,11 +130,9 @@ _CARRIER = _Carrier()
 
 
 def _carried(attributes: Mapping[str, str]) -> Context | None:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
     if TRACEPARENT not in attributes:
         return None
-    return TraceContextTextMapPropagator().extract(attributes, getter=_CARRIER)  # type: ignore[arg-type]
+    return _state.propagator.extract(attributes, getter=_CARRIER)  # type: ignore[no-any-return]
 
 
 def with_context(attributes: Mapping[str, str]) -> Mapping[str, str]:
@@ -134,13 +140,10 @@ def with_context(attributes: Mapping[str, str]) -> Mapping[str, str]:
     the one it carried); unchanged when tracing is off or no span is current."""
     if not _state.enabled:
         return attributes
-    from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    if not trace.get_current_span().get_span_context().is_valid:
+    if not _state.trace.get_current_span().get_span_context().is_valid:
         return attributes
     out = {k: v for k, v in attributes.items() if not k.startswith(CONTEXT_PREFIX)}
-    TraceContextTextMapPropagator().inject(out, setter=_CARRIER)  # type: ignore[arg-type]
+    _state.propagator.inject(out, setter=_CARRIER)
     return out
 
 
@@ -160,33 +163,82 @@ def _messaging(
         HOP: hop,
     }
     if message is not None:
+        # The few that find and follow a message; every attribute costs the SDK a check.
         a = message.attributes
         message_id = getattr(message, "message_id", "")  # an outbound message has none yet
         if message_id:
             fields["messaging.message.id"] = message_id
         if message.ordering_key:
             fields["messaging.gcp_pubsub.message.ordering_key"] = message.ordering_key
-        fields["messaging.message.body.size"] = len(message.data)
-        for name, key in ((DEDUP_KEY, attr.DEDUP_KEY), (FIFO_GROUP, attr.FIFO_GROUP)):
-            if a.get(key):
-                fields[name] = a[key]
-        if a.get(attr.FIFO_SEQ, "").isdigit():
-            fields[FIFO_SEQ] = int(a[attr.FIFO_SEQ])
-    fields.update({k: v for k, v in extra.items() if v is not None})
+        key = a.get(attr.DEDUP_KEY)
+        if key:
+            fields[DEDUP_KEY] = key
+        group = a.get(attr.FIFO_GROUP)
+        if group:
+            fields[FIFO_GROUP] = group
+            seq = a.get(attr.FIFO_SEQ, "")
+            if seq.isdigit():
+                fields[FIFO_SEQ] = int(seq)
+    for name, value in extra.items():
+        if value is not None:
+            fields[name] = value
     return fields
 
 
-@contextlib.contextmanager
-def _span(
-    name: str, kind: str, parent: Context | None, links: list[Any], fields: dict[str, Any]
-) -> Iterator[Span]:
-    from opentelemetry import trace
+class _Opened:
+    """One span, current while the ``with`` block runs (an error recorded on it), then ended.
 
-    assert _state.tracer is not None
-    with _state.tracer.start_as_current_span(
-        name, context=parent, kind=getattr(trace.SpanKind, kind), attributes=fields, links=links
-    ) as span:
-        yield span
+    A plain class rather than the SDK's ``start_as_current_span`` inside a generator-based
+    context manager: those layers cost as much as the span itself, per message."""
+
+    __slots__ = (
+        "_fields",
+        "_identity",
+        "_kind",
+        "_links",
+        "_mark",
+        "_name",
+        "_parent",
+        "_span",
+        "_token",
+    )
+
+    def __init__(  # noqa: PLR0917 - private, five call sites, each passes all of them
+        self,
+        name: str,
+        kind: str,
+        parent: Context | None,
+        links: list[Any],
+        fields: dict[str, Any],
+        identity: str | None = None,
+    ) -> None:
+        self._name, self._kind, self._parent = name, kind, parent
+        self._links, self._fields, self._identity = links, fields, identity
+
+    def __enter__(self) -> Span:
+        trace = _state.trace
+        assert _state.tracer is not None
+        self._span = _state.tracer.start_span(
+            self._name,
+            context=self._parent,
+            kind=getattr(trace.SpanKind, self._kind),
+            attributes=self._fields,
+            links=self._links,
+        )
+        self._token = _state.context.attach(trace.set_span_in_context(self._span))
+        self._mark = None if self._identity is None else _handled.set(self._identity)
+        return self._span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc is not None:
+            self._span.record_exception(exc)
+            self._span.set_status(_state.trace.Status(_state.trace.StatusCode.ERROR, repr(exc)))
+        if self._mark is not None:
+            _handled.reset(self._mark)
+        _state.context.detach(self._token)
+        self._span.end()
 
 
 def handling(
@@ -208,8 +260,7 @@ def handling(
     identity = _identity(message)
     if unless_current and _handled.get() == identity:
         return contextlib.nullcontext()
-    from opentelemetry import trace
-
+    trace = _state.trace
     carried = _carried(message.attributes)
     links = []
     current = trace.get_current_span().get_span_context()
@@ -222,7 +273,7 @@ def handling(
             links.append(trace.Link(current, {"pubsub_toolkit.link": "released_by"}))
     fields = _messaging(operation, destination, message, hop, extra)
     name = f"{operation} {fields['messaging.destination.name']}"
-    return _marked(identity, _span(name, "CONSUMER", carried, links, fields))
+    return _Opened(name, "CONSUMER", carried, links, fields, identity)
 
 
 # The message whose CONSUMER span is current (see ``unless_current``).
@@ -232,16 +283,6 @@ _handled: contextvars.ContextVar[str | None] = contextvars.ContextVar("handled",
 def _identity(message: Message) -> str:
     a = message.attributes
     return f"{a.get('dedup_key') or message.message_id}#{a.get('fifo_seq', '')}"
-
-
-@contextlib.contextmanager
-def _marked(identity: str, span: contextlib.AbstractContextManager[Span]) -> Iterator[Span]:
-    token = _handled.set(identity)
-    try:
-        with span as opened:
-            yield opened
-    finally:
-        _handled.reset(token)
 
 
 def sending(
@@ -259,7 +300,7 @@ def sending(
         return contextlib.nullcontext()
     fields = _messaging(operation, destination, message, hop, extra)
     name = f"{operation} {fields['messaging.destination.name']}"
-    return _span(name, "PRODUCER", None, [], fields)
+    return _Opened(name, "PRODUCER", None, [], fields)
 
 
 def settling(
@@ -269,20 +310,23 @@ def settling(
     if not _state.enabled:
         return contextlib.nullcontext()
     fields = _messaging(SETTLE, destination, message, hop, extra)
-    return _span(f"{SETTLE} {fields['messaging.destination.name']}", "CLIENT", None, [], fields)
+    name = f"{SETTLE} {fields['messaging.destination.name']}"
+    return _Opened(name, "CLIENT", None, [], fields)
 
 
 def decision_event(outcome: str, fields: Mapping[str, Any]) -> None:
     """The decision as an event on the current span (DecisionLog calls this for every one)."""
     if not _state.enabled:
         return
-    from opentelemetry import trace
-
-    span = trace.get_current_span()
+    span = _state.trace.get_current_span()
     if span.is_recording():
         span.add_event(
             f"pubsub_toolkit.{outcome}",
-            {k: v if isinstance(v, (str, bool, int, float)) else str(v) for k, v in fields.items()},
+            {
+                k: v if isinstance(v, (str, bool, int, float)) else str(v)
+                for k, v in fields.items()
+                if v is not None
+            },
         )
 
 
@@ -290,9 +334,7 @@ def log_fields(project: str | None) -> dict[str, Any]:
     """Cloud Logging's trace fields for the span current now (none when off or outside one)."""
     if not _state.enabled:
         return {}
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
+    context = _state.trace.get_current_span().get_span_context()
     if not context.is_valid:
         return {}
     trace_id = f"{context.trace_id:032x}"
@@ -317,7 +359,7 @@ class TracedSink:
         if not _state.enabled:
             return str(self._sink.publish(topic, message))
         with sending(topic, message, hop=self._hop) as span:
-            carrying = dataclasses.replace(message, attributes=with_context(message.attributes))
+            carrying = _carrying(message)
             message_id = str(self._sink.publish(topic, carrying))
             if span is not None:
                 span.set_attribute("messaging.message.id", message_id)
@@ -340,4 +382,9 @@ def scheduled(
     if not _state.enabled:
         return schedule(message)
     with sending(queue, message, hop=hop, operation=CREATE):
-        return schedule(dataclasses.replace(message, attributes=with_context(message.attributes)))
+        return schedule(_carrying(message))
+
+
+def _carrying(message: OutboundMessage) -> OutboundMessage:
+    """``message`` with the current span's context (see :func:`with_context`)."""
+    return type(message)(message.data, with_context(message.attributes), message.ordering_key)
