@@ -320,14 +320,16 @@ def decision_event(outcome: str, fields: Mapping[str, Any]) -> None:
         return
     span = _state.trace.get_current_span()
     if span.is_recording():
-        span.add_event(
-            f"pubsub_toolkit.{outcome}",
-            {
-                k: v if isinstance(v, (str, bool, int, float)) else str(v)
-                for k, v in fields.items()
-                if v is not None
-            },
-        )
+        event = {
+            k: v if isinstance(v, (str, bool, int, float)) else str(v)
+            for k, v in fields.items()
+            if v is not None
+        }
+        if "dedup_key" not in event:  # a gate decision: the message's key is the span's
+            key = (getattr(span, "attributes", None) or {}).get(DEDUP_KEY)
+            if key is not None:
+                event["dedup_key"] = key
+        span.add_event(f"pubsub_toolkit.{outcome}", event)
 
 
 def log_fields(project: str | None) -> dict[str, Any]:

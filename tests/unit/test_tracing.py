@@ -227,6 +227,9 @@ def test_a_parked_message_released_later_joins_its_own_trace(
     ]
     [delivery_1] = [r for r in runs if r.context.trace_id == trace_of["k1"]]
     assert delivery_1.context.span_id in {link.context.span_id for link in released.links}
+    # The gate's decisions carry the dedup key of the message they are about.
+    [processed] = [e for e in released.events if e.name == "pubsub_toolkit.processed"]
+    assert (processed.attributes or {})["dedup_key"] == "k2"
     assert trace_of["k1"] != trace_of["k2"]
 
 
