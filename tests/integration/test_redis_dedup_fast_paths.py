@@ -194,6 +194,25 @@ def test_concurrent_claims_of_one_key_share_round_trips_and_one_wins(make_store:
     assert round_trips < 8, "same-key claims never shared a round trip"
 
 
+def test_concurrent_callers_use_one_pooled_connection_and_give_it_back(make_store: Any) -> None:
+    """One round trip at a time per store: however many threads call, the store uses one of
+    the client's pooled connections, kept between back-to-back flushes and back in the pool
+    as soon as nobody calls."""
+    store = make_store()
+    pool = store._client.connection_pool
+
+    def cycle(i: int) -> None:
+        key = f"pooled-{i}"
+        claim = store.claim("ns", key, "fp", lease=LEASE, ttl=TTL)
+        store.complete("ns", key, claim, "ok", ttl=TTL)
+
+    with ThreadPoolExecutor(8) as threads:
+        list(threads.map(cycle, range(2000)))
+    assert not pool._in_use_connections, "the store kept a connection while idle"
+    assert len(pool._available_connections) == 1
+    assert store.get("ns", "pooled-1999").result == "ok"
+
+
 class OldRedisConnection(CountingConnection):
     """A server before Redis 7.0: SET with both NX and GET is a syntax error."""
 

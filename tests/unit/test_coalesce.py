@@ -114,3 +114,56 @@ def test_operations_on_one_key_never_share_a_flush() -> None:
         assert [f.result(timeout=30) for f in futures] == keys
     assert all(len(batch) == len(set(batch)) for batch in seen), seen
     assert any(len(batch) > 1 for batch in seen), "nothing was coalesced"
+
+
+def test_on_idle_runs_when_leadership_ends_never_during_a_flush() -> None:
+    """The Redis dedup store keeps its connection between back-to-back flushes and returns
+    it in ``on_idle``: so on_idle must never overlap a flush or an alone call, and must run
+    once the last caller is served."""
+    state = {"busy": 0, "overlaps": 0, "idles": 0}
+    lock = threading.Lock()
+
+    def enter() -> None:
+        with lock:
+            state["busy"] += 1
+
+    def leave() -> None:
+        with lock:
+            state["busy"] -= 1
+
+    def flush(operations: Sequence[Operation]) -> None:
+        enter()
+        try:
+            for operation in operations:
+                operation.finish(result=1)
+        finally:
+            leave()
+
+    def on_idle() -> None:
+        with lock:
+            state["idles"] += 1
+            if state["busy"]:
+                state["overlaps"] += 1
+
+    def alone() -> int:
+        enter()
+        try:
+            return 2
+        finally:
+            leave()
+
+    coalescer = Coalescer(flush, on_idle=on_idle)
+    assert coalescer.run(lambda sink: None, alone=alone) == 2
+    assert state["idles"] == 1  # a lone call: idle again at once
+
+    def call(n: int) -> int:
+        if n % 2:
+            return int(coalescer.run(lambda sink: None))
+        return int(coalescer.run(lambda sink: None, alone=alone))
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, range(4000)))
+    assert set(results) <= {1, 2}
+    assert state["overlaps"] == 0
+    assert state["busy"] == 0
+    assert coalescer.run(lambda sink: None, alone=alone) == 2  # and leadership was given back

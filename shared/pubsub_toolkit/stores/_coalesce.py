@@ -58,11 +58,23 @@ class Coalescer:
 
     ``flush(operations)`` must call ``finish`` on every operation it is given; if it raises,
     every unfinished operation of that flush fails with the exception.
+
+    ``on_idle``, if given, runs when leadership ends because nobody waits (after a flush or an
+    ``alone`` call), under the coalescer's lock: no flush or ``alone`` call runs meanwhile, and
+    the next one starts after it. A store returns what it kept for back-to-back flushes there
+    (the Redis dedup store: its pooled connection).
     """
 
-    def __init__(self, flush: Flush, *, max_batch: int = 100) -> None:
+    def __init__(
+        self,
+        flush: Flush,
+        *,
+        max_batch: int = 100,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
         self._flush = flush
         self._max_batch = max_batch
+        self._on_idle = on_idle
         self._lock = threading.Lock()
         self._queue: list[Operation] = []
         self._leader_active = False
@@ -81,23 +93,25 @@ class Coalescer:
         one-operation flush (its result or exception is the caller's); callers arriving
         meanwhile queue as behind any flush and the first of them leads the next one.
         """
-        if alone is not None:
-            with self._lock:
-                # Nobody leads means nobody waits either: a queued operation always has a
-                # leader (arrival makes one, every flush hands leadership on or clears it).
-                solo = not self._leader_active
-                if solo:
-                    self._leader_active = True
-            if solo:
-                try:
-                    return alone()
-                finally:
-                    self._hand_over()
-        operation = Operation(key, apply)
-        with self._lock:
-            self._queue.append(operation)
-            if not self._leader_active:
-                self._leader_active = operation.lead = True
+        solo: Callable[[], Any] | None = None
+        operation: Operation | None = None
+        with self._lock:  # one locked section per call, whichever way it goes
+            # Nobody leads means nobody waits either: a queued operation always has a leader
+            # (arrival makes one, every flush hands leadership on or clears it).
+            if alone is not None and not self._leader_active:
+                self._leader_active = True
+                solo = alone
+            else:
+                operation = Operation(key, apply)
+                self._queue.append(operation)
+                if not self._leader_active:
+                    self._leader_active = operation.lead = True
+        if operation is None:
+            assert solo is not None  # the lock's one other outcome
+            try:
+                return solo()
+            finally:
+                self._hand_over()
         # Each wake-up token is consumed once: the one that says "finished" (then we are done)
         # or "lead the next flush" (which finishes us, as the oldest waiter, in its batch). A
         # leader finishing its own operation leaves one token that nobody needs.
@@ -150,5 +164,9 @@ class Coalescer:
         with self._lock:
             if self._queue:
                 self._queue[0].wakeup.release()  # its token: lead the next flush
-            else:
+                return
+            try:
+                if self._on_idle is not None:
+                    self._on_idle()
+            finally:
                 self._leader_active = False

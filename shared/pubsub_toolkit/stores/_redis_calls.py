@@ -35,8 +35,19 @@ def fail_closed(redis_module: Any, operation: Callable[[], T]) -> T:
     """Run ``operation``; a connection error or timeout becomes StoreUnavailableError."""
     try:
         return operation()
-    except (redis_module.ConnectionError, redis_module.TimeoutError) as exc:
-        raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+    except unavailable_errors(redis_module) as exc:
+        raise unavailable(exc) from exc
+
+
+def unavailable_errors(redis_module: Any) -> tuple[type[Exception], ...]:
+    """The redis-py errors that mean "Redis cannot be reached" (for a hot path's own
+    ``except``, where :func:`fail_closed`'s closure would cost a call per operation)."""
+    return (redis_module.ConnectionError, redis_module.TimeoutError)
+
+
+def unavailable(exc: Exception) -> StoreUnavailableError:
+    """The StoreUnavailableError that ``exc`` (one of :func:`unavailable_errors`) becomes."""
+    return StoreUnavailableError(f"Redis is unavailable: {exc}")
 
 
 def is_cluster_client(redis_module: Any, client: object) -> bool:

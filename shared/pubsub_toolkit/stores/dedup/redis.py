@@ -36,6 +36,7 @@ share are one protocol; split apart, each piece would only make sense read with 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -44,7 +45,14 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._coalesce import Coalescer, Operation
-from pubsub_toolkit.stores._redis_calls import connect, fail_closed, import_redis, is_cluster_client
+from pubsub_toolkit.stores._redis_calls import (
+    connect,
+    fail_closed,
+    import_redis,
+    is_cluster_client,
+    unavailable,
+    unavailable_errors,
+)
 from pubsub_toolkit.stores.dedup import _codec as codec
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
 
@@ -104,43 +112,71 @@ _SHA = {script: script_sha(script) for script in SCRIPTS}
 
 
 class _SoloConnection:
-    """Raw calls on a connection borrowed from the client's pool for each round trip.
+    """Raw calls on a connection borrowed from the client's pool.
 
     redis-py's command path (its retry closure, per-command observability, event dispatch,
     response callbacks) and a Pipeline object per batch cost the client about as much CPU as
     the round trip itself. This sends the packed command(s) and reads the raw reply(ies) on a
-    pooled connection, returned at once: so the pool still decides everything about
-    connections (its health check before lending, a new process id after a fork, how many
-    exist - a backend's stores keep sharing one), and the connection's own retry policy and
-    disconnect-on-error apply as in redis-py. Error replies come back as redis-py's
-    exceptions. Replies are the server's raw ones, so it carries only commands whose reply
-    needs no parsing callback (SET ... GET, GET, EVALSHA).
+    pooled connection: so the pool still decides everything about connections (its health
+    check before lending, a new process id after a fork, how many exist - a backend's stores
+    keep sharing one), and the connection's own retry policy and disconnect-on-error apply as
+    in redis-py. Error replies come back as redis-py's exceptions. Replies are the server's
+    raw ones, so it carries only commands whose reply needs no parsing callback (SET ... GET,
+    GET, EVALSHA).
+
+    The store's coalescer runs one round trip at a time, so the store needs at most one
+    connection at a time. While callers keep coming (each flush hands leadership to a waiter),
+    the connection stays borrowed from one round trip to the next instead of going back to the
+    pool and out again - the pool's two locked, metered hand-overs cost about as much client
+    CPU as the flush's own commands - and :meth:`release` returns it as soon as the store is
+    idle (the coalescer's ``on_idle``): a lone call still borrows and returns it around its
+    one round trip. An error returns it at once (disconnected by the retry, as redis-py does);
+    one borrowed before a fork is never used by the child.
     """
 
-    __slots__ = ("_pool", "_response_error")
+    __slots__ = ("_held", "_pool", "_response_error")
 
     def __init__(self, pool: Any, redis_module: Any) -> None:
         self._pool = pool
         self._response_error: type[Exception] = redis_module.ResponseError
+        self._held: Any = None
+
+    def _borrow(self) -> Any:
+        connection = self._held
+        if connection is not None:
+            self._held = None
+            if connection.pid == os.getpid():
+                return connection
+            # Borrowed by the parent before a fork: the child's pool has reset itself.
+        return self._pool.get_connection()
+
+    def release(self) -> None:
+        """Return the connection kept between back-to-back round trips, if any, to the pool."""
+        connection = self._held
+        if connection is not None:
+            self._held = None
+            if connection.pid == os.getpid():
+                self._pool.release(connection)
 
     def call(self, command: tuple[Any, ...]) -> Any:
         """One command's raw reply; an error reply raised."""
-        pool = self._pool
-        connection = pool.get_connection()
+        connection = self._borrow()
         try:
 
             def send() -> Any:
                 connection.send_command(*command)
                 return connection.read_response()
 
-            return connection.retry.call_with_retry(send, lambda _error: connection.disconnect())
-        finally:
-            pool.release(connection)
+            reply = connection.retry.call_with_retry(send, lambda _error: connection.disconnect())
+        except BaseException:
+            self._pool.release(connection)
+            raise
+        self._held = connection
+        return reply
 
     def call_many(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Every command in one round trip; each reply raw, an error reply as its exception."""
-        pool = self._pool
-        connection = pool.get_connection()
+        connection = self._borrow()
         response_error = self._response_error
         try:
 
@@ -157,9 +193,11 @@ class _SoloConnection:
             replies: list[Any] = connection.retry.call_with_retry(
                 send, lambda _error: connection.disconnect()
             )
-            return replies
-        finally:
-            pool.release(connection)
+        except BaseException:
+            self._pool.release(connection)
+            raise
+        self._held = connection
+        return replies
 
 
 class RedisDedupStore:
@@ -176,11 +214,11 @@ class RedisDedupStore:
         self._client = client
         self._prefix = prefix
         self._clock = clock
+        self._unavailable = unavailable_errors(self._redis_module)
         self._cluster = is_cluster_client(self._redis_module, client)
         # Cleared on the first "syntax error" for SET NX GET (Redis < 7.0): claims then go
         # through _CLAIM_OR_GET, which answers the same in the same single round trip.
         self._nx_get = True
-        self._coalescer = Coalescer(self._flush)
         # Calls go raw over pooled connections (see _SoloConnection); a cluster client (it
         # routes per key) or a single-connection client uses its own commands.
         plain = not self._cluster and getattr(client, "connection", None) is None
@@ -188,6 +226,9 @@ class RedisDedupStore:
         if getattr(pool, "cache", None) is not None:
             pool = None  # client-side caching wants to see every command: leave it redis-py's
         self._solo = None if pool is None else _SoloConnection(pool, self._redis_module)
+        self._coalescer = Coalescer(
+            self._flush, on_idle=None if self._solo is None else self._solo.release
+        )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisDedupStore:
@@ -198,10 +239,13 @@ class RedisDedupStore:
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
     ) -> Claim:
-        rkey = self._key(namespace, key)
+        rkey = f"{self._prefix}{len(namespace)}:{namespace}:{key}"  # self._key, inlined
         now = self._clock.now()
         fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
-        raw = self._call(lambda: self._create_or_get(rkey, codec.encode(fresh), fresh, now))
+        try:  # self._call, inlined: a closure per call is client CPU on the hot path
+            raw = self._create_or_get(rkey, codec.encode(fresh), fresh, now)
+        except self._unavailable as exc:
+            raise unavailable(exc) from exc
         if raw is None:
             return Claim(ClaimStatus.ACQUIRED, 1, fresh)
         return self._call(
@@ -221,8 +265,11 @@ class RedisDedupStore:
         ttl_ms = _ms(record.expire_at, now)
         if self._nx_get:
             try:
+                command = ("SET", rkey, value, "NX", "PX", ttl_ms, "GET")
+                if self._solo is not None:
+                    return self._raw(command)
                 return self._run(
-                    ("SET", rkey, value, "NX", "PX", ttl_ms, "GET"),
+                    command,
                     lambda p: p.set(rkey, value, nx=True, px=ttl_ms, get=True),
                     lambda: self._client.set(rkey, value, nx=True, px=ttl_ms, get=True),
                 )
@@ -288,7 +335,12 @@ class RedisDedupStore:
             _ms(done.expire_at, now),
             "1",  # done under our token = our own earlier attempt: success
         ]
-        ok = self._call(lambda: self._eval(_REPLACE_IF_TOKEN, self._key(namespace, key), args))
+        try:  # self._call, inlined
+            ok = self._eval(
+                _REPLACE_IF_TOKEN, f"{self._prefix}{len(namespace)}:{namespace}:{key}", args
+            )
+        except self._unavailable as exc:
+            raise unavailable(exc) from exc
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
 
@@ -316,6 +368,8 @@ class RedisDedupStore:
         sha = _SHA[script]
         # EVALSHA straight into the pipeline: redis-py's Script objects would add a SCRIPT
         # EXISTS round trip to every flush. A missing script is loaded once in _flush.
+        if self._solo is not None:
+            return self._raw(("EVALSHA", sha, 1, rkey, *args))
         return self._run(
             ("EVALSHA", sha, 1, rkey, *args),
             lambda p: p.evalsha(sha, 1, rkey, *args),
@@ -350,15 +404,19 @@ class RedisDedupStore:
         the other, so 8 callers racing for one key share one round trip too (the first
         command creates the record, the others get it back) instead of 8 in a row.
         """
-        solo = self._solo
-        if solo is None:
-            return self._coalescer.run(pipelined, alone=via_client)
+        if self._solo is not None:
+            return self._raw(command)
+        return self._coalescer.run(pipelined, alone=via_client)
+
+    def _raw(self, command: tuple[Any, ...]) -> Any:
+        """:meth:`_run` with the raw connection: ``command`` alone or in a shared flush."""
         return self._coalescer.run(
-            lambda commands: commands.append(command),
-            alone=lambda: self._solo_call(solo, command),
+            lambda commands: commands.append(command), alone=lambda: self._solo_call(command)
         )
 
-    def _solo_call(self, solo: _SoloConnection, command: tuple[Any, ...]) -> Any:
+    def _solo_call(self, command: tuple[Any, ...]) -> Any:
+        solo = self._solo
+        assert solo is not None  # only _raw calls it, with the raw connection
         try:
             return solo.call(command)
         except self._redis_module.exceptions.NoScriptError:
