@@ -63,6 +63,17 @@ def nack_after(received: Any, exc: Exception) -> str:
     return outcome
 
 
+def settle(subscription: str, received: Any, message: Message, exc: Exception | None = None) -> str:
+    """Ack ``received`` - or, after ``exc``, nack it (see :func:`nack_after`, whose outcome is
+    returned) - as the delivery's ``settle`` span. Call it from the ``except`` block for a
+    failure, so the logged traceback is the one being handled."""
+    with tracing.settling(subscription, message, hop="consumer", ack=exc is None):
+        if exc is not None:
+            return nack_after(received, exc)
+        received.ack()
+        return "ack"
+
+
 def to_message(received: Any) -> Message:
     """Our Message from a google-cloud-pubsub received message."""
     return Message(
@@ -212,11 +223,9 @@ class Consumer:
             try:
                 outcome = cast(MessageProcessor, self._processor).process(message)
             except Exception as exc:
-                with tracing.settling(self.subscription, message, hop="consumer", ack=False):
-                    outcome = nack_after(received, exc)
+                outcome = settle(self.subscription, received, message, exc)
             else:
-                with tracing.settling(self.subscription, message, hop="consumer", ack=True):
-                    received.ack()
+                settle(self.subscription, received, message)
         if self._on_outcome is not None:
             self._on_outcome(message, outcome)
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pubsub_toolkit import tracing
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import fifo_address
-from pubsub_toolkit.consumer.subscriber import OutcomeListener, nack_after, to_message
+from pubsub_toolkit.consumer.subscriber import OutcomeListener, settle, to_message
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.tracing import RECEIVE
@@ -193,11 +193,9 @@ class AsyncConsumer:
             try:
                 outcome = await self._processor.process(message)
             except Exception as exc:
-                with tracing.settling(self.subscription, message, hop="consumer", ack=False):
-                    outcome = nack_after(received, exc)
+                outcome = settle(self.subscription, received, message, exc)
             else:
-                with tracing.settling(self.subscription, message, hop="consumer", ack=True):
-                    received.ack()
+                settle(self.subscription, received, message)
         if self._on_outcome is not None:
             self._on_outcome(message, outcome)
 
