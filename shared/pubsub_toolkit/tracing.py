@@ -5,27 +5,33 @@ final -> consumer). With tracing on (:func:`enable`, or ``TRACING=on`` read by t
 through :func:`configure_from_env`) every hop the toolkit owns makes spans named and attributed
 per the OpenTelemetry messaging conventions for ``gcp_pubsub``:
 
-* a publish is a ``send`` span (PRODUCER) whose context travels in the message's
-  ``googclient_traceparent`` attribute - the W3C ``traceparent`` that google-cloud-pubsub's own
-  tracing uses, so a producer with the client's tracing on starts the same trace, and a
-  consumer with it on continues it;
+* a message's creation - the producer's publish, a handler's - is a ``send`` span (PRODUCER)
+  whose context travels in the message's ``googclient_traceparent`` attribute: the W3C
+  ``traceparent`` that google-cloud-pubsub's own tracing uses, so a producer with the client's
+  tracing on starts the same trace, and a consumer with it on continues it;
 * a task created for a delayed message is a ``create`` span (PRODUCER) whose context travels
   in the task (inside the message it carries), so the relay's release joins the trace of the
   message's scheduling and links to it;
 * each hop that handles a message (ingress, relay, consumer) is a ``process`` span (CONSUMER)
   whose parent is the context the message carries - also when the gate runs a message it had
   parked, from another delivery or a sweep (that span is linked to the one that released it);
-* the consumer's ack is a ``settle`` span; every decision (duplicate, parked, released, poison,
-  gap, mismatch, ...) is an event on the span current at the time, with the dedup key
-  (:class:`~pubsub_toolkit.observability.DecisionLog` adds it), and every log line written
-  under a span carries Cloud Logging's trace fields.
+* a hop that forwards what it handles (ingress, the relay: :class:`ForwardingSink`) publishes
+  under its ``process`` span, which the forwarded message carries on: the forward is the hop's
+  effect, timed by that span and named by its ``pubsub_toolkit.outcome`` (``published``); a
+  ``send`` span of its own would double the SDK's cost per message for no new fact;
+* the consumer's ack is a ``settle`` span; every decision off the straight path (duplicate,
+  parked, released, poison, gap, mismatch, dead letter, ...) is an event on the span current
+  at the time, with the dedup key (:class:`~pubsub_toolkit.observability.DecisionLog` adds
+  it), the straight path's ``processed`` only the span's outcome; every log line written under
+  a span carries Cloud Logging's trace fields.
 
 Off, every hook is one module-level check and OpenTelemetry is never imported; the trace
 attribute is excluded from content fingerprints (:func:`~pubsub_toolkit.attributes
 .content_fingerprint`), so a retried publish with a new trace context is still the same content.
 
-(About 340 lines: the span helpers each hop calls - :func:`handling`, :func:`sending`,
-:func:`settling`, :func:`scheduled`, :class:`TracedSink` - and the carrier they share.)
+(About 400 lines: the span helpers each hop calls - :func:`handling`, :func:`sending`,
+:func:`settling`, :func:`scheduled`, :class:`TracedSink`, :class:`ForwardingSink` - and the
+carrier they share.)
 """
 
 from __future__ import annotations
@@ -58,6 +64,10 @@ DEDUP_KEY = "pubsub_toolkit.dedup_key"
 HOP = "pubsub_toolkit.hop"
 FIFO_GROUP = "pubsub_toolkit.fifo_group"
 FIFO_SEQ = "pubsub_toolkit.fifo_seq"
+OUTCOME = "pubsub_toolkit.outcome"
+# The straight path's decision: the span's outcome attribute says it, no event (an event costs
+# the SDK about a third of a span, once per message). Every other decision is an event.
+ROUTINE_DECISIONS = frozenset({"processed"})
 
 S = TypeVar("S")
 _TRUE, _FALSE = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
@@ -319,17 +329,21 @@ def decision_event(outcome: str, fields: Mapping[str, Any]) -> None:
     if not _state.enabled:
         return
     span = _state.trace.get_current_span()
-    if span.is_recording():
-        event = {
-            k: v if isinstance(v, (str, bool, int, float)) else str(v)
-            for k, v in fields.items()
-            if v is not None
-        }
-        if "dedup_key" not in event:  # a gate decision: the message's key is the span's
-            key = (getattr(span, "attributes", None) or {}).get(DEDUP_KEY)
-            if key is not None:
-                event["dedup_key"] = key
-        span.add_event(f"pubsub_toolkit.{outcome}", event)
+    if not span.is_recording():
+        return
+    if outcome in ROUTINE_DECISIONS:
+        span.set_attribute(OUTCOME, outcome)  # the hop may set a more precise one after
+        return
+    event = {
+        k: v if isinstance(v, (str, bool, int, float)) else str(v)
+        for k, v in fields.items()
+        if v is not None
+    }
+    if "dedup_key" not in event:  # a gate decision: the message's key is the span's
+        key = (getattr(span, "attributes", None) or {}).get(DEDUP_KEY)
+        if key is not None:
+            event["dedup_key"] = key
+    span.add_event(f"pubsub_toolkit.{outcome}", event)
 
 
 def log_fields(project: str | None) -> dict[str, Any]:
@@ -374,6 +388,33 @@ class TracedSink:
 def traced(sink: S, *, hop: str) -> S:
     """``sink`` with its publishes traced (see :class:`TracedSink`); never wrapped twice."""
     return sink if isinstance(sink, TracedSink) else cast(S, TracedSink(sink, hop=hop))
+
+
+class ForwardingSink:
+    """A :class:`~pubsub_toolkit.producer.sink.MessageSink` for a hop that forwards what it
+    handles (ingress, the relay): each message carries the current span's context - the hop's
+    ``process`` span - and no span of its own; with tracing off, the sink itself.
+
+    Why no ``send`` span: the forward is the hop's effect, already timed and decided on its
+    process span, and a second SDK span per message cost ingress as much again as the first
+    (docs/reference/performance.md, "Tracing cost")."""
+
+    def __init__(self, sink: Any) -> None:
+        self._sink = sink
+
+    def publish(self, topic: str, message: OutboundMessage) -> str:
+        if not _state.enabled:
+            return str(self._sink.publish(topic, message))
+        return str(self._sink.publish(topic, _carrying(message)))
+
+    def __getattr__(self, name: str) -> Any:  # close(), and whatever else the sink has
+        return getattr(self._sink, name)
+
+
+def forwarding(sink: S) -> S:
+    """``sink`` with its publishes carrying the current span's context (see
+    :class:`ForwardingSink`); never wrapped twice."""
+    return sink if isinstance(sink, ForwardingSink) else cast(S, ForwardingSink(sink))
 
 
 def scheduled(

@@ -128,13 +128,12 @@ def test_a_delayed_fifo_message_is_one_trace_across_every_hop(
         "send origin",  # the producer's publish
         "process origin",  # ingress
         "create delays",  # the Cloud Tasks task
-        "process delays",  # the relay's release
-        "send final",  # the relay's publish
+        "process delays",  # the relay's release, which publishes under it
         "process orders",  # the consumer
     }
     assert len({span.context.trace_id for span in finished}) == 1  # one trace
     # Causal order: each hop is the child of the one that sent it the message.
-    chain = ["send origin", "process origin", "create delays", "process delays", "send final"]
+    chain = ["send origin", "process origin", "create delays", "process delays"]
     for parent, child in zip(chain, [*chain[1:], "process orders"], strict=False):
         assert named[child].parent is not None
         assert named[child].parent.span_id == named[parent].context.span_id, child
@@ -154,13 +153,17 @@ def test_a_delayed_fifo_message_is_one_trace_across_every_hop(
     ops = {
         name: (span.attributes or {})["messaging.operation.type"] for name, span in named.items()
     }
-    assert ops["create delays"] == "create" and ops["send final"] == "send"
+    assert ops["send origin"] == "send" and ops["create delays"] == "create"
     assert ops["process origin"] == ops["process orders"] == "process"
     assert (named["process orders"].attributes or {})["messaging.message.id"] == "f1"
-    # The decisions are events on the span of the hop that took them.
-    assert "pubsub_toolkit.processed" in {e.name for e in named["process origin"].events}
-    assert (named["process origin"].attributes or {})["pubsub_toolkit.outcome"] == "scheduled"
-    assert (named["process delays"].attributes or {})["pubsub_toolkit.outcome"] == "published"
+    # The straight path is each hop's outcome attribute, not an event.
+    assert (named["process origin"].attributes or {})[tracing.OUTCOME] == "scheduled"
+    assert (named["process delays"].attributes or {})[tracing.OUTCOME] == "published"
+    assert not [e.name for span in finished for e in span.events]
+    # What the relay published carries its process span on: no send span of its own.
+    carried = p.sink.on(FINAL)[0].attributes[tracing.TRACEPARENT].split("-")[1:3]
+    process_delays = named["process delays"].context
+    assert carried == [f"{process_delays.trace_id:032x}", f"{process_delays.span_id:016x}"]
 
 
 def test_a_duplicate_shows_its_dedup_decision_and_its_log_lines_carry_the_trace(
@@ -223,13 +226,14 @@ def test_a_parked_message_released_later_joins_its_own_trace(
         for r in runs
         if r.parent is not None
         and r.context.trace_id == trace_of["k2"]
-        and "pubsub_toolkit.processed" in {e.name for e in r.events}
+        and (r.attributes or {}).get(tracing.OUTCOME) == "processed"
     ]
+    assert (released.attributes or {})[tracing.DEDUP_KEY] == "k2"
     [delivery_1] = [r for r in runs if r.context.trace_id == trace_of["k1"]]
     assert delivery_1.context.span_id in {link.context.span_id for link in released.links}
-    # The gate's decisions carry the dedup key of the message they are about.
-    [processed] = [e for e in released.events if e.name == "pubsub_toolkit.processed"]
-    assert (processed.attributes or {})["dedup_key"] == "k2"
+    # The gate's decisions on #1's delivery carry the dedup key of the message they are about.
+    [parked] = [e for r in runs for e in r.events if e.name == "pubsub_toolkit.parked"]
+    assert (parked.attributes or {})["dedup_key"] == "k2"
     assert trace_of["k1"] != trace_of["k2"]
 
 

@@ -218,7 +218,7 @@ class MessageProcessor:
         with tracing.handling(message, self._dedup.namespace, hop="consumer") as span:
             outcome = self._process(message)
             if span is not None:
-                span.set_attribute("pubsub_toolkit.outcome", outcome)
+                span.set_attribute(tracing.OUTCOME, outcome)
             return outcome
 
     def _process(self, message: Message) -> str:

@@ -93,7 +93,7 @@ class Relay:
     ) -> None:
         self.log = DecisionLog(RELAY_NAMESPACE, metrics)
         self._store = store
-        self._sink = tracing.traced(sink, hop="relay")
+        self._sink = tracing.forwarding(sink)
         self._final_topic = final_topic
         self._scheduler = scheduler
         self._clock = clock
@@ -146,7 +146,7 @@ class Relay:
         ) as span:
             result = self._release(delayed)
             if span is not None:
-                span.set_attribute("pubsub_toolkit.outcome", result.outcome.value)
+                span.set_attribute(tracing.OUTCOME, result.outcome.value)
             return result
 
     def _release(self, delayed: DelayedMessage) -> RelayResult:

@@ -95,7 +95,7 @@ class Ingress:
             store, namespace=INGRESS_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
         self._store = store
-        self._sink = tracing.traced(sink, hop="ingress")
+        self._sink = tracing.forwarding(sink)
         self._final_topic = final_topic
         self._dead_letters = DeadLetterer(self._sink, dead_letter_topic, self.log)
         self._rejections = self._processor.sibling(
@@ -155,7 +155,7 @@ class Ingress:
         with tracing.handling(message, ORIGIN, hop="ingress") as span:
             result = self._handle(message)
             if span is not None:
-                span.set_attribute("pubsub_toolkit.outcome", result.outcome.value)
+                span.set_attribute(tracing.OUTCOME, result.outcome.value)
             return result
 
     def _handle(self, message: Message) -> IngressResult:
