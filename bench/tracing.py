@@ -16,9 +16,8 @@ one SDK ``TracerProvider`` (``BatchSpanProcessor`` + an exporter that drops span
 once; ``tracing.enable(True/False)`` switches between rounds. Same process rather than one per
 variant, so that only the tracing differs (same publisher client, channels, store connections,
 warm caches); off is the same code path either way (every hook returns at its enabled check).
-Variants ``off``, ``off_twin`` (A/A), ``on_batch``, ``on_sampled`` (``ParentBased
-(TraceIdRatioBased(0.1))``) and, on request, ``cand_sampled`` (the proposed unsampled fast path,
-applied by wrapping). The mix: see :func:`deployed_messages`. A warm-up round, then
+Variants ``off``, ``off_twin`` (A/A), ``on_batch`` and ``on_sampled`` (``ParentBased
+(TraceIdRatioBased(0.1))``). The mix: see :func:`deployed_messages`. A warm-up round, then
 ``--deployed-rounds`` rounds, every backend and variant per round, the order rotating; the
 timer stops after ``force_flush()``. ``--profile deployed_on|deployed_off`` profiles one Redis
 round on one thread instead.
@@ -351,8 +350,6 @@ DEPLOYED_PAIRS = (
     ("on_batch", "off"),
     ("on_sampled", "off"),
     ("off_twin", "off"),
-    ("cand_sampled", "off"),
-    ("cand_sampled", "on_sampled"),
 )
 
 
@@ -424,35 +421,14 @@ class SwitchedTracing:
         self.provider = TracerProvider(sampler=self.switch)
         self.provider.add_span_processor(BatchSpanProcessor(self.exporter))  # type: ignore[arg-type]
         trace.set_tracer_provider(self.provider)
-        # ``cand_*`` (``--proposal``): tracing.py's proposed unsampled fast path (see the docs'
-        # Tracing cost section), emulated by wrapping: no PRODUCER/CLIENT child span under a
-        # span the sampler dropped (with ParentBased it would not be recorded either).
-        from pubsub_toolkit import tracing
-
-        self._originals = tracing.sending, tracing.settling
-
-        def unsampled() -> bool:
-            span = trace.get_current_span()
-            return span.get_span_context().is_valid and not span.is_recording()
-
-        def lean(original: Callable[..., Any]) -> Callable[..., Any]:
-            def call(*args: Any, **kwargs: Any) -> Any:
-                return contextlib.nullcontext() if unsampled() else original(*args, **kwargs)
-
-            return call
-
-        self._proposed = lean(tracing.sending), lean(tracing.settling)
 
     def select(self, variant: str) -> None:
         from pubsub_toolkit import tracing
 
-        tracing.sending, tracing.settling = self._originals
         if variant.startswith("off"):
             tracing.enable(False)
             return
         self.switch.inner = self.sampled if variant.endswith("_sampled") else self.full
-        if variant.startswith("cand_"):
-            tracing.sending, tracing.settling = self._proposed
         tracing.enable(True)
 
     def spans(self) -> int:
@@ -907,7 +883,7 @@ def main() -> None:
         "--deployed-variants",
         type=lambda s: s.split(","),
         default=list(DEPLOYED_VARIANTS),
-        help="of off, off_twin, on_batch, on_sampled, cand_sampled (the proposed fast path)",
+        help="of off, off_twin, on_batch, on_sampled",
     )
     parser.add_argument("--backends", type=lambda s: s.split(","), default=list(DEPLOYED_BACKENDS))
     parser.add_argument(

@@ -257,3 +257,22 @@ def test_a_bad_tracing_setting_names_the_variable() -> None:
         tracing.configure_from_env({"TRACING": "maybe"})
     assert tracing.configure_from_env({"TRACING": "off"}) is False
     assert not tracing.enabled()
+
+
+def test_the_carried_context_is_what_the_w3c_propagator_writes(
+    spans: InMemorySpanExporter,
+) -> None:
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagator = TraceContextTextMapPropagator()
+    for flags, state in ((TraceFlags.SAMPLED, TraceState()), (0, TraceState([("v", "1")]))):
+        context = SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(flags))
+        context = SpanContext(
+            context.trace_id, context.span_id, False, context.trace_flags, trace_state=state
+        )
+        with trace.use_span(NonRecordingSpan(context)):
+            ours = tracing.with_context({"kind": "x", tracing.TRACEPARENT: "stale"})
+            theirs: dict[str, str] = {}
+            propagator.inject(theirs)
+        assert ours == {"kind": "x"} | {tracing.CONTEXT_PREFIX + k: v for k, v in theirs.items()}

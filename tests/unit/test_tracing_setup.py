@@ -176,3 +176,44 @@ print(len(CloudTraceSpanExporter.made))
     spans = [json.loads(line) for line in path.read_text().splitlines()]
     assert [s["name"] for s in spans] == ["send final"]
     assert spans[0]["attributes"]["pubsub_toolkit.hop"] == "consumer"
+
+
+def test_head_sampling_is_one_setting_of_the_sdk_and_an_unsampled_message_records_nothing() -> None:
+    """``OTEL_TRACES_SAMPLER``/``_ARG`` (read by the SDK's provider the entry point makes) sample
+    at the head; a message whose producer's trace was not sampled is not recorded at ingress,
+    and what ingress forwards still carries the trace on (sampled flag 0)."""
+    run = python(
+        FAKE_CLOUD_TRACE
+        + """
+from datetime import timedelta
+from opentelemetry import trace
+from pubsub_toolkit import tracing
+from pubsub_toolkit.ingress.pipeline import Ingress
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.tracing_setup import configure_entry_point
+from tests.support.sinks import RecordingSink
+assert configure_entry_point({"TRACING": "on"}, service="ingress")
+provider = trace.get_tracer_provider()
+print(provider.sampler.get_description())
+sink = RecordingSink()
+ingress = Ingress(store=MemoryDedupStore(), sink=sink, final_topic="projects/p/topics/final",
+                  dead_letter_topic="projects/p/topics/dlq", lease=timedelta(seconds=30),
+                  ttl=timedelta(hours=1))
+unsampled = "00-" + "a" * 32 + "-" + "b" * 16 + "-00"
+ingress.handle(Message(b"x", {"dedup_key": "k", tracing.TRACEPARENT: unsampled}, "1"))
+provider.force_flush()
+[forwarded] = sink.on("projects/p/topics/final")
+carried = forwarded.attributes[tracing.TRACEPARENT].split("-")
+print(len(CloudTraceSpanExporter.made[0].spans), carried[1] == "a" * 32, carried[3])
+""",
+        OTEL_TRACES_SAMPLER="parentbased_traceidratio",
+        OTEL_TRACES_SAMPLER_ARG="0.1",
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "ParentBased{root:TraceIdRatioBased{0.1},remoteParentSampled:AlwaysOnSampler,"
+        "remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,"
+        "localParentNotSampled:AlwaysOffSampler}",
+        "0 True 00",
+    ]

@@ -1,0 +1,167 @@
+"""bench/tracing_instructions: what tracing costs ingress, in instructions per message.
+
+Why: ``bench/tracing.py`` times ingress with tracing on and off, but on these shared 2-core
+machines its per-round ratios swing by a third (its own A/A pair shows it). Valgrind's
+callgrind counts the instructions a process executes: the same count for the same code and
+input, whatever else the machine is doing. So this is the figure that a later change can be
+compared with exactly.
+
+Per message = (the count of a run that handles N messages - the count of the same run handling
+none) / N, so start-up, imports and the warm-up cancel out. ``PYTHONHASHSEED=0`` for both runs.
+Two shapes, each ``Ingress.handle`` on one thread with ``bench/tracing.py``'s set-up and mix:
+
+* ``in_process``: the in-memory dedup store, a recording sink and scheduler: ingress's own work
+  and nothing else (the smallest denominator: the lower bound for off / on);
+* ``deployed``: publishing through ``PubSubSink`` to the Pub/Sub emulator, ``RedisDedupStore``
+  on redis-server (``bench.common.local_servers`` starts them; they run natively, only this
+  process runs under valgrind).
+
+Variants: ``off``; ``on_batch`` (the SDK ``TracerProvider``, ``BatchSpanProcessor`` and an
+exporter that drops the spans: every trace recorded); ``on_sampled`` (the same with
+``ParentBased(TraceIdRatioBased(0.1))``). Reported: instructions per message, and off / on - the
+throughput ratio a CPU-bound ingress would see if every instruction took the same time (they do
+not: it is a count to compare runs with, and the timed ratios are ``bench/tracing.py``'s).
+
+``python -m bench.tracing_instructions`` (in ``make bench-tracing``; about 10 minutes, two
+valgrind runs at a time) writes ``bench/results/tracing_instructions.json``. Needs valgrind
+(Debian's ``valgrind``); without it, it says so and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPES = {"in_process": 1000, "deployed": 300}  # messages per counted run
+VARIANTS = ("off", "on_batch", "on_sampled")
+COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def work(shape: str, variant: str, messages: int) -> None:
+    """Worker (under valgrind): a warm-up, then ``messages`` through ingress (none: 0)."""
+    from bench import tracing as bench
+
+    if shape == "in_process":
+        bench.configure_logs("json")
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the decision logs, for the run
+        tracer = bench.Tracing(variant)
+        bench.measure(variant, tracer, {"workload": "memory", "round": -1, "messages": 200}, "")
+        if messages:
+            command = {"workload": "memory", "round": 0, "messages": messages}
+            bench.measure(variant, tracer, command, "")
+        return
+    args = argparse.Namespace(logs="json", backends=["redis"])
+    with bench.deployed_setup(args) as (make, switched):
+        switched.select(variant)
+        with bench.quiet():
+            warm = bench.deployed_messages(100, "warm")
+            bench.deployed_round(make("redis", "warm"), warm, 0, switched)
+            if messages:
+                run = bench.deployed_messages(messages, "counted")
+                bench.deployed_round(make("redis", "counted"), run, 0, switched)
+        switched.select("off")
+
+
+def count(shape: str, variant: str, messages: int) -> int:
+    """Instructions callgrind counted for one worker run."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-m",
+        "bench.tracing_instructions",
+        "--worker",
+        shape,
+        variant,
+        str(messages),
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    run = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False
+    )
+    found = COLLECTED.search(run.stderr)
+    if run.returncode != 0 or found is None:
+        raise RuntimeError(f"{shape}/{variant}/{messages} failed:\n{run.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_message(shape: str, variant: str) -> dict[str, Any]:
+    messages = SHAPES[shape]
+    with ThreadPoolExecutor(2) as pool:
+        empty, full = pool.map(lambda n: count(shape, variant, n), (0, messages))
+    return {
+        "messages": messages,
+        "instructions_empty_run": empty,
+        "instructions_full_run": full,
+        "instructions_per_message": round((full - empty) / messages),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", type=lambda s: s.split(","), default=list(SHAPES))
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        shape, variant, messages = args.worker
+        work(shape, variant, int(messages))
+        return
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: apt-get install valgrind", file=sys.stderr)
+        raise SystemExit(2)
+    results: dict[str, Any] = {}
+    for shape in args.shapes:
+        variants = {v: per_message(shape, v) for v in VARIANTS}
+        off = variants["off"]["instructions_per_message"]
+        results[shape] = {
+            "variants": variants,
+            "off_over": {
+                v: round(off / variants[v]["instructions_per_message"], 3)
+                for v in VARIANTS
+                if v != "off"
+            },
+            "added_per_message": {
+                v: variants[v]["instructions_per_message"] - off for v in VARIANTS if v != "off"
+            },
+        }
+        print(f"{shape}:")
+        for variant, row in variants.items():
+            print(f"  {variant:11s} {row['instructions_per_message']:>10,} instructions/message")
+        for variant, ratio in results[shape]["off_over"].items():
+            print(f"  off / {variant:11s} {ratio}")
+    out = {
+        "benchmark": "tracing_instructions",
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip(),
+        "method": (
+            "valgrind --tool=callgrind instruction counts of one process, PYTHONHASHSEED=0;"
+            " per message = (run with N messages - run with none) / N; Ingress.handle on one"
+            " thread; in_process: memory dedup store and recording sink; deployed: PubSubSink"
+            " to the Pub/Sub emulator and RedisDedupStore on redis-server (servers native)"
+        ),
+        "shapes": results,
+    }
+    path = REPO / "bench" / "results" / "tracing_instructions.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {path.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
