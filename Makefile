@@ -101,7 +101,7 @@ bench-peer: install ## the dedup store against the PyPI peer gcp-pubsub-idempote
 bench-latency: install ## origin -> ingress -> final vs a direct publish on the local stack, p50/p99 (~6 min)
 	$(PY) -m bench.latency
 
-bench-tracing: install ## tracing off / on / 10% sampled: ingress as deployed (Pub/Sub emulator, Redis and Firestore), then in-process vs before tracing (1839f16), alternating rounds (bench/results/tracing.json); then instructions per message under callgrind (tracing_instructions.json); ~16 min
+bench-tracing: install ## tracing off / on / 10% sampled: ingress as deployed (Pub/Sub emulator, Redis and Firestore), then in-process vs before tracing (1839f16), alternating rounds (bench/results/tracing.json); then instructions per message under callgrind (tracing_instructions.json); ~20 min
 	$(PY) -m bench.tracing
 	$(PY) -m bench.tracing_instructions
 

@@ -876,7 +876,7 @@ def main() -> None:
     parser.add_argument("--worktree", type=Path, default=WORKTREE)
     parser.add_argument("--output", default="tracing", help="bench/results/<output>.json")
     parser.add_argument("--parts", type=lambda s: s.split(","), default=["deployed", "in_process"])
-    parser.add_argument("--deployed-rounds", type=int, default=15)
+    parser.add_argument("--deployed-rounds", type=int, default=30)
     parser.add_argument("--deployed-messages", type=int, default=600, help="per deployed round")
     parser.add_argument("--threads", type=int, default=8, help="deployed: Ingress.handle threads")
     parser.add_argument(

@@ -16,11 +16,15 @@ Two shapes, each ``Ingress.handle`` on one thread with ``bench/tracing.py``'s se
   on redis-server (``bench.common.local_servers`` starts them; they run natively, only this
   process runs under valgrind).
 
-Variants: ``off``; ``on_batch`` (the SDK ``TracerProvider``, ``BatchSpanProcessor`` and an
-exporter that drops the spans: every trace recorded); ``on_sampled`` (the same with
-``ParentBased(TraceIdRatioBased(0.1))``). Reported: instructions per message, and off / on - the
-throughput ratio a CPU-bound ingress would see if every instruction took the same time (they do
-not: it is a count to compare runs with, and the timed ratios are ``bench/tracing.py``'s).
+Variants: ``bypassed`` (in-process only: ``off`` with every tracing hook on ingress's path
+replaced by the plain call it wraps, as if the toolkit had no tracing - the "no cost when off"
+check, in the same tree: the library from before tracing differs in more than the hooks, and its
+heap and garbage collection move its count by more than they do); ``off``; ``on_batch`` (the SDK
+``TracerProvider``, ``BatchSpanProcessor`` and an exporter that drops the spans: every trace
+recorded); ``on_sampled`` (the same with ``ParentBased(TraceIdRatioBased(0.1))``). Reported:
+instructions per message, and off / on - the throughput ratio a CPU-bound ingress would see if
+every instruction took the same time (they do not quite: it is a count to compare runs with; the
+timed ratios are ``bench/tracing.py``'s).
 
 ``python -m bench.tracing_instructions`` (in ``make bench-tracing``; about 10 minutes, two
 valgrind runs at a time) writes ``bench/results/tracing_instructions.json``. Needs valgrind
@@ -43,7 +47,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = {"in_process": 1000, "deployed": 300}  # messages per counted run
-VARIANTS = ("off", "on_batch", "on_sampled")
+VARIANTS = {
+    "in_process": ("bypassed", "off", "on_batch", "on_sampled"),
+    "deployed": ("off", "on_batch", "on_sampled"),
+}
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
@@ -51,6 +58,9 @@ def work(shape: str, variant: str, messages: int) -> None:
     """Worker (under valgrind): a warm-up, then ``messages`` through ingress (none: 0)."""
     from bench import tracing as bench
 
+    if variant == "bypassed":
+        bypass_tracing()
+        variant = "off"
     if shape == "in_process":
         bench.configure_logs("json")
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the decision logs, for the run
@@ -70,6 +80,18 @@ def work(shape: str, variant: str, messages: int) -> None:
                 run = bench.deployed_messages(messages, "counted")
                 bench.deployed_round(make("redis", "counted"), run, 0, switched)
         switched.select("off")
+
+
+def bypass_tracing() -> None:
+    """Every tracing hook on ingress's path replaced by the plain call it wraps."""
+    from pubsub_toolkit import tracing
+    from pubsub_toolkit.ingress.pipeline import Ingress
+
+    Ingress.handle = Ingress._handle  # type: ignore[method-assign] - no span around it
+    tracing.forwarding = lambda sink: sink
+    tracing.scheduled = lambda schedule, queue, message, *, hop: schedule(message)
+    tracing.decision_event = lambda outcome, fields: None
+    tracing.log_fields = lambda project: {}
 
 
 def count(shape: str, variant: str, messages: int) -> int:
@@ -98,7 +120,7 @@ def count(shape: str, variant: str, messages: int) -> int:
 
 def per_message(shape: str, variant: str) -> dict[str, Any]:
     messages = SHAPES[shape]
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(2) as pool:  # the empty run and the full one at once
         empty, full = pool.map(lambda n: count(shape, variant, n), (0, messages))
     return {
         "messages": messages,
@@ -122,18 +144,15 @@ def main() -> None:
         raise SystemExit(2)
     results: dict[str, Any] = {}
     for shape in args.shapes:
-        variants = {v: per_message(shape, v) for v in VARIANTS}
+        variants = {v: per_message(shape, v) for v in VARIANTS[shape]}
         off = variants["off"]["instructions_per_message"]
+        others = [v for v in VARIANTS[shape] if v != "off"]
         results[shape] = {
             "variants": variants,
             "off_over": {
-                v: round(off / variants[v]["instructions_per_message"], 3)
-                for v in VARIANTS
-                if v != "off"
+                v: round(off / variants[v]["instructions_per_message"], 3) for v in others
             },
-            "added_per_message": {
-                v: variants[v]["instructions_per_message"] - off for v in VARIANTS if v != "off"
-            },
+            "added_per_message": {v: variants[v]["instructions_per_message"] - off for v in others},
         }
         print(f"{shape}:")
         for variant, row in variants.items():

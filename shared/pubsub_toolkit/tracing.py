@@ -71,6 +71,9 @@ OUTCOME = "pubsub_toolkit.outcome"
 ROUTINE_DECISIONS = frozenset({"processed"})
 
 S = TypeVar("S")
+# What every span helper returns when there is no span to make (tracing off, the hot path):
+# stateless, so one for all calls rather than a new one each.
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 _TRUE, _FALSE = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
 
 
@@ -124,7 +127,8 @@ def configure_from_env(env: Mapping[str, str]) -> bool:
 
 
 class _Carrier:
-    """OpenTelemetry's getter/setter over message attributes, with the client's prefix."""
+    """OpenTelemetry's getter over message attributes, with the client's prefix (what is
+    carried on is written by :func:`with_context`)."""
 
     def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
         value = carrier.get(CONTEXT_PREFIX + key)
@@ -132,9 +136,6 @@ class _Carrier:
 
     def keys(self, carrier: Mapping[str, str]) -> list[str]:
         return [k.removeprefix(CONTEXT_PREFIX) for k in carrier if k.startswith(CONTEXT_PREFIX)]
-
-    def set(self, carrier: dict[str, str], key: str, value: str) -> None:
-        carrier[CONTEXT_PREFIX + key] = value
 
 
 _CARRIER = _Carrier()
@@ -274,10 +275,10 @@ def handling(
     the current span (the gate releasing a parked message from another's delivery). With
     ``unless_current``, nothing new when this very message's span is already current."""
     if not _state.enabled:
-        return contextlib.nullcontext()
+        return _NO_SPAN
     identity = _identity(message)
     if unless_current and _handled.get() == identity:
-        return contextlib.nullcontext()
+        return _NO_SPAN
     trace = _state.trace
     carried = _carried(message.attributes)
     links = []
@@ -315,7 +316,7 @@ def sending(
     queue, ``operation=CREATE``), child of the current span; put its context in the outbound
     attributes with :func:`with_context` inside it."""
     if not _state.enabled:
-        return contextlib.nullcontext()
+        return _NO_SPAN
     fields = _messaging(operation, destination, message, hop, extra)
     name = f"{operation} {fields['messaging.destination.name']}"
     return _Opened(name, "PRODUCER", None, [], fields)
@@ -326,7 +327,7 @@ def settling(
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A CLIENT span for the ack (or nack) of ``message``, child of the current span."""
     if not _state.enabled:
-        return contextlib.nullcontext()
+        return _NO_SPAN
     fields = _messaging(SETTLE, destination, message, hop, extra)
     name = f"{SETTLE} {fields['messaging.destination.name']}"
     return _Opened(name, "CLIENT", None, [], fields)
