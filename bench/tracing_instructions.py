@@ -14,7 +14,11 @@ Two shapes, each ``Ingress.handle`` on one thread with ``bench/tracing.py``'s se
   and nothing else (the smallest denominator: the lower bound for off / on);
 * ``deployed``: publishing through ``PubSubSink`` to the Pub/Sub emulator, ``RedisDedupStore``
   on redis-server (``bench.common.local_servers`` starts them; they run natively, only this
-  process runs under valgrind).
+  process runs under valgrind);
+* ``sdk_span``: no ingress, the floor under any tracing of it - OpenTelemetry's Python SDK
+  alone, per span: ``bare`` (``start_span`` and ``end``, no attributes) and ``conventions``
+  (the six attributes a ``process`` span carries, made current and detached again), each with a
+  ``BatchSpanProcessor`` and an exporter that drops the spans.
 
 Variants: ``bypassed`` (in-process only: ``off`` with every tracing hook on ingress's path
 replaced by the plain call it wraps, as if the toolkit had no tracing - the "no cost when off"
@@ -27,7 +31,8 @@ every instruction took the same time (they do not quite: it is a count to compar
 timed ratios are ``bench/tracing.py``'s).
 
 ``python -m bench.tracing_instructions`` (in ``make bench-tracing``; about 10 minutes, two
-valgrind runs at a time) writes ``bench/results/tracing_instructions.json``. Needs valgrind
+valgrind runs at a time) writes ``bench/results/tracing_instructions.json`` (``--shapes`` runs
+some; the others keep their section). Needs valgrind
 (Debian's ``valgrind``); without it, it says so and exits 2.
 """
 
@@ -46,10 +51,20 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPES = {"in_process": 1000, "deployed": 300}  # messages per counted run
+SHAPES = {"in_process": 1000, "deployed": 300, "sdk_span": 2000}  # messages (spans) per run
 VARIANTS = {
     "in_process": ("bypassed", "off", "on_batch", "on_sampled"),
     "deployed": ("off", "on_batch", "on_sampled"),
+    "sdk_span": ("bare", "conventions"),
+}
+# What ingress's process span carries (tracing._messaging), for the sdk_span shape.
+CONVENTIONS = {
+    "messaging.system": "gcp_pubsub",
+    "messaging.operation.type": "process",
+    "messaging.destination.name": "origin",
+    "pubsub_toolkit.hop": "ingress",
+    "messaging.message.id": "123",
+    "pubsub_toolkit.dedup_key": "order-1",
 }
 COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -58,6 +73,9 @@ def work(shape: str, variant: str, messages: int) -> None:
     """Worker (under valgrind): a warm-up, then ``messages`` through ingress (none: 0)."""
     from bench import tracing as bench
 
+    if shape == "sdk_span":
+        sdk_spans(variant, messages)
+        return
     if variant == "bypassed":
         bypass_tracing()
         variant = "off"
@@ -80,6 +98,33 @@ def work(shape: str, variant: str, messages: int) -> None:
                 run = bench.deployed_messages(messages, "counted")
                 bench.deployed_round(make("redis", "counted"), run, 0, switched)
         switched.select("off")
+
+
+def sdk_spans(variant: str, count: int) -> None:
+    """``count`` spans (after 200 to warm up) through the SDK alone, then flushed."""
+    from opentelemetry import context, trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from bench.tracing import DroppingExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DroppingExporter()))  # type: ignore[arg-type]
+    tracer = provider.get_tracer("bench")
+
+    def one() -> None:
+        if variant == "bare":
+            tracer.start_span("process origin").end()
+            return
+        span = tracer.start_span(
+            "process origin", kind=trace.SpanKind.CONSUMER, attributes=CONVENTIONS
+        )
+        context.detach(context.attach(trace.set_span_in_context(span)))
+        span.end()
+
+    for _ in range(200 + count):
+        one()
+    provider.force_flush()
 
 
 def bypass_tracing() -> None:
@@ -145,39 +190,46 @@ def main() -> None:
     results: dict[str, Any] = {}
     for shape in args.shapes:
         variants = {v: per_message(shape, v) for v in VARIANTS[shape]}
-        off = variants["off"]["instructions_per_message"]
-        others = [v for v in VARIANTS[shape] if v != "off"]
-        results[shape] = {
-            "variants": variants,
-            "off_over": {
-                v: round(off / variants[v]["instructions_per_message"], 3) for v in others
-            },
-            "added_per_message": {v: variants[v]["instructions_per_message"] - off for v in others},
-        }
-        print(f"{shape}:")
+        results[shape] = {"variants": variants}
+        print(f"{shape}:", flush=True)
         for variant, row in variants.items():
-            print(f"  {variant:11s} {row['instructions_per_message']:>10,} instructions/message")
+            print(f"  {variant:11s} {row['instructions_per_message']:>10,} instructions each")
+        if "off" not in variants:  # sdk_span: counts only
+            continue
+        off = variants["off"]["instructions_per_message"]
+        others = [v for v in variants if v != "off"]
+        results[shape]["off_over"] = {
+            v: round(off / variants[v]["instructions_per_message"], 3) for v in others
+        }
+        results[shape]["added_per_message"] = {
+            v: variants[v]["instructions_per_message"] - off for v in others
+        }
         for variant, ratio in results[shape]["off_over"].items():
-            print(f"  off / {variant:11s} {ratio}")
+            print(f"  off / {variant:11s} {ratio}", flush=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
+    for row in results.values():
+        row |= {"commit": commit, "recorded_at": recorded_at}
+    path = REPO / "bench" / "results" / "tracing_instructions.json"
+    # A shape not run this time keeps its section (and says when and on what it was counted).
+    shapes = json.loads(path.read_text())["shapes"] if path.exists() else {}
     out = {
         "benchmark": "tracing_instructions",
-        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip(),
         "method": (
             "valgrind --tool=callgrind instruction counts of one process, PYTHONHASHSEED=0;"
             " per message = (run with N messages - run with none) / N; Ingress.handle on one"
             " thread; in_process: memory dedup store and recording sink; deployed: PubSubSink"
-            " to the Pub/Sub emulator and RedisDedupStore on redis-server (servers native)"
+            " to the Pub/Sub emulator and RedisDedupStore on redis-server (servers native);"
+            " sdk_span: the OpenTelemetry SDK alone, per span"
         ),
-        "shapes": results,
+        "shapes": shapes | results,
     }
-    path = REPO / "bench" / "results" / "tracing_instructions.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {path.relative_to(REPO)}")
 
