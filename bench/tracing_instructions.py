@@ -8,7 +8,8 @@ compared with exactly.
 
 Per message = (the count of a run that handles N messages - the count of the same run handling
 none) / N, so start-up, imports and the warm-up cancel out. ``PYTHONHASHSEED=0`` for both runs.
-Two shapes, each ``Ingress.handle`` on one thread with ``bench/tracing.py``'s set-up and mix:
+Three shapes, the first two ``Ingress.handle`` on one thread with ``bench/tracing.py``'s set-up
+and mix:
 
 * ``in_process``: the in-memory dedup store, a recording sink and scheduler: ingress's own work
   and nothing else (the smallest denominator: the lower bound for off / on);
@@ -30,10 +31,10 @@ instructions per message, and off / on - the throughput ratio a CPU-bound ingres
 every instruction took the same time (they do not quite: it is a count to compare runs with; the
 timed ratios are ``bench/tracing.py``'s).
 
-``python -m bench.tracing_instructions`` (in ``make bench-tracing``; about 10 minutes, two
-valgrind runs at a time) writes ``bench/results/tracing_instructions.json`` (``--shapes`` runs
-some; the others keep their section). Needs valgrind
-(Debian's ``valgrind``); without it, it says so and exits 2.
+``python -m bench.tracing_instructions`` (in ``make bench-tracing``; about 12 minutes, two
+valgrind runs at a time - the deployed shape's two each start their own servers) writes
+``bench/results/tracing_instructions.json`` (``--shapes`` runs some; the others keep their
+section). Needs valgrind (Debian's ``valgrind``); without it, it says so and exits 2.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def bypass_tracing() -> None:
     from pubsub_toolkit.ingress.pipeline import Ingress
 
     Ingress.handle = Ingress._handle  # type: ignore[method-assign] - no span around it
-    tracing.forwarding = lambda sink: sink
+    tracing.forwarding = lambda sink, *, hop: sink
     tracing.scheduled = lambda schedule, queue, message, *, hop: schedule(message)
     tracing.decision_event = lambda outcome, fields: None
     tracing.log_fields = lambda project: {}

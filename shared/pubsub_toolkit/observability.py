@@ -4,8 +4,8 @@ Every decision about a message (processed, duplicate, mismatch, dead-lettered, r
 JSON line on stdout with ``severity``, ``message``, ``outcome``, ``dedup_key`` and ``consumer``.
 Cloud Functions and App Engine forward stdout JSON to Cloud Logging as structured entries, and
 the log-based metrics in terraform/ count them. With tracing on (:mod:`pubsub_toolkit.tracing`)
-a line written under a span carries Cloud Logging's trace fields, and each decision is also an
-event on that span.
+a line written under a span carries Cloud Logging's trace fields, and each decision off the
+straight path is also an event on that span (``processed`` is the span's outcome attribute).
 """
 
 from __future__ import annotations

@@ -334,7 +334,8 @@ def settling(
 
 
 def decision_event(outcome: str, fields: Mapping[str, Any]) -> None:
-    """The decision as an event on the current span (DecisionLog calls this for every one)."""
+    """The decision as an event on the current span (DecisionLog calls this for every one);
+    the straight path's (:data:`ROUTINE_DECISIONS`) as the span's outcome attribute instead."""
     if not _state.enabled:
         return
     span = _state.trace.get_current_span()
@@ -401,29 +402,34 @@ def traced(sink: S, *, hop: str) -> S:
 
 class ForwardingSink:
     """A :class:`~pubsub_toolkit.producer.sink.MessageSink` for a hop that forwards what it
-    handles (ingress, the relay): each message carries the current span's context - the hop's
-    ``process`` span - and no span of its own; with tracing off, the sink itself.
+    handles (ingress, the relay): under a span - the hop's ``process`` span - each message
+    carries that span's context and gets no span of its own; published outside any span (a
+    dead letter of a body that never became a message), it is a ``send`` span as through
+    :class:`TracedSink`. With tracing off, the sink itself.
 
-    Why no ``send`` span: the forward is the hop's effect, already timed and decided on its
-    process span, and a second SDK span per message cost ingress as much again as the first
-    (docs/reference/performance.md, "Tracing cost")."""
+    Why no ``send`` span for a forward: the forward is the hop's effect, already timed and
+    decided on its process span, and a second SDK span per message cost ingress as much again
+    as the first (docs/reference/performance.md, "Tracing cost")."""
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Any, *, hop: str) -> None:
         self._sink = sink
+        self._unforwarded = TracedSink(sink, hop=hop)
 
     def publish(self, topic: str, message: OutboundMessage) -> str:
         if not _state.enabled:
             return str(self._sink.publish(topic, message))
+        if not _state.trace.get_current_span().get_span_context().is_valid:
+            return self._unforwarded.publish(topic, message)
         return str(self._sink.publish(topic, _carrying(message)))
 
     def __getattr__(self, name: str) -> Any:  # close(), and whatever else the sink has
         return getattr(self._sink, name)
 
 
-def forwarding(sink: S) -> S:
+def forwarding(sink: S, *, hop: str) -> S:
     """``sink`` with its publishes carrying the current span's context (see
     :class:`ForwardingSink`); never wrapped twice."""
-    return sink if isinstance(sink, ForwardingSink) else cast(S, ForwardingSink(sink))
+    return sink if isinstance(sink, ForwardingSink) else cast(S, ForwardingSink(sink, hop=hop))
 
 
 def scheduled(

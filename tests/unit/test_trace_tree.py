@@ -50,8 +50,8 @@ def span(
     }
 
 
-# One delayed message: producer -> ingress (task create, and a log-only dead letter send) ->
-# relay -> consumer; written in the order the spans ENDED (children before parents), as the
+# One delayed message: producer -> ingress (a decision event, the task create) -> relay ->
+# consumer; written in the order the spans ENDED (children before parents), as the
 # exporter writes them, and across "processes" (interleaved with another trace).
 SPANS = [
     span("c1", "create delay-queue", "ingress", 120, 130, parent="b1", kind="PRODUCER"),
@@ -65,7 +65,7 @@ SPANS = [
         parent="a1",
         events=(
             {
-                "name": "pubsub_toolkit.processed",
+                "name": "pubsub_toolkit.renumbered_unknown",
                 "time": 140 * MS,
                 "attributes": {"dedup_key": "order-7", "consumer": "ingress", "message_id": "3"},
             },
@@ -150,7 +150,9 @@ def test_the_tree_is_in_causal_order_with_events_and_links(
     assert after.strip("│ ") == "destination origin · fifo g #4"
     ingress = body.index(headlines[1])
     assert body[ingress + 1].strip("│ ") == "message id 3 · outcome scheduled"
-    assert body[ingress + 2].strip("│ ") == "◆ decision: processed (consumer=ingress, message_id=3)"
+    assert body[ingress + 2].strip("│ ") == (
+        "◆ decision: renumbered_unknown (consumer=ingress, message_id=3)"
+    )
     relay = body.index(headlines[3])
     assert body[relay + 1].strip() == (
         "↪ linked to ingress | create delay-queue (span c1000000 - also its parent)"

@@ -276,3 +276,18 @@ def test_the_carried_context_is_what_the_w3c_propagator_writes(
             theirs: dict[str, str] = {}
             propagator.inject(theirs)
         assert ours == {"kind": "x"} | {tracing.CONTEXT_PREFIX + k: v for k, v in theirs.items()}
+
+
+def test_a_body_that_never_became_a_message_is_dead_lettered_under_a_send_span_of_its_own(
+    spans: InMemorySpanExporter,
+) -> None:
+    """No process span is open for a push body that does not parse: its dead letter is traced
+    as a send of its own (hop ingress), and the copy carries that span on."""
+    p = Pipeline()
+    assert p.ingress.handle_push_body(b"not a push body").outcome.value == "dead_lettered"
+    [send] = spans.get_finished_spans()
+    assert send.name == "send dlq" and send.kind is trace.SpanKind.PRODUCER
+    assert (send.attributes or {})[tracing.HOP] == "ingress"
+    [dead] = p.sink.on(DLQ)
+    carried = dead.attributes[tracing.TRACEPARENT].split("-")[1:3]
+    assert carried == [f"{send.context.trace_id:032x}", f"{send.context.span_id:016x}"]

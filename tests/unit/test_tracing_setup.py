@@ -136,7 +136,7 @@ from pubsub_toolkit.tracing_setup import configure_entry_point
 env = {"TRACING": "on", "GOOGLE_CLOUD_PROJECT": "my-project"}
 assert configure_entry_point(env, service="ingress")
 assert configure_entry_point(env, service="ingress")  # once per process: no second exporter
-with tracing.sending("projects/p/topics/final", hop="ingress"):
+with tracing.sending("projects/p/topics/final", hop="producer"):
     pass
 provider = trace.get_tracer_provider()
 provider.force_flush()

@@ -93,7 +93,7 @@ class Relay:
     ) -> None:
         self.log = DecisionLog(RELAY_NAMESPACE, metrics)
         self._store = store
-        self._sink = tracing.forwarding(sink)
+        self._sink = tracing.forwarding(sink, hop="relay")
         self._final_topic = final_topic
         self._scheduler = scheduler
         self._clock = clock

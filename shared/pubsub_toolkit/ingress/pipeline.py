@@ -95,7 +95,7 @@ class Ingress:
             store, namespace=INGRESS_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
         )
         self._store = store
-        self._sink = tracing.forwarding(sink)
+        self._sink = tracing.forwarding(sink, hop="ingress")
         self._final_topic = final_topic
         self._dead_letters = DeadLetterer(self._sink, dead_letter_topic, self.log)
         self._rejections = self._processor.sibling(
