@@ -207,31 +207,24 @@ def main() -> None:
         }
         for variant, ratio in results[shape]["off_over"].items():
             print(f"  off / {variant:11s} {ratio}", flush=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    from bench.common import RESULTS, write_result
+    from bench.compare import git
+
+    commit = git("rev-parse", "--short", "HEAD")
     recorded_at = datetime.now(UTC).isoformat(timespec="seconds")
     for row in results.values():
         row |= {"commit": commit, "recorded_at": recorded_at}
-    path = REPO / "bench" / "results" / "tracing_instructions.json"
+    previous = RESULTS / "tracing_instructions.json"
     # A shape not run this time keeps its section (and says when and on what it was counted).
-    shapes = json.loads(path.read_text())["shapes"] if path.exists() else {}
-    out = {
-        "benchmark": "tracing_instructions",
-        "method": (
-            "valgrind --tool=callgrind instruction counts of one process, PYTHONHASHSEED=0;"
-            " per message = (run with N messages - run with none) / N; Ingress.handle on one"
-            " thread; in_process: memory dedup store and recording sink; deployed: PubSubSink"
-            " to the Pub/Sub emulator and RedisDedupStore on redis-server (servers native);"
-            " sdk_span: the OpenTelemetry SDK alone, per span"
-        ),
-        "shapes": shapes | results,
-    }
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    shapes = json.loads(previous.read_text())["shapes"] if previous.exists() else {}
+    method = (
+        "valgrind --tool=callgrind instruction counts of one process, PYTHONHASHSEED=0;"
+        " per message = (run with N messages - run with none) / N; Ingress.handle on one"
+        " thread; in_process: memory dedup store and recording sink; deployed: PubSubSink"
+        " to the Pub/Sub emulator and RedisDedupStore on redis-server (servers native);"
+        " sdk_span: the OpenTelemetry SDK alone, per span"
+    )
+    path = write_result("tracing_instructions", {"method": method, "shapes": shapes | results})
     print(f"wrote {path.relative_to(REPO)}")
 
 

@@ -400,30 +400,23 @@ def traced(sink: S, *, hop: str) -> S:
     return sink if isinstance(sink, TracedSink) else cast(S, TracedSink(sink, hop=hop))
 
 
-class ForwardingSink:
-    """A :class:`~pubsub_toolkit.producer.sink.MessageSink` for a hop that forwards what it
-    handles (ingress, the relay): under a span - the hop's ``process`` span - each message
-    carries that span's context and gets no span of its own; published outside any span (a
-    dead letter of a body that never became a message), it is a ``send`` span as through
-    :class:`TracedSink`. With tracing off, the sink itself.
+class ForwardingSink(TracedSink):
+    """A :class:`TracedSink` for a hop that forwards what it handles (ingress, the relay):
+    under a span - the hop's ``process`` span - each message carries that span's context and
+    gets no span of its own; published outside any span (a dead letter of a body that never
+    became a message), it is a ``send`` span as through :class:`TracedSink`.
 
     Why no ``send`` span for a forward: the forward is the hop's effect, already timed and
     decided on its process span, and a second SDK span per message cost ingress as much again
     as the first (docs/reference/performance.md, "Tracing cost")."""
 
-    def __init__(self, sink: Any, *, hop: str) -> None:
-        self._sink = sink
-        self._unforwarded = TracedSink(sink, hop=hop)
-
     def publish(self, topic: str, message: OutboundMessage) -> str:
         if not _state.enabled:
             return str(self._sink.publish(topic, message))
-        if not _state.trace.get_current_span().get_span_context().is_valid:
-            return self._unforwarded.publish(topic, message)
-        return str(self._sink.publish(topic, _carrying(message)))
-
-    def __getattr__(self, name: str) -> Any:  # close(), and whatever else the sink has
-        return getattr(self._sink, name)
+        carrying = _carrying(message)
+        if carrying is message:  # no span current: nothing to forward under
+            return super().publish(topic, message)
+        return str(self._sink.publish(topic, carrying))
 
 
 def forwarding(sink: S, *, hop: str) -> S:

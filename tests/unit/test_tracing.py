@@ -109,6 +109,16 @@ def by_name(spans: list[ReadableSpan]) -> dict[str, ReadableSpan]:
     return {span.name: span for span in spans}
 
 
+def ids(span: ReadableSpan) -> tuple[int, int]:
+    return span.context.trace_id, span.context.span_id
+
+
+def carried_span(message: OutboundMessage) -> tuple[int, int]:
+    """The (trace id, span id) a published message carries on."""
+    trace_id, span_id = message.attributes[tracing.TRACEPARENT].split("-")[1:3]
+    return int(trace_id, 16), int(span_id, 16)
+
+
 def test_a_delayed_fifo_message_is_one_trace_across_every_hop(
     spans: InMemorySpanExporter,
 ) -> None:
@@ -161,9 +171,7 @@ def test_a_delayed_fifo_message_is_one_trace_across_every_hop(
     assert (named["process delays"].attributes or {})[tracing.OUTCOME] == "published"
     assert not [e.name for span in finished for e in span.events]
     # What the relay published carries its process span on: no send span of its own.
-    carried = p.sink.on(FINAL)[0].attributes[tracing.TRACEPARENT].split("-")[1:3]
-    process_delays = named["process delays"].context
-    assert carried == [f"{process_delays.trace_id:032x}", f"{process_delays.span_id:016x}"]
+    assert carried_span(p.sink.on(FINAL)[0]) == ids(named["process delays"])
 
 
 def test_a_duplicate_shows_its_dedup_decision_and_its_log_lines_carry_the_trace(
@@ -267,10 +275,7 @@ def test_the_carried_context_is_what_the_w3c_propagator_writes(
 
     propagator = TraceContextTextMapPropagator()
     for flags, state in ((TraceFlags.SAMPLED, TraceState()), (0, TraceState([("v", "1")]))):
-        context = SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(flags))
-        context = SpanContext(
-            context.trace_id, context.span_id, False, context.trace_flags, trace_state=state
-        )
+        context = SpanContext(0xABC, 0xDEF, False, TraceFlags(flags), trace_state=state)
         with trace.use_span(NonRecordingSpan(context)):
             ours = tracing.with_context({"kind": "x", tracing.TRACEPARENT: "stale"})
             theirs: dict[str, str] = {}
@@ -289,5 +294,4 @@ def test_a_body_that_never_became_a_message_is_dead_lettered_under_a_send_span_o
     assert send.name == "send dlq" and send.kind is trace.SpanKind.PRODUCER
     assert (send.attributes or {})[tracing.HOP] == "ingress"
     [dead] = p.sink.on(DLQ)
-    carried = dead.attributes[tracing.TRACEPARENT].split("-")[1:3]
-    assert carried == [f"{send.context.trace_id:032x}", f"{send.context.span_id:016x}"]
+    assert carried_span(dead) == ids(send)
