@@ -13,13 +13,17 @@ subscriber still leaves its subscription stuck.
   probe and stops; a second probe is then pulled. It returns one line saying which way the
   emulator behaves.
 * :func:`heal` gets a stuck subscription going again without restarting the emulator. Measured
-  on 0.8.20: seeking the subscription to a past time makes its unacked messages pullable again
-  (the dead stream does not win them back from a pull that follows at once), and a subscription
-  deleted and created again with the same settings is healthy - provided the emulator had a
-  moment to drop the old one. So: drain (seek + pull, leases held), delete, recreate with the
-  same settings, and re-publish the drained messages to the topic when this subscription is
-  its only one (else they would reach the others twice: they are written to a file instead).
-  Lost: only messages the drain could not see; re-published copies get new message ids and
+  on 0.8.20: seeking the subscription to a past time makes its unacked messages pullable again,
+  and a subscription deleted and created again with the same settings is healthy - provided the
+  emulator had a moment to drop the old one. So: drain, delete, recreate with the same
+  settings, and re-publish the drained messages to the topic when this subscription is its
+  only one (else they would reach the others twice: they are written to a file instead).
+  The drain is several rounds of seek + pull: after a seek the dead stream races the pull for
+  each message and, on a busy machine, sometimes wins (with both cores busy, 2 of 8 one-round
+  heals lost the waiting message; 0 of 20 with rounds), but it wins a given message again only
+  by chance, so a message is missed only if the pull loses it in every round. Snapshots do not
+  help: the emulator's seek to a snapshot brings back nothing, on this subscription or a fresh
+  one. Lost: only messages the drain could not see; re-published copies get new message ids and
   publish times and start again at delivery attempt 1.
 """
 
@@ -168,14 +172,9 @@ class Healed:
 
 def heal(subscription: str, *, save_dir: Path) -> Healed:
     """Drain, recreate and refill ``subscription`` (a full path); see the module docstring."""
-    from google.protobuf import timestamp_pb2
-
     subscriber = subscriber_client()
     try:
         config = subscriber.get_subscription(subscription=subscription, timeout=10, retry=None)
-        past = timestamp_pb2.Timestamp()
-        past.FromDatetime(datetime.now(UTC) - timedelta(days=31))  # before anything retained
-        subscriber.seek(request={"subscription": subscription, "time": past}, timeout=10)
         drained = _drain(subscriber, subscription)
         siblings = _topic_subscriptions(config.topic)
         subscriber.delete_subscription(subscription=subscription, timeout=10, retry=None)
@@ -194,18 +193,40 @@ def heal(subscription: str, *, save_dir: Path) -> Healed:
     return Healed(subscription, len(drained), bool(drained) and alone, saved)
 
 
-# After the seek the emulator redelivers with a delay that grows with the machine's load: three
-# empty pulls 0.1 s apart missed a waiting message on a busy machine. The drain stops only after
-# this long without a message (and at least three empty pulls).
-DRAIN_QUIET_SECONDS = 2.0
+# One drain round pulls until this long passes without a message (and at least three empty
+# pulls): after a seek the emulator redelivers with a delay that grows with the machine's load.
+ROUND_QUIET_SECONDS = 0.5
+# The drain ends after this many rounds in a row found no message it had not seen (or after
+# MAX_DRAIN_ROUNDS): each round is a fresh chance to win what the dead stream took in the last.
+SETTLED_ROUNDS = 3
+MAX_DRAIN_ROUNDS = 10
 
 
 def _drain(subscriber: Any, subscription: str) -> list[Any]:
-    """Pull until DRAIN_QUIET_SECONDS pass without a message, holding every lease (600 s)."""
+    """Every unacked message of ``subscription``, by rounds of seek to the past + pull."""
+    from google.protobuf import timestamp_pb2
+
     messages: dict[str, Any] = {}
+    settled = 0
+    for _ in range(MAX_DRAIN_ROUNDS):
+        past = timestamp_pb2.Timestamp()
+        past.FromDatetime(datetime.now(UTC) - timedelta(days=31))  # before anything retained
+        subscriber.seek(request={"subscription": subscription, "time": past}, timeout=10)
+        seen = len(messages)
+        for message in _pull_round(subscriber, subscription):
+            messages.setdefault(message.message_id, message)
+        settled = settled + 1 if len(messages) == seen else 0
+        if settled == SETTLED_ROUNDS:
+            break
+    return list(messages.values())
+
+
+def _pull_round(subscriber: Any, subscription: str) -> list[Any]:
+    """Pull until ROUND_QUIET_SECONDS pass without a message, holding every lease (600 s)."""
+    pulled: list[Any] = []
     empty = 0
     quiet_since = time.monotonic()
-    while empty < 3 or time.monotonic() - quiet_since < DRAIN_QUIET_SECONDS:
+    while empty < 3 or time.monotonic() - quiet_since < ROUND_QUIET_SECONDS:
         response = subscriber.pull(
             subscription=subscription, max_messages=1000, return_immediately=True, timeout=30
         )
@@ -221,9 +242,8 @@ def _drain(subscriber: Any, subscription: str) -> list[Any]:
             ack_deadline_seconds=600,
             timeout=30,
         )
-        for item in response.received_messages:
-            messages.setdefault(item.message.message_id, item.message)
-    return list(messages.values())
+        pulled.extend(item.message for item in response.received_messages)
+    return pulled
 
 
 def _topic_subscriptions(topic: str) -> list[str]:
