@@ -76,6 +76,11 @@ class Boundaries:
             raise StoreUnavailableError(f"{op}: timed out after the write was applied")
         if crash == "after":
             process.crash(f"after {op}")
+        # The reply is on its way back: another thread of this process (or anyone) may act
+        # before the caller looks at it - e.g. write the state this read is about to be
+        # compared with.
+        self._loop.yield_point()
+        process.check()
         return result
 
     def store_view(self, process: Process, name: str) -> Any:

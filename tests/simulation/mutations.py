@@ -1,4 +1,5 @@
-"""Each defect fix of issue 11, reverted as a mutation: how many schedules find it?
+"""Each defect fix the simulation guards (issue 11's and later ones), reverted as a mutation: how
+many schedules find it?
 
 A :class:`Mutation` is the revert of one fix, applied as a monkeypatch for the duration of a
 run: either a *source edit* (the fixed lines of one function replaced by the old ones, the
@@ -266,6 +267,29 @@ def mutations() -> tuple[Mutation, ...]:
                     "FifoGate.deliver",
                     "if state.key_of(seq) is not None and not state.records(seq, digest):",
                     "if False:",
+                ),
+            ),
+        ),
+        Mutation(
+            "12",
+            "a read is compared with what this process saw after it (a sibling's write: a loss)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._gate_store",
+                    "SeenStore.load",
+                    "seen = self._witness.get(group)\n"
+                    "            state = self._store.load(self._consumer, group)\n",
+                    "state = self._store.load(self._consumer, group)\n"
+                    "            seen = self._witness.get(group)\n",
+                ),
+            ),
+        ),
+        Mutation(
+            "13",
+            "a done record whose write failed is alerted as lost when written late",
+            (
+                SourceEdit(
+                    idem, "IdempotentProcessor._record_again", "if done.recorded:", "if True:"
                 ),
             ),
         ),

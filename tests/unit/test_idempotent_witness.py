@@ -4,11 +4,13 @@ for the process that recorded it: its witness remembers (pubsub_toolkit.witness)
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
+from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 
 
@@ -38,3 +40,39 @@ def test_a_lost_done_record_is_recorded_again_not_rerun(
     clock.advance(timedelta(days=9))  # past the TTL the witness stands down too
     store._records.clear()
     assert processor.process("k", "fp", effect).outcome is Outcome.PROCESSED
+
+
+def test_a_done_record_that_was_never_written_is_written_late_without_a_loss_alert(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The effect ran, every ``complete`` failed (an outage: ALERT ``complete_failed`` then),
+    and the redelivery takes the expired lease over: the store lost nothing, so the late write
+    is a WARNING, not a ``store_rollback`` ALERT (found by the simulation's no-false-alarm
+    check)."""
+
+    class DownForCompletes(MemoryDedupStore):
+        down = True
+
+        def complete(self, *args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                raise StoreUnavailableError("the store is unreachable")
+            return super().complete(*args, **kwargs)
+
+    clock = ManualClock()
+    store = DownForCompletes(clock)
+    processor = IdempotentProcessor(
+        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
+    )
+    runs: list[str] = []
+    effect = lambda: runs.append("x") or "result"  # noqa: E731
+    with pytest.raises(StoreUnavailableError):
+        processor.process("k", "fp", effect)
+    store.down = False
+    clock.advance(timedelta(seconds=31))  # the lease ends; the redelivery takes it over
+    again = processor.process("k", "fp", effect)
+    assert (again.outcome, again.result, runs) == (Outcome.DUPLICATE, "result", ["x"])
+    outcomes = [getattr(r, "decision", {}).get("outcome") for r in caplog.records]
+    assert "complete_failed" in outcomes and "recorded_late" in outcomes
+    assert "store_rollback" not in outcomes
+    record = store.get("c", "k")
+    assert record is not None and record.result == "result"  # written late, for everyone

@@ -100,8 +100,10 @@ class SeenStore:
     def load(self, group: str) -> GroupState:
         """The group's state; one older than this process saw is repaired first."""
         for _ in range(MAX_CAS_ROUNDS):
-            state = self._store.load(self._consumer, group)
+            # What this process had seen BEFORE the read: another thread of it may write (and
+            # remember) a newer state while this read is under way, which is no loss.
             seen = self._witness.get(group)
+            state = self._store.load(self._consumer, group)
             if seen is not None and seen.expired(self._clock.now()):
                 # A complete group's tombstone, gone by design after its retention: whatever the
                 # store holds now is the group (no repair, and no stale memory kept of it).

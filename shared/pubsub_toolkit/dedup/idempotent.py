@@ -12,7 +12,9 @@
 The effect runs at most once per key *as long as it finishes within the lease*. If the store
 loses a ``done`` record (Redis restarted without persistence, a failover), the process that
 wrote it still remembers it (:mod:`pubsub_toolkit._witness`): it records the key again, alerts,
-and treats the delivery as the duplicate it is. An effect that
+and treats the delivery as the duplicate it is. (If the ``done`` write itself had failed - an
+outage, alerted then as ``complete_failed`` - nothing was lost: the redelivery writes it late,
+``recorded_late``, without a second alert.) An effect that
 writes to Firestore can commit with the marker in one transaction instead: see
 :mod:`.inbox`.
 """
@@ -20,6 +22,7 @@ writes to Firestore can commit with the marker in one transaction instead: see
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import threading
@@ -44,6 +47,16 @@ class Outcome(enum.StrEnum):
     PROCESSED = "processed"
     DUPLICATE = "duplicate"
     MISMATCH = "mismatch"
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What this process remembers of an effect it ran (or found done): its result, when,
+    and whether the store acknowledged the ``done`` record - only then is its absence a loss."""
+
+    result: str | None
+    at: datetime
+    recorded: bool
 
 
 @dataclass(frozen=True)
@@ -73,9 +86,9 @@ class IdempotentProcessor:
         self._lease = lease
         self._ttl = ttl
         self.log = log or DecisionLog(namespace)
-        # (key, fingerprint) -> (fingerprint, result, when) of what this process saw done
-        # (by content too: an impostor under the same key must not hide the original).
-        self._done: Witness[tuple[str, str], tuple[str, str | None, datetime]] = Witness()
+        # (key, fingerprint) -> what this process saw done (by content too: an impostor under
+        # the same key must not hide the original).
+        self._done: Witness[tuple[str, str], _Done] = Witness()
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
 
@@ -136,13 +149,11 @@ class IdempotentProcessor:
             result = claim.record.result if claim.record else None
             # Remember when the STORE's record was done (its TTL runs from then), not now.
             done_at = claim.record.expire_at - self._ttl if claim.record else self._clock.now()
-            self._done.put((key, fingerprint), (fingerprint, result, done_at))
+            self._done.put((key, fingerprint), _Done(result, done_at, recorded=True))
             return ProcessResult(Outcome.DUPLICATE, result)
         remembered = self._done.get((key, fingerprint)) if claim.owns_key else None
-        if remembered is not None and remembered[0] == fingerprint:
-            _, result, when = remembered
-            if self._clock.now() < when + self._ttl:
-                return self._record_lost(key, claim, result, log)
+        if remembered is not None and self._clock.now() < remembered.at + self._ttl:
+            return self._record_again(key, claim, remembered, log)
         if claim.status is ClaimStatus.MISMATCH:
             log(
                 Outcome.MISMATCH,
@@ -170,9 +181,11 @@ class IdempotentProcessor:
             raise
         # Remembered before the store is told: if recording fails (or the store loses it),
         # this process still knows the effect happened and will not run it again.
-        self._done.put((key, fingerprint), (fingerprint, result, self._clock.now()))
+        done = _Done(result, self._clock.now(), recorded=False)
+        self._done.put((key, fingerprint), done)
         try:
             self._complete(key, claim, result)
+            self._done.put((key, fingerprint), dataclasses.replace(done, recorded=True))
         except StaleClaimError:
             log(
                 "fenced",
@@ -184,20 +197,30 @@ class IdempotentProcessor:
         log(Outcome.PROCESSED, "processed")
         return ProcessResult(Outcome.PROCESSED, result)
 
-    def _record_lost(
-        self, key: str, claim: Claim, result: str | None, log: Callable[..., None]
+    def _record_again(
+        self, key: str, claim: Claim, done: _Done, log: Callable[..., None]
     ) -> ProcessResult:
-        """The store lost a ``done`` record this process wrote: write it again, never rerun."""
-        log(
-            "store_rollback",
-            "ALERT: the store lost this key's done record; not run again",
-            level=logging.ERROR,
-            alert="store_rollback",
-        )
+        """The store has no ``done`` record for an effect this process ran: write it (again),
+        never rerun. Lost writes only if the store had acknowledged it; else its ``complete``
+        failed (an outage, said then as ``complete_failed``) and this is the late write."""
+        if done.recorded:
+            log(
+                "store_rollback",
+                "ALERT: the store lost this key's done record; not run again",
+                level=logging.ERROR,
+                alert="store_rollback",
+            )
+        else:
+            log(
+                "recorded_late",
+                "effect ran here before its done record could be written; recording it now, "
+                "not run again",
+                level=logging.WARNING,
+            )
         # Someone else may hold it by now: they find it done, or run it under a newer lease.
         with contextlib.suppress(StaleClaimError):
-            self._complete(key, claim, result)
-        return ProcessResult(Outcome.DUPLICATE, result)
+            self._complete(key, claim, done.result)
+        return ProcessResult(Outcome.DUPLICATE, done.result)
 
     def _complete(self, key: str, claim: Claim, result: str | None) -> None:
         # The effect has happened: losing the "done" write now would let a redelivery run it
