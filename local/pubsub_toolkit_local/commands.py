@@ -44,6 +44,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _port_number(text: str) -> int:
+    """A ``--*-port`` value: a TCP port, or 0 for any free one."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0: any free port)")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``local`` command's own parser (``prog`` reads as the user typed it)."""
     from pubsub_toolkit_local.control import DEFAULT_PORTS
@@ -86,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         up.add_argument(
             flag,
-            type=int,
+            type=_port_number,
             default=port,
             metavar="PORT",
             help=f"{_PORT_HELP[name]} (default {port})",

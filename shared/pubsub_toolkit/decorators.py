@@ -23,8 +23,9 @@ What it does with each delivery:
   callback gets a :class:`DeliveredMessage` whose ``ack()`` does nothing (the decorator acks
   once the effect is recorded) and whose ``nack()`` asks for a redelivery.
 
-**The key** is the message's ``dedup_key`` attribute (ingress stamps one on every message),
-else what the ``key`` function returns, else the Pub/Sub message id. A delivery with none of
+**The key** is the message's ``dedup_key`` attribute (ingress stamps one on every message; a
+blank one is dead-lettered as ``invalid_dedup_key``, as at ingress), else what the ``key``
+function returns, else the Pub/Sub message id. A delivery with none of
 them is never run unguarded: it is dead-lettered as ``invalid_dedup_key`` (or raises without a
 dead-letter topic) unless ``on_missing_key="run"`` says to run it anyway. The handler sees the
 key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` header.
@@ -227,10 +228,10 @@ class Idempotent:
 
     def _with_key(self, message: Message) -> Message | None:
         """``message`` with its dedup key stamped in, or None when it has none."""
-        found = message.attributes.get(attr.DEDUP_KEY)
-        if not found and self._key is not None:
-            found = self._key(message)
-        found = found or message.message_id
+        if attr.DEDUP_KEY in message.attributes:
+            return message  # even a blank one: the processor dead-letters it, as ingress does
+        found = self._key(message) if self._key is not None else None
+        found = found if found and found.strip() else message.message_id
         if not found:
             return None
         return replace(message, attributes={**message.attributes, attr.DEDUP_KEY: found})

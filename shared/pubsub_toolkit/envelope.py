@@ -183,6 +183,26 @@ def check_publishable(
     _parse_fields(attributes)
 
 
+def check_delivered(attributes: Mapping[str, str]) -> None:
+    """Raise ContractViolation if a delivered message's key or group breaks the contract.
+
+    What a consumer checks before it acts on those attributes - also of a message that never
+    passed ingress (a user's own subscriber): a blank ``dedup_key`` (present, so never replaced
+    by the message id), a blank ``fifo_group``, a ``fifo_seq`` or ``fifo_end`` without a group.
+    The number and the end themselves are parsed where the gate uses them.
+    """
+    key = attributes.get(DEDUP_KEY)
+    if key is not None and not key.strip():
+        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is blank")
+    group = attributes.get(FIFO_GROUP)
+    if group is not None and not group.strip():
+        raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
+    if group is None and FIFO_SEQ in attributes:
+        raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
+    if group is None and FIFO_END in attributes:
+        raise ContractViolation(REASON_END_WITHOUT_GROUP, "fifo_end is set but fifo_group is not")
+
+
 def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
     """Parse the contract's group, number and due time; raise ContractViolation if invalid."""
     group = attrs.get(FIFO_GROUP)

@@ -165,6 +165,20 @@ def test_a_message_without_any_key_is_dead_lettered_not_run(
     assert dead.attributes["error_reason"] == attr.REASON_INVALID_DEDUP_KEY
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_dedup_key_is_dead_lettered_as_at_ingress_not_run(
+    function: tuple[Any, Any], topology: Topology, blank: str
+) -> None:
+    """Present but blank is a contract violation (ingress refuses it too), not "no key": it is
+    neither run under the blank key nor quietly keyed by the message id."""
+    client, module = function
+    for event_id in ("1", "2"):  # two different messages with the same blank key
+        assert post(client, event_id, {"dedup_key": blank, "order": event_id}) == 200
+    assert module.RUNS == []
+    dead = drain(topology.dead_letter_sub, expected=2, quiet=1)
+    assert [d.attributes["error_reason"] for d in dead] == [attr.REASON_INVALID_DEDUP_KEY] * 2
+
+
 def test_subscriber_callback_gets_a_fifo_group_in_order_once_and_can_nack(
     env: dict[str, str], topology: Topology, project_id: str
 ) -> None:

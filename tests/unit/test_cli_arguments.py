@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from google.auth.compute_engine import _metadata
 
 from pubsub_toolkit.operations.cli import attach_dash_values, build_parser, main
 from pubsub_toolkit_local.commands import build_parser as build_local_parser
@@ -87,6 +89,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]
         (["dlq", "list", "--limit", "0"], "0 is not allowed here"),
         (["fifo", "skip", "g", "0"], "0 is not allowed here"),
         (["local", "restart", "kafka"], "invalid choice: 'kafka'"),
+        (["local", "up", "--pubsub-port", "99999"], "99999 is not a port (0-65535"),
+        (["local", "up", "--relay-port", "-1"], "-1 is not a port (0-65535"),
+        (["local", "up", "--redis-port", "six"], "'six' is not a port number"),
         (["publish"], "the following arguments are required: data"),
     ],
 )
@@ -124,3 +129,37 @@ def test_publish_end_of_group_is_a_flag_off_by_default() -> None:
     args = build_parser().parse_args(["publish", "--fifo-group", "g", "--end-of-group", "x"])
     assert args.end_of_group is True and args.fifo_group == "g"
     assert build_parser().parse_args(["publish", "--fifo-group", "g", "x"]).end_of_group is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "project", "says"),
+    [
+        (["publish", "hello"], None, "environment variable GOOGLE_CLOUD_PROJECT is required"),
+        (["publish", "hello"], "p", "publish: no Google credentials - point it at the emulators"),
+        (["dlq", "list"], "p", "dlq: no Google credentials"),
+    ],
+)
+def test_no_project_or_no_credentials_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    argv: list[str],
+    project: str | None,
+    says: str,
+) -> None:
+    """A new user's shell with nothing set: no traceback from google-auth."""
+    for name in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no gcloud application-default file
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    # google-auth probes the GCE metadata server last: keep it on loopback (refused), and skip
+    # its retries as NO_GCE_CHECK=true would (read at import, hence the module flag).
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    monkeypatch.setattr(_metadata, "_NO_GCE_CHECK", True)
+    if project:
+        monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", project)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and says in err[0], err

@@ -52,7 +52,7 @@ from pubsub_toolkit.consumer.retry import (
 )
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
-from pubsub_toolkit.envelope import check_publishable
+from pubsub_toolkit.envelope import check_delivered, check_publishable
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, RetryLater
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import HANDLER_DURATION, DecisionLog
@@ -80,8 +80,10 @@ def fifo_address(message: Message) -> FifoAddress | None:
     The number is parsed by the same contract rule as at ingress (one canonical form, at most
     ``MAX_FIFO_SEQ``), so a number ingress would refuse is dead-lettered here too instead of
     crash-looping on a store that cannot hold it. So is a ``fifo_end`` other than ``"true"``:
-    the gate must never guess whether a group ended.
+    the gate must never guess whether a group ended. So are a blank key or group, and a number
+    without a group (:func:`~pubsub_toolkit.envelope.check_delivered`): never run unordered.
     """
+    check_delivered(message.attributes)
     group = message.attributes.get(attr.FIFO_GROUP)
     raw_seq = message.attributes.get(attr.FIFO_SEQ)
     if group is None or raw_seq is None:
@@ -265,7 +267,13 @@ class MessageProcessor:
 
     def run_once(self, message: Message, call: Callable[[], object]) -> tuple[str, str | None]:
         """The plain (non-FIFO) path with ``call`` as the effect: once per dedup key, a
-        RetryLater re-scheduled (or poison at the limit). Returns (outcome, stored result)."""
+        RetryLater re-scheduled (or poison at the limit). Returns (outcome, stored result).
+        A message whose key or group breaks the contract is dead-lettered, never run (the
+        decorator's CloudEvent path comes here without :func:`fifo_address`)."""
+        try:
+            check_delivered(message.attributes)
+        except PermanentError as exc:
+            return self.reject(message, exc), None
         limited: list[str] = []
 
         def effect() -> str | None:

@@ -261,6 +261,7 @@ def attach_dash_values(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     from google.api_core.exceptions import GoogleAPICallError, RetryError
+    from google.auth.exceptions import DefaultCredentialsError
 
     words = attach_dash_values(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -278,6 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ToolkitError as exc:
         print(f"pubsub-toolkit: error: {exc}", file=sys.stderr)
+        return 2
+    except DefaultCredentialsError:
+        print(
+            f"pubsub-toolkit: error: {args.command}: no Google credentials - point it at the "
+            'emulators (eval "$(pubsub-toolkit local env)"), or run `gcloud auth '
+            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS",
+            file=sys.stderr,
+        )
         return 2
     except (GoogleAPICallError, RetryError) as exc:
         # A refused or failed call (missing topic, emulator gone): say so, without a traceback.

@@ -26,6 +26,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     data = sys.stdin.buffer.read() if args.data == "-" else args.data.encode()
     require_emulator_if_local()
+    topic = full_topic(args.topic)  # a missing project is said before any client is made
     counter = None
     if args.fifo_group is not None:
         from pubsub_toolkit.stores.factory import counter_from_settings
@@ -33,7 +34,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         counter = counter_from_settings(Settings.from_env())
     sink = PubSubSink()
     try:
-        message_id = Publisher(sink, full_topic(args.topic), counter).publish(
+        message_id = Publisher(sink, topic, counter).publish(
             data,
             dict(args.attr),
             fifo_group=args.fifo_group,
