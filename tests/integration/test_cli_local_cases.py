@@ -165,3 +165,9 @@ def test_subscribe_max_5_acks_5_and_the_next_consumer_gets_the_other_45_at_once(
     assert took < 60
     # The 5 were acked, not released: nothing is left.
     assert waiting(project, "final-sub") == 0
+    # Without --json, progress goes to stderr when it moves - never the same count twice.
+    third = cli(env, "subscribe", "--max", "10", "--timeout", "3s")
+    assert third.returncode == 0, third.stderr.decode()
+    progress = [line for line in third.stderr.decode().splitlines() if line.startswith("...")]
+    assert len(progress) == len(set(progress)), progress
+    assert third.stderr.decode().splitlines()[-1] == "0 message(s) handled"

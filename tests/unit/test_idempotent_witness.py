@@ -3,6 +3,7 @@ for the process that recorded it: its witness remembers (pubsub_toolkit.witness)
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -76,3 +77,34 @@ def test_a_done_record_that_was_never_written_is_written_late_without_a_loss_ale
     assert "store_rollback" not in outcomes
     record = store.get("c", "k")
     assert record is not None and record.result == "result"  # written late, for everyone
+
+
+def test_a_retry_after_this_process_released_the_key_is_no_lost_worker_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Taking over a claim this process released after its effect failed is the ordinary
+    retry (INFO); taking over one whose holder vanished is a WARNING."""
+    clock = ManualClock()
+    store = MemoryDedupStore(clock)
+    processor = IdempotentProcessor(
+        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
+    )
+    caplog.set_level(logging.INFO)
+
+    def fails() -> str:
+        raise RuntimeError("payment service unavailable")
+
+    with pytest.raises(RuntimeError):
+        processor.process("k", "fp", fails)
+    assert processor.process("k", "fp", lambda: "ok").outcome is Outcome.PROCESSED
+    # Another worker claimed "k2" and vanished: its lease runs out, this process takes over.
+    store.claim("c", "k2", "fp", lease=timedelta(seconds=30), ttl=timedelta(days=8))
+    clock.advance(timedelta(seconds=31))
+    assert processor.process("k2", "fp", lambda: "ok").outcome is Outcome.PROCESSED
+    takeovers = {
+        r.decision["dedup_key"]: (r.levelno, r.getMessage())  # type: ignore[attr-defined]
+        for r in caplog.records
+        if getattr(r, "decision", {}).get("outcome") == "taken_over"
+    }
+    assert takeovers["k"][0] == logging.INFO and "released here" in takeovers["k"][1]
+    assert takeovers["k2"][0] == logging.WARNING and "claim ended" in takeovers["k2"][1]

@@ -89,6 +89,9 @@ class IdempotentProcessor:
         # (key, fingerprint) -> what this process saw done (by content too: an impostor under
         # the same key must not hide the original).
         self._done: Witness[tuple[str, str], _Done] = Witness()
+        # key -> the token of the claim this process released after its effect failed: the
+        # redelivery that takes that very claim over is a retry, not a lost worker.
+        self._released: Witness[str, int] = Witness()
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
 
@@ -168,10 +171,14 @@ class IdempotentProcessor:
             log("in_progress", "key is being processed elsewhere; retry later")
             raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
         if claim.status is ClaimStatus.TAKEN_OVER:
+            retry = self._released.get(key) == claim.token - 1
             log(
                 "taken_over",
-                "previous holder's lease expired; taking over",
-                level=logging.WARNING,
+                "claim released here after the effect failed; running it again"
+                if retry
+                else "previous holder's claim ended (its lease expired, or it released the key "
+                "after a failure); taking over",
+                level=logging.INFO if retry else logging.WARNING,
                 token=claim.token,
             )
         try:
@@ -245,6 +252,7 @@ class IdempotentProcessor:
         # Never let a failing release hide the effect's own exception.
         try:
             self._store.release(self.namespace, key, claim)
+            self._released.put(key, claim.token)
         except Exception:
             logger.exception(
                 "could not release %s/%s; it frees when the lease ends", self.namespace, key

@@ -140,6 +140,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     )
     consumer.start()
     started = time.monotonic()
+    shown = 0  # progress is printed when it moves, not every second
     try:
         while not done.wait(1.0):
             failure = consumer.stream_error()
@@ -147,8 +148,9 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                 raise ToolkitError(f"cannot read {args.subscription}: {failure}")
             if args.timeout and time.monotonic() - started >= args.timeout.total_seconds():
                 break
-            if args.max and not args.json:
-                print(f"... {quota.taken}/{args.max} handled", file=sys.stderr, flush=True)
+            if args.max and not args.json and quota.taken != shown:
+                shown = quota.taken
+                print(f"... {shown}/{args.max} handled", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass
     finally:
