@@ -21,7 +21,9 @@ subscriber still leaves its subscription stuck.
   The drain is several rounds of seek + pull: after a seek the dead stream races the pull for
   each message and, on a busy machine, sometimes wins (with both cores busy, 2 of 8 one-round
   heals lost the waiting message; 0 of 20 with rounds), but it wins a given message again only
-  by chance, so a message is missed only if the pull loses it in every round. Snapshots do not
+  by chance; and each round waits longer for the emulator's redelivery after its seek. So a
+  message is missed only if the pull loses it, or it comes back too late, in every round (at
+  least three in a row, the last ones quiet for 2 s). Snapshots do not
   help: the emulator's seek to a snapshot brings back nothing, on this subscription or a fresh
   one. Lost: only messages the drain could not see; re-published copies get new message ids and
   publish times and start again at delivery attempt 1.
@@ -193,9 +195,10 @@ def heal(subscription: str, *, save_dir: Path) -> Healed:
     return Healed(subscription, len(drained), bool(drained) and alone, saved)
 
 
-# One drain round pulls until this long passes without a message (and at least three empty
-# pulls): after a seek the emulator redelivers with a delay that grows with the machine's load.
-ROUND_QUIET_SECONDS = 0.5
+# A drain round pulls until quiet this long (and three empty pulls): after a seek the emulator
+# redelivers with a delay that grows with the machine's load (three empty pulls 0.1 s apart
+# once missed one), so the quiet doubles each round up to the 2 s a busy machine needed.
+FIRST_ROUND_QUIET_SECONDS, ROUND_QUIET_SECONDS = 0.5, 2.0
 # The drain ends after this many rounds in a row found no message it had not seen (or after
 # MAX_DRAIN_ROUNDS): each round is a fresh chance to win what the dead stream took in the last.
 SETTLED_ROUNDS = 3
@@ -208,12 +211,13 @@ def _drain(subscriber: Any, subscription: str) -> list[Any]:
 
     messages: dict[str, Any] = {}
     settled = 0
-    for _ in range(MAX_DRAIN_ROUNDS):
+    for round_no in range(MAX_DRAIN_ROUNDS):
         past = timestamp_pb2.Timestamp()
         past.FromDatetime(datetime.now(UTC) - timedelta(days=31))  # before anything retained
         subscriber.seek(request={"subscription": subscription, "time": past}, timeout=10)
         seen = len(messages)
-        for message in _pull_round(subscriber, subscription):
+        quiet = min(ROUND_QUIET_SECONDS, FIRST_ROUND_QUIET_SECONDS * 2**round_no)
+        for message in _pull_round(subscriber, subscription, quiet):
             messages.setdefault(message.message_id, message)
         settled = settled + 1 if len(messages) == seen else 0
         if settled == SETTLED_ROUNDS:
@@ -221,12 +225,12 @@ def _drain(subscriber: Any, subscription: str) -> list[Any]:
     return list(messages.values())
 
 
-def _pull_round(subscriber: Any, subscription: str) -> list[Any]:
-    """Pull until ROUND_QUIET_SECONDS pass without a message, holding every lease (600 s)."""
+def _pull_round(subscriber: Any, subscription: str, quiet: float) -> list[Any]:
+    """Pull until ``quiet`` seconds pass without a message, holding every lease (600 s)."""
     pulled: list[Any] = []
     empty = 0
     quiet_since = time.monotonic()
-    while empty < 3 or time.monotonic() - quiet_since < ROUND_QUIET_SECONDS:
+    while empty < 3 or time.monotonic() - quiet_since < quiet:
         response = subscriber.pull(
             subscription=subscription, max_messages=1000, return_immediately=True, timeout=30
         )

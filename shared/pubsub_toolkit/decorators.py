@@ -24,8 +24,9 @@ What it does with each delivery:
   once the effect is recorded) and whose ``nack()`` asks for a redelivery.
 
 **The key** is the message's ``dedup_key`` attribute (ingress stamps one on every message; a
-blank one is dead-lettered as ``invalid_dedup_key``, as at ingress), else what the ``key``
-function returns, else the Pub/Sub message id. A delivery with none of
+blank one is dead-lettered as ``invalid_dedup_key``, as at ingress - with
+``on_missing_key="run"`` it counts as missing), else what the ``key`` function returns, else
+the Pub/Sub message id. A delivery with none of
 them is never run unguarded: it is dead-lettered as ``invalid_dedup_key`` (or raises without a
 dead-letter topic) unless ``on_missing_key="run"`` says to run it anyway. The handler sees the
 key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` header.
@@ -228,8 +229,10 @@ class Idempotent:
 
     def _with_key(self, message: Message) -> Message | None:
         """``message`` with its dedup key stamped in, or None when it has none."""
-        if attr.DEDUP_KEY in message.attributes:
+        given = message.attributes.get(attr.DEDUP_KEY)
+        if given is not None and (given.strip() or self._on_missing_key != "run"):
             return message  # even a blank one: the processor dead-letters it, as ingress does
+        # None, or blank with on_missing_key="run" (lenient: a blank key is no key).
         found = self._key(message) if self._key is not None else None
         found = found if found and found.strip() else message.message_id
         if not found:

@@ -199,7 +199,7 @@ def check_delivered(attributes: Mapping[str, str]) -> None:
         raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
     if group is None and FIFO_SEQ in attributes:
         raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
-    if group is None and FIFO_END in attributes:
+    if group is None and parse_fifo_end(attributes.get(FIFO_END)):  # as ingress: value first
         raise ContractViolation(REASON_END_WITHOUT_GROUP, "fifo_end is set but fifo_group is not")
 
 

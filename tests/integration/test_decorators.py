@@ -180,6 +180,30 @@ def test_a_blank_dedup_key_is_dead_lettered_as_at_ingress_not_run(
     assert [d.attributes["error_reason"] for d in dead] == [attr.REASON_INVALID_DEDUP_KEY] * 2
 
 
+def test_with_on_missing_key_run_a_blank_key_counts_as_missing(
+    env: dict[str, str], tmp_path: Path, project_id: str
+) -> None:
+    """The lenient choice: no key means the message id, and a blank key is no key."""
+    name = f"lenient_{project_id.replace('-', '_')}"
+    source = tmp_path / f"{name}.py"
+    source.write_text(
+        FUNCTION_SOURCE.replace(
+            '@idempotent(consumer="charges")',
+            f'@idempotent(consumer="lenient-{project_id}", on_missing_key="run")',
+        )
+    )
+    app = functions_framework.create_app(
+        target="charge", source=str(source), signature_type="cloudevent"
+    )
+    try:
+        client, module = app.test_client(), sys.modules[name]
+        for event_id in ("1", "1", "2"):  # a redelivery of "1", then another message
+            assert post(client, event_id, {"dedup_key": "  ", "order": event_id}) == 200
+        assert module.RUNS == ["1", "2"]  # keyed by the message id: once each
+    finally:
+        sys.modules.pop(name, None)
+
+
 def test_subscriber_callback_gets_a_fifo_group_in_order_once_and_can_nack(
     env: dict[str, str], topology: Topology, project_id: str
 ) -> None:

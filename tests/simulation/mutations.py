@@ -285,6 +285,18 @@ def mutations() -> tuple[Mutation, ...]:
             ),
         ),
         Mutation(
+            "14",
+            "a read is not checked against a sibling's write that landed (and was lost) meanwhile",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._gate_store",
+                    "SeenStore.load",
+                    "moved is not seen\n",
+                    "False and moved is not seen\n",
+                ),
+            ),
+        ),
+        Mutation(
             "13",
             "a done record whose write failed is alerted as lost when written late",
             (

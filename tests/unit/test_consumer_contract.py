@@ -43,6 +43,7 @@ def processor(sink: RecordingSink, ran: list[Message]) -> MessageProcessor:
         ({"dedup_key": "k", "fifo_group": " ", "fifo_seq": "1"}, attr.REASON_INVALID_FIFO_GROUP),
         ({"dedup_key": "k", "fifo_seq": "1"}, attr.REASON_SEQ_WITHOUT_GROUP),
         ({"dedup_key": "k", "fifo_end": "true"}, attr.REASON_END_WITHOUT_GROUP),
+        ({"dedup_key": "k", "fifo_end": "false"}, attr.REASON_INVALID_FIFO_END),
     ],
 )
 def test_a_broken_key_or_group_is_dead_lettered_with_its_reason(
@@ -61,3 +62,24 @@ def test_the_same_message_with_its_attributes_right_runs() -> None:
     message = Message(b"x", {"dedup_key": "k", "fifo_group": "g", "fifo_seq": "1"}, "m1")
     assert consumer.process(message) == "processed"
     assert [m.data for m in ran] == [b"x"] and sink.on(DLQ) == []
+
+
+@pytest.mark.parametrize("broken", [{"dedup_key": "  "}, {"fifo_end": "yes"}])
+def test_a_broken_message_at_a_valid_number_leaves_its_place_and_the_group_goes_on(
+    broken: dict[str, str],
+) -> None:
+    """As ingress does: dead-lettered, and the gate told that the number carries nothing - the
+    group does not wait at it for a message that will never come (nor for an operator)."""
+    sink, ran = RecordingSink(), []
+    consumer = processor(sink, ran)
+
+    def numbered(seq: int, **extra: str) -> Message:
+        attributes = {"dedup_key": f"k{seq}", "fifo_group": "g", "fifo_seq": str(seq), **extra}
+        return Message(f"#{seq}".encode(), attributes, message_id=f"m{seq}")
+
+    assert consumer.process(numbered(1)) == "processed"
+    assert consumer.process(numbered(2, **broken)) == "dead_lettered"
+    assert consumer.process(numbered(2, **broken)) == "dead_lettered"  # a redelivery
+    assert consumer.process(numbered(3)) == "processed"  # not parked behind #2
+    assert [m.data for m in ran] == [b"#1", b"#3"]
+    assert {m.attributes["dedup_key"] for m in sink.on(DLQ)} == {broken.get("dedup_key", "k2")}

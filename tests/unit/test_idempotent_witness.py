@@ -77,6 +77,12 @@ def test_a_done_record_that_was_never_written_is_written_late_without_a_loss_ale
     assert "store_rollback" not in outcomes
     record = store.get("c", "k")
     assert record is not None and record.result == "result"  # written late, for everyone
+    # Acknowledged now: if the store loses it after all, that is a loss, and said as one.
+    store._records.clear()
+    clock.advance(timedelta(seconds=31))
+    assert processor.process("k", "fp", effect).outcome is Outcome.DUPLICATE
+    outcomes = [getattr(r, "decision", {}).get("outcome") for r in caplog.records]
+    assert outcomes.count("store_rollback") == 1 and runs == ["x"]
 
 
 def test_a_retry_after_this_process_released_the_key_is_no_lost_worker_warning(

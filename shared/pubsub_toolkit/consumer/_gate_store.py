@@ -101,15 +101,25 @@ class SeenStore:
         """The group's state; one older than this process saw is repaired first."""
         for _ in range(MAX_CAS_ROUNDS):
             # What this process had seen BEFORE the read: another thread of it may write (and
-            # remember) a newer state while this read is under way, which is no loss.
+            # remember) a newer state while this read is under way, which is no loss...
             seen = self._witness.get(group)
             state = self._store.load(self._consumer, group)
-            if seen is not None and seen.expired(self._clock.now()):
+            now = self._clock.now()
+            if seen is not None and seen.expired(now):
                 # A complete group's tombstone, gone by design after its retention: whatever the
                 # store holds now is the group (no repair, and no stale memory kept of it).
                 self._witness.put(group, state)
                 return state
-            if seen is None or not rules.went_back(seen, state, now=self._clock.now()):
+            if seen is None or not rules.went_back(seen, state, now=now):
+                moved = self._witness.get(group)
+                if (
+                    moved is not seen
+                    and moved is not None
+                    and rules.went_back(moved, state, now=now)
+                ):
+                    # ...but that write may also be what the store lost since: read again,
+                    # now against it, to tell a read from before it from a loss of it.
+                    continue
                 return self.witnessed(state, group)
             # Repaired or not, read again - and check that read too: the store may lose the
             # repair itself (another loss right after it), and an unchecked re-read would then

@@ -81,7 +81,7 @@ def fifo_address(message: Message) -> FifoAddress | None:
     ``MAX_FIFO_SEQ``), so a number ingress would refuse is dead-lettered here too instead of
     crash-looping on a store that cannot hold it. So is a ``fifo_end`` other than ``"true"``:
     the gate must never guess whether a group ended. So are a blank key or group, and a number
-    without a group (:func:`~pubsub_toolkit.envelope.check_delivered`): never run unordered.
+    or an end without a group (:func:`~pubsub_toolkit.envelope.check_delivered`).
     """
     check_delivered(message.attributes)
     group = message.attributes.get(attr.FIFO_GROUP)
@@ -227,7 +227,7 @@ class MessageProcessor:
         try:
             address = fifo_address(message)
         except PermanentError as exc:
-            return self.reject(message, exc)
+            return self._reject_in_order(message, exc)
         if address is not None:
             return self.gate.deliver(message, address.group, address.seq).outcome.value
 
@@ -363,6 +363,22 @@ class MessageProcessor:
                 f"mismatch:{key}:{fingerprint}", fingerprint, lambda: self.reject(message, error)
             )
         return processed
+
+    def _reject_in_order(self, message: Message, exc: PermanentError) -> str:
+        """Dead-letter ``message``; if it still carries a valid group and number, first hand the
+        gate a filler for that number (as ingress does for what it dead-letters), so the group
+        moves past it instead of waiting for a message that will not come."""
+        number = attr.fifo_number(message)
+        if number is not None and self._dead_letters is not None:
+            group, seq = number
+            why = f"{attr.FILLER_DEAD_LETTERED}{exc.reason}"
+            filler = attr.filler_message(group, seq, f"{group}#{seq}:{message.message_id}", why)
+            # Before the dead letter: a crash in between redelivers the message, whose filler
+            # is then a duplicate - the other order would dead-letter it twice.
+            self.gate.deliver(
+                Message(filler.data, filler.attributes, message_id=message.message_id), group, seq
+            )
+        return self.reject(message, exc)
 
     def reject(self, message: Message, exc: PermanentError) -> str:
         """Dead-letter ``message`` with the error's reason (raises it without a dead-letter

@@ -14,7 +14,7 @@ loses a ``done`` record (Redis restarted without persistence, a failover), the p
 wrote it still remembers it (:mod:`pubsub_toolkit._witness`): it records the key again, alerts,
 and treats the delivery as the duplicate it is. (If the ``done`` write itself had failed - an
 outage, alerted then as ``complete_failed`` - nothing was lost: the redelivery writes it late,
-``recorded_late``, without a second alert.) An effect that
+``recorded_late``, normally without a second alert.) An effect that
 writes to Firestore can commit with the marker in one transaction instead: see
 :mod:`.inbox`.
 """
@@ -52,7 +52,7 @@ class Outcome(enum.StrEnum):
 @dataclass(frozen=True)
 class _Done:
     """What this process remembers of an effect it ran (or found done): its result, when,
-    and whether the store acknowledged the ``done`` record - only then is its absence a loss."""
+    and whether the store acknowledged the ``done`` record - then its absence is a loss."""
 
     result: str | None
     at: datetime
@@ -156,7 +156,7 @@ class IdempotentProcessor:
             return ProcessResult(Outcome.DUPLICATE, result)
         remembered = self._done.get((key, fingerprint)) if claim.owns_key else None
         if remembered is not None and self._clock.now() < remembered.at + self._ttl:
-            return self._record_again(key, claim, remembered, log)
+            return self._record_again((key, fingerprint), claim, remembered, log)
         if claim.status is ClaimStatus.MISMATCH:
             log(
                 Outcome.MISMATCH,
@@ -205,11 +205,13 @@ class IdempotentProcessor:
         return ProcessResult(Outcome.PROCESSED, result)
 
     def _record_again(
-        self, key: str, claim: Claim, done: _Done, log: Callable[..., None]
+        self, remembered: tuple[str, str], claim: Claim, done: _Done, log: Callable[..., None]
     ) -> ProcessResult:
         """The store has no ``done`` record for an effect this process ran: write it (again),
-        never rerun. Lost writes only if the store had acknowledged it; else its ``complete``
-        failed (an outage, said then as ``complete_failed``) and this is the late write."""
+        never rerun. Lost writes if the store had acknowledged it; else its ``complete`` failed
+        (an outage, said then as ``complete_failed``) and this is, most likely, the late write
+        (a write applied just before its timeout, then lost, is indistinguishable from it)."""
+        key = remembered[0]
         if done.recorded:
             log(
                 "store_rollback",
@@ -227,6 +229,8 @@ class IdempotentProcessor:
         # Someone else may hold it by now: they find it done, or run it under a newer lease.
         with contextlib.suppress(StaleClaimError):
             self._complete(key, claim, done.result)
+            # Acknowledged now: should the store lose it later, that is a loss to alert on.
+            self._done.put(remembered, dataclasses.replace(done, recorded=True))
         return ProcessResult(Outcome.DUPLICATE, done.result)
 
     def _complete(self, key: str, claim: Claim, result: str | None) -> None:

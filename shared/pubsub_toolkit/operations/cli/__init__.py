@@ -280,11 +280,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolkitError as exc:
         print(f"pubsub-toolkit: error: {exc}", file=sys.stderr)
         return 2
-    except DefaultCredentialsError:
+    except DefaultCredentialsError as exc:
+        # google-auth's own words last: they name a credentials file that is missing or bad.
         print(
             f"pubsub-toolkit: error: {args.command}: no Google credentials - point it at the "
             'emulators (eval "$(pubsub-toolkit local env)"), or run `gcloud auth '
-            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS",
+            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS "
+            f"({' '.join(str(exc).split())})",
             file=sys.stderr,
         )
         return 2
