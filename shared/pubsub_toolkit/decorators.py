@@ -26,9 +26,9 @@ What it does with each delivery:
 **The key** is the message's ``dedup_key`` attribute (ingress stamps one on every message; a
 blank one is dead-lettered as ``invalid_dedup_key``, as at ingress - with
 ``on_missing_key="run"`` it counts as missing), else what the ``key`` function returns, else
-the Pub/Sub message id. A delivery with none of
-them is never run unguarded: it is dead-lettered as ``invalid_dedup_key`` (or raises without a
-dead-letter topic) unless ``on_missing_key="run"`` says to run it anyway. The handler sees the
+the Pub/Sub message id. A delivery with none of them is never run unguarded: it is
+dead-lettered as ``invalid_dedup_key`` (or raises without a dead-letter topic) unless
+``on_missing_key="run"`` says to run it anyway. The handler sees the
 key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` header.
 
 Stores, topics and policies come from the environment on the first delivery
