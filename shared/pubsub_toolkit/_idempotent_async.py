@@ -31,7 +31,7 @@ from pubsub_toolkit._bridge import await_, run_sync
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.decorators import Guarded, Idempotent, _delivered
-from pubsub_toolkit.errors import ClaimInProgressError, PermanentError
+from pubsub_toolkit.errors import ClaimInProgressError, ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
@@ -160,6 +160,8 @@ class AsyncIdempotent(Idempotent):
                 if attr.FIFO_GROUP in keyed.attributes and self._sweep_task is None:
                     self._sweep_task = asyncio.create_task(self._sweep(processor))
                 await processor.process(keyed)
+        except ConfigurationError as exc:
+            self._hold_back(received, exc)
         except Exception as exc:
             nack_after(received, exc)
         else:

@@ -33,12 +33,13 @@ key as ``message.dedup_key``: pass it downstream as an ``Idempotency-Key`` heade
 
 Stores, topics and policies come from the environment on the first delivery
 (:meth:`Settings.from_env`, :meth:`ConsumerSettings.from_env`), or from the ``settings`` and
-``consumer_settings`` you pass.
+``consumer_settings`` you pass. A missing or wrong setting is an ERROR naming the variable, once
+a minute; a subscriber's messages meanwhile come back a minute later, not in a tight loop.
 
 **An ``async def``** gets an async guard (:mod:`pubsub_toolkit._idempotent_async`): awaited on
 the loop of ``functions_framework.aio`` for a CloudEvent function, or, for a subscriber
 callback, run on an event loop of the decorated object's own thread (``close()`` stops it),
-over the async stores. (About 310 lines.)
+over the async stores. (About 350 lines.)
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, cast
@@ -55,10 +57,19 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.errors import ClaimInProgressError, PermanentError, TransientError
+from pubsub_toolkit.errors import (
+    ClaimInProgressError,
+    ConfigurationError,
+    PermanentError,
+    TransientError,
+)
 from pubsub_toolkit.message import Message
 
 logger = logging.getLogger(__name__)
+# A missing or wrong setting stops every delivery until the process restarts with it: each
+# message comes back after this long (a nack would redeliver it at once, in a tight loop), and
+# the error is logged at most once per this long.
+SETTING_RETRY_SECONDS = 60
 
 KeyFunction = Callable[[Message], "str | None"]
 MissingKey = Literal["dead_letter", "run"]
@@ -168,6 +179,7 @@ class Idempotent:
         self._processor: Any = None  # MessageProcessor, built on the first delivery
         self._closing = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._setting_error_said = float("-inf")  # time.monotonic() of the last such log
 
     # --- the two call shapes -------------------------------------------------------------
 
@@ -220,10 +232,30 @@ class Idempotent:
                 if attr.FIFO_GROUP in keyed.attributes:
                     self._start_sweeper(processor)
                 processor.process(keyed)
+        except ConfigurationError as exc:
+            self._hold_back(received, exc)
         except Exception as exc:
             nack_after(received, exc)
         else:
             received.ack()
+
+    def _hold_back(self, received: Any, exc: ConfigurationError) -> None:
+        """No delivery can be handled without the setting: say so once a minute, not once per
+        delivery, and let the message come back in a minute rather than at once."""
+        now = time.monotonic()
+        with self._lock:
+            say = now - self._setting_error_said >= SETTING_RETRY_SECONDS
+            if say:
+                self._setting_error_said = now
+        if say:
+            logger.error(
+                "cannot handle messages until the setting is fixed and the process restarted: "
+                "%s (each message comes back in %d s; this is said once a minute)",
+                exc,
+                SETTING_RETRY_SECONDS,
+            )
+        received.modify_ack_deadline(SETTING_RETRY_SECONDS)
+        received.drop()  # out of the client's lease management: back after the deadline
 
     # --- keys ----------------------------------------------------------------------------
 

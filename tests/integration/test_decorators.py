@@ -299,3 +299,44 @@ def test_concurrent_callbacks_of_one_group_raise_no_false_store_rollback(
     assert seen == {f"g{g}": list(range(1, per_group + 1)) for g in range(groups)}
     rollbacks = [r for r in caplog.records if "store_rollback" in str(getattr(r, "decision", ""))]
     assert rollbacks == []
+
+
+def test_a_missing_setting_is_said_once_and_the_message_comes_back_later_not_in_a_loop(
+    env: dict[str, str],
+    topology: Topology,
+    project_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """FINAL_TOPIC unset: no delivery can be handled until the process restarts with it. The
+    error names the variable once, and the message is held back a minute - a nack would bring
+    it back at once, in a loop (a new user's first run wrote 1.8 million log lines a minute)."""
+    monkeypatch.delenv("FINAL_TOPIC")
+    deliveries: list[str] = []
+    guarded = idempotent(consumer=f"unset-{project_id}")(lambda message: None)
+
+    def counted(message: Any) -> None:
+        deliveries.append(message.message_id)
+        guarded(message)
+
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    subscription = f"projects/{project_id}/subscriptions/unset-sub"
+    subscriber.create_subscription(name=subscription, topic=topology.final)
+    publisher.publish(topology.final, b"x", dedup_key="k").result(timeout=30)
+    stream = subscriber.subscribe(subscription, callback=counted)
+    try:
+        deadline = time.monotonic() + 30
+        while not deliveries and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the first delivery, bounded
+        assert deliveries, "never delivered"
+        # The measurement: for 2 s after the first delivery, does the message come back?
+        # (Nacked, the emulator redelivers it within milliseconds, hundreds of times.)
+        time.sleep(2)
+    finally:
+        stream.cancel()
+        stream.result(timeout=30)
+        guarded.close()
+        subscriber.close()
+    assert len(deliveries) == 1
+    said = [r.getMessage() for r in caplog.records if "cannot handle messages" in r.getMessage()]
+    assert len(said) == 1 and "FINAL_TOPIC" in said[0]
