@@ -163,3 +163,12 @@ def test_no_project_or_no_credentials_is_one_line_and_exit_2(
     assert main(argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_version_prints_the_packages_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import pubsub_toolkit
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pubsub-toolkit {pubsub_toolkit.__version__}"

@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='Against the local stack: pubsub-toolkit local up; eval "$(pubsub-toolkit local '
         'env)". Each command has its own --help.',
     )
+    from pubsub_toolkit import __version__
+
+    parser.add_argument(
+        "--version", action="version", version=f"pubsub-toolkit {__version__}",
+        help="print the version and exit",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_publish_command(commands)
