@@ -196,6 +196,7 @@ def down(repo: Path) -> tuple[list[str], list[str]]:
     if state is None:
         return [], []
     report = _before_stopping(state, [s.name for s in state.services])
+    report.append(f"kept: this run's logs and traces in {state.work_dir} (remove it when done)")
     stopped = [s.name for s in reversed(state.services) if stop_process_group(s.pid)]
     survivors = [s.name for s in state.services if process_group_alive(s.pid)]
     if survivors:

@@ -190,6 +190,7 @@ def test_restart_one_part_and_down_say_what_they_lose(
     assert down[1] == "discarded: 0 scheduled deliveries (the Cloud Tasks emulator keeps none)"
     assert down[2].startswith("discarded: ") and "Firestore documents" in down[2]
     assert "`local up --persist DIR` keeps them" in down[2]
+    assert down[-2].startswith("kept: this run's logs and traces in /")
     assert down[-1].startswith("stopped: ")
 
 
