@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit.operations.cli.common import (
+    NO_CREDENTIALS,
     attribute,
     delay,
     due_time,
@@ -62,10 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from pubsub_toolkit import __version__
 
+    version = f"pubsub-toolkit {__version__}"
     parser.add_argument(
-        "--version", action="version", version=f"pubsub-toolkit {__version__}",
-        help="print the version and exit",
-    )  # fmt: skip
+        "--version", action="version", version=version, help="print the version and exit"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_publish_command(commands)
@@ -286,19 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolkitError as exc:
         print(f"pubsub-toolkit: error: {exc}", file=sys.stderr)
         return 2
-    except DefaultCredentialsError as exc:
-        # google-auth's own words last: they name a credentials file that is missing or bad.
-        print(
-            f"pubsub-toolkit: error: {args.command}: no Google credentials - point it at the "
-            'emulators (eval "$(pubsub-toolkit local env)"), or run `gcloud auth '
-            "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS "
-            f"({' '.join(str(exc).split())})",
-            file=sys.stderr,
-        )
-        return 2
-    except (GoogleAPICallError, RetryError) as exc:
-        # A refused or failed call (missing topic, emulator gone): say so, without a traceback.
+    except (GoogleAPICallError, RetryError, DefaultCredentialsError) as exc:
+        # A refused or failed call (missing topic, emulator gone), or no credentials: say so,
+        # without a traceback (google-auth's own words last: they name a missing or bad file).
         message = " ".join(str(exc).split())
+        if isinstance(exc, DefaultCredentialsError):
+            message = f"{NO_CREDENTIALS} ({message})"
         print(f"pubsub-toolkit: error: {args.command}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -14,6 +14,10 @@ from pubsub_toolkit.errors import ConfigurationError, ToolkitError
 
 _DURATION = re.compile(r"^\s*(-?)\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+NO_CREDENTIALS = (
+    'no Google credentials - point it at the emulators (eval "$(pubsub-toolkit local env)"), '
+    "or run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+)
 # MAX_DELAY: how far ahead a delayed message may be due; ingress dead-letters a later one
 # (delay_too_long). Cloud Tasks itself schedules at most 30 days ahead; the relay re-schedules
 # (hops) a message due later, up to this limit.
