@@ -313,10 +313,12 @@ def test_a_missing_setting_is_said_once_and_the_message_comes_back_later_not_in_
     it back at once, in a loop (a new user's first run wrote 1.8 million log lines a minute)."""
     monkeypatch.delenv("FINAL_TOPIC")
     deliveries: list[str] = []
+    first, again = threading.Event(), threading.Event()
     guarded = idempotent(consumer=f"unset-{project_id}")(lambda message: None)
 
     def counted(message: Any) -> None:
         deliveries.append(message.message_id)
+        (again if first.is_set() else first).set()
         guarded(message)
 
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
@@ -325,13 +327,10 @@ def test_a_missing_setting_is_said_once_and_the_message_comes_back_later_not_in_
     publisher.publish(topology.final, b"x", dedup_key="k").result(timeout=30)
     stream = subscriber.subscribe(subscription, callback=counted)
     try:
-        deadline = time.monotonic() + 30
-        while not deliveries and time.monotonic() < deadline:
-            time.sleep(0.05)  # until the first delivery, bounded
-        assert deliveries, "never delivered"
-        # The measurement: for 2 s after the first delivery, does the message come back?
-        # (Nacked, the emulator redelivers it within milliseconds, hundreds of times.)
-        time.sleep(2)
+        assert first.wait(30), "never delivered"
+        # The measurement: within 2 s of the first delivery, does the message come back?
+        # (Nacked, the emulator redelivers it within milliseconds, dozens of times.)
+        assert not again.wait(2), f"delivered again: {len(deliveries)} deliveries"
     finally:
         stream.cancel()
         stream.result(timeout=30)

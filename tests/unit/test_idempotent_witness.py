@@ -15,14 +15,19 @@ from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 
 
+def one_process(store: MemoryDedupStore, clock: ManualClock) -> IdempotentProcessor:
+    """A process's processor on ``store``: a 30 s lease, an 8-day TTL."""
+    return IdempotentProcessor(
+        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
+    )
+
+
 def test_a_lost_done_record_is_recorded_again_not_rerun(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = ManualClock()
     store = MemoryDedupStore(clock)
-    processor = IdempotentProcessor(
-        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
-    )
+    processor = one_process(store, clock)
     runs: list[str] = []
     effect = lambda: runs.append("x") or "result"  # noqa: E731
     assert processor.process("k", "fp", effect).outcome is Outcome.PROCESSED
@@ -32,9 +37,7 @@ def test_a_lost_done_record_is_recorded_again_not_rerun(
     assert any("ALERT" in r.getMessage() for r in caplog.records)
     assert store.get("c", "k") is not None  # recorded again for everyone else
 
-    other_process = IdempotentProcessor(
-        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
-    )
+    other_process = one_process(store, clock)
     store._records.clear()
     # A process that never saw it cannot know: the README's weaker guarantee.
     assert other_process.process("k", "fp", effect).outcome is Outcome.PROCESSED
@@ -61,9 +64,7 @@ def test_a_done_record_that_was_never_written_is_written_late_without_a_loss_ale
 
     clock = ManualClock()
     store = DownForCompletes(clock)
-    processor = IdempotentProcessor(
-        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
-    )
+    processor = one_process(store, clock)
     runs: list[str] = []
     effect = lambda: runs.append("x") or "result"  # noqa: E731
     with pytest.raises(StoreUnavailableError):
@@ -92,9 +93,7 @@ def test_a_retry_after_this_process_released_the_key_is_no_lost_worker_warning(
     retry (INFO); taking over one whose holder vanished is a WARNING."""
     clock = ManualClock()
     store = MemoryDedupStore(clock)
-    processor = IdempotentProcessor(
-        store, namespace="c", lease=timedelta(seconds=30), ttl=timedelta(days=8), clock=clock
-    )
+    processor = one_process(store, clock)
     caplog.set_level(logging.INFO)
 
     def fails() -> str:

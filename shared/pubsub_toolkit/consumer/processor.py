@@ -240,7 +240,7 @@ class MessageProcessor:
             self._dedup.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
             return result
 
-        return self.run_once(message, timed)[0]
+        return self._run_once(message, timed)[0]  # checked above, by fifo_address
 
     def process_batch(self, messages: Sequence[Message]) -> list[str | Exception]:
         """Handle consecutive deliveries of one FIFO group together: in batch mode the run
@@ -274,6 +274,9 @@ class MessageProcessor:
             check_delivered(message.attributes)
         except PermanentError as exc:
             return self.reject(message, exc), None
+        return self._run_once(message, call)
+
+    def _run_once(self, message: Message, call: Callable[[], object]) -> tuple[str, str | None]:
         limited: list[str] = []
 
         def effect() -> str | None:
