@@ -23,7 +23,7 @@ from pubsub_toolkit.consumer.processor import MessageProcessor, gate_policy
 from pubsub_toolkit.consumer.retry import RetryScheduler, SchedulerFromSettings
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
-from pubsub_toolkit.errors import ConfigurationError, PermanentError
+from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 
@@ -62,14 +62,17 @@ class AsyncMessageProcessor:
     def from_settings(
         cls, settings: Settings, consumer: ConsumerSettings, handler: AsyncHandler
     ) -> AsyncMessageProcessor:
-        """Wire the async stores (one client for both), gate, dead-lettering and dedup."""
+        """Wire the async stores (one client for both; made by the stores' one factory, as the
+        sync processor's: see :func:`~pubsub_toolkit.stores.factory.async_stores_from_settings`),
+        gate, dead-lettering and dedup."""
         from pubsub_toolkit.producer.sink import PubSubSink
+        from pubsub_toolkit.stores.factory import async_stores_from_settings
 
-        dedup_store, fifo_store, client = async_stores(settings)
+        stores = async_stores_from_settings(settings)
         log = DecisionLog(consumer.consumer_id)
         dead_letters = DeadLetterer(PubSubSink(), settings.dead_letter_topic, log)
         gate = AsyncFifoGate(
-            fifo_store,
+            stores.fifo,
             consumer=consumer.consumer_id,
             handler=handler,
             dead_letters=dead_letters,
@@ -77,7 +80,7 @@ class AsyncMessageProcessor:
             log=log,
         )
         dedup = AsyncIdempotentProcessor(
-            dedup_store,
+            stores.dedup,
             namespace=consumer.consumer_id,
             lease=settings.dedup_lease,
             ttl=settings.dedup_ttl,
@@ -91,7 +94,7 @@ class AsyncMessageProcessor:
             scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
             max_attempts=consumer.max_attempts,
         )
-        processor._clients = [client] if client is not None else []
+        processor._clients = [] if stores.client is None else [stores.client]
         return processor
 
     async def process(self, message: Message) -> str:
@@ -150,32 +153,3 @@ class _BlockingGate:
 
     def groups(self) -> list[str]:
         return self._loop.run(self._gate.groups())
-
-
-def async_stores(settings: Settings) -> tuple[Any, Any, Any]:
-    """The async dedup store and FIFO store of ``settings.store_backend``, and the one client
-    they share (None for memory)."""
-    if settings.store_backend == "redis":
-        from pubsub_toolkit.stores.dedup.redis_async import AsyncRedisDedupStore, connect_async
-        from pubsub_toolkit.stores.fifo_state.redis_async import AsyncRedisFifoStore
-
-        if not settings.redis_url:
-            raise ConfigurationError("store_backend redis needs redis_url (REDIS_URL)")
-        client = connect_async(settings.redis_url, needed_by="the async Redis stores")
-        return AsyncRedisDedupStore(client), AsyncRedisFifoStore(client), client
-    if settings.store_backend == "firestore":
-        from google.cloud import firestore
-
-        from pubsub_toolkit.stores.dedup.firestore_async import AsyncFirestoreDedupStore
-        from pubsub_toolkit.stores.fifo_state.firestore_async import AsyncFirestoreFifoStore
-
-        client = firestore.AsyncClient(database=settings.firestore_database)
-        return (
-            AsyncFirestoreDedupStore(client, collection=settings.dedup_collection),
-            AsyncFirestoreFifoStore(client),
-            client,
-        )
-    from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
-    from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore
-
-    return AsyncMemoryDedupStore(), AsyncMemoryFifoStore(), None

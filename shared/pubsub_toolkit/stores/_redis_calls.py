@@ -1,8 +1,14 @@
 """How every Redis store of the toolkit imports redis-py, connects and fails: lazily, and closed.
 
-redis-py is an optional extra: a missing install names the ``pip install`` that fixes it. An
-unreachable Redis becomes :class:`~pubsub_toolkit.errors.StoreUnavailableError` (transient:
-the message is delivered again later) - a store never guesses ("assume new", "next number").
+redis-py is an optional extra: a missing install names the ``pip install`` that fixes it. A
+Redis that cannot answer becomes :class:`~pubsub_toolkit.errors.StoreUnavailableError`
+(transient: the message is delivered again later) - a store never guesses ("assume new", "next
+number"). "Cannot answer" is decided in one place, :func:`is_unavailable`, for the sync and the
+asyncio clients: a connection error or timeout, and an error *reply* that says the server
+cannot take the command now (:data:`UNAVAILABLE_REPLIES`: a replica after a failover, memory
+full, a dataset still loading, a cluster re-sharding or down, a busy script). Callers above
+(the FIFO gate's advance, the dedup processor's complete) retry a StoreUnavailableError and
+raise an ALERT when it persists; any other error reply is a bug and propagates as it is.
 
 Redis Cluster (Memorystore for Redis Cluster) only runs a command, script or transaction whose
 keys all hash to one slot. The dedup store and the sequence counter touch one key per
@@ -31,23 +37,75 @@ def import_redis(needed_by: str) -> Any:
     return import_optional("redis", extra="redis", needed_by=needed_by)
 
 
+# Error-reply codes (the reply's first word) that mean "this server cannot take the command
+# now", not "the command is wrong": READONLY (a replica: a failover moved the primary), OOM
+# (maxmemory with noeviction), LOADING, BUSY (a long script), MASTERDOWN, NOREPLICAS
+# (min-replicas), MISCONF (a failing RDB save refuses writes), TRYAGAIN and CLUSTERDOWN (a
+# cluster re-sharding or down).
+UNAVAILABLE_REPLIES = frozenset(
+    {
+        "READONLY",
+        "OOM",
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "NOREPLICAS",
+        "MISCONF",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+    }
+)
+# redis-py's own classes for some of them (it strips the code from their message), and the
+# cluster client's "no node answers for this slot" errors (not RedisError subclasses).
+_UNAVAILABLE_CLASSES = (
+    "ConnectionError",
+    "TimeoutError",
+    "ReadOnlyError",
+    "OutOfMemoryError",
+    "TryAgainError",
+    "ClusterDownError",
+    "ClusterError",
+    "SlotNotCoveredError",
+    "RedisClusterUnreachableError",
+)
+
+
 def fail_closed(redis_module: Any, operation: Callable[[], T]) -> T:
-    """Run ``operation``; a connection error or timeout becomes StoreUnavailableError."""
+    """Run ``operation``; an error :func:`is_unavailable` says is "Redis cannot answer"
+    becomes StoreUnavailableError, any other propagates unchanged."""
     try:
         return operation()
-    except unavailable_errors(redis_module) as exc:
+    except Exception as exc:
+        raise_if_unavailable(redis_module, exc)
+        raise
+
+
+def is_unavailable(redis_module: Any, exc: BaseException) -> bool:
+    """True if ``exc`` (from a sync or an asyncio client) means Redis cannot answer now: a
+    connection error, a timeout, or an error reply of :data:`UNAVAILABLE_REPLIES`."""
+    exceptions = redis_module.exceptions
+    classes = tuple(
+        getattr(exceptions, name) for name in _UNAVAILABLE_CLASSES if hasattr(exceptions, name)
+    )
+    if isinstance(exc, classes):
+        return True
+    if not isinstance(exc, redis_module.ResponseError):
+        return False
+    code = getattr(exc, "status_code", None) or str(exc).split(" ", 1)[0]
+    return code in UNAVAILABLE_REPLIES
+
+
+def raise_if_unavailable(redis_module: Any, exc: Exception) -> None:
+    """Raise :func:`unavailable` of ``exc`` (chained) if :func:`is_unavailable`; else return,
+    and the caller re-raises ``exc`` itself (for a hot path's own ``except``, where
+    :func:`fail_closed`'s closure would cost a call per operation)."""
+    if is_unavailable(redis_module, exc):
         raise unavailable(exc) from exc
 
 
-def unavailable_errors(redis_module: Any) -> tuple[type[Exception], ...]:
-    """The redis-py errors that mean "Redis cannot be reached" (for a hot path's own
-    ``except``, where :func:`fail_closed`'s closure would cost a call per operation)."""
-    return (redis_module.ConnectionError, redis_module.TimeoutError)
-
-
 def unavailable(exc: Exception) -> StoreUnavailableError:
-    """The StoreUnavailableError that ``exc`` (one of :func:`unavailable_errors`) becomes."""
-    return StoreUnavailableError(f"Redis is unavailable: {exc}")
+    """The StoreUnavailableError that ``exc`` (one :func:`is_unavailable` accepts) becomes."""
+    return StoreUnavailableError(f"Redis is unavailable: {type(exc).__name__}: {exc}")
 
 
 def is_cluster_client(redis_module: Any, client: object) -> bool:

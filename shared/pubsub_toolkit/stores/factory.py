@@ -1,8 +1,12 @@
-"""Build the configured backend from settings: one backend, on one client, for dedup
-records, FIFO state, sequence counters and stats.
+"""Build the configured stores from settings: one backend, on one client, for dedup
+records, FIFO state, sequence counters and stats - for sync code and for asyncio.
 
 :func:`backend_from_settings` is the one place settings become a backend; the
 ``*_from_settings`` functions are thin wrappers over it for callers that need one store.
+:func:`async_stores_from_settings` makes the asyncio path's two stores from the same settings
+the same way: the Redis URL resolved by :func:`redis_url_from_settings` (``REDIS_URL_SECRET``
+and ``REDIS_CA_CERT_SECRET`` included), a cluster node refused for the FIFO gate store at
+configuration, Firestore in ``settings.project`` and ``settings.firestore_database``.
 Backends are imported here only when selected, so the memory and Firestore backends work
 without the ``redis`` extra; the Redis modules themselves say which extra to install.
 """
@@ -13,7 +17,8 @@ import os
 import tempfile
 import threading
 import urllib.parse
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit._secrets import SecretReader, read_secret_manager
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -24,8 +29,8 @@ from pubsub_toolkit.stores.stats.base import INGRESS_SCOPE
 if TYPE_CHECKING:
     from pubsub_toolkit.stores.backends.base import Backend
     from pubsub_toolkit.stores.counters.base import SequenceCounter
-    from pubsub_toolkit.stores.dedup.base import DedupStore
-    from pubsub_toolkit.stores.fifo_state.base import FifoStore
+    from pubsub_toolkit.stores.dedup.base import AsyncDedupStore, DedupStore
+    from pubsub_toolkit.stores.fifo_state.base import AsyncFifoStore, FifoStore
     from pubsub_toolkit.stores.stats.base import StatsStore
 
 
@@ -126,3 +131,44 @@ def counter_from_settings(settings: Settings) -> SequenceCounter:
 def stats_store_from_settings(settings: Settings, *, scope: str = INGRESS_SCOPE) -> StatsStore:
     """The stats store (the dashboard's counters) on ``settings.store_backend``."""
     return backend_from_settings(settings).stats_store(scope=scope)
+
+
+@dataclass(frozen=True)
+class AsyncStores:
+    """The asyncio path's stores, on one client (``None`` for memory) that the caller closes
+    on the loop that used it (``aclose``)."""
+
+    dedup: AsyncDedupStore
+    fifo: AsyncFifoStore
+    client: Any
+
+
+def async_stores_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> AsyncStores:
+    """The async dedup and FIFO stores of ``settings.store_backend``, configured exactly as
+    :func:`backend_from_settings` configures the sync ones (a Redis Cluster is refused with the
+    same ConfigurationError, before any message). Only the selected backend is imported."""
+    if settings.store_backend == "redis":
+        from pubsub_toolkit.stores.dedup.redis_async import AsyncRedisDedupStore, connect_async
+        from pubsub_toolkit.stores.fifo_state.redis_async import AsyncRedisFifoStore
+
+        client = connect_async(
+            redis_url_from_settings(settings), needed_by="the async Redis stores"
+        )
+        # The FIFO store refuses a cluster client (ConfigurationError), as the sync one does.
+        fifo = AsyncRedisFifoStore(client)
+        return AsyncStores(AsyncRedisDedupStore(client, clock=clock), fifo, client)
+    if settings.store_backend == "firestore":
+        from google.cloud import firestore
+
+        from pubsub_toolkit.stores.dedup.firestore_async import AsyncFirestoreDedupStore
+        from pubsub_toolkit.stores.fifo_state.firestore_async import AsyncFirestoreFifoStore
+
+        client = firestore.AsyncClient(
+            project=settings.project, database=settings.firestore_database
+        )
+        dedup = AsyncFirestoreDedupStore(client, collection=settings.dedup_collection, clock=clock)
+        return AsyncStores(dedup, AsyncFirestoreFifoStore(client), client)
+    from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
+    from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore
+
+    return AsyncStores(AsyncMemoryDedupStore(clock), AsyncMemoryFifoStore(clock), None)

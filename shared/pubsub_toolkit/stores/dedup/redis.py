@@ -50,8 +50,7 @@ from pubsub_toolkit.stores._redis_calls import (
     fail_closed,
     import_redis,
     is_cluster_client,
-    unavailable,
-    unavailable_errors,
+    raise_if_unavailable,
 )
 from pubsub_toolkit.stores.dedup import _codec as codec
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
@@ -214,7 +213,6 @@ class RedisDedupStore:
         self._client = client
         self._prefix = prefix
         self._clock = clock
-        self._unavailable = unavailable_errors(self._redis_module)
         self._cluster = is_cluster_client(self._redis_module, client)
         # Cleared on the first "syntax error" for SET NX GET (Redis < 7.0): claims then go
         # through _CLAIM_OR_GET, which answers the same in the same single round trip.
@@ -244,8 +242,9 @@ class RedisDedupStore:
         fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
         try:  # self._call, inlined: a closure per call is client CPU on the hot path
             raw = self._create_or_get(rkey, codec.encode(fresh), fresh, now)
-        except self._unavailable as exc:
-            raise unavailable(exc) from exc
+        except Exception as exc:
+            raise_if_unavailable(self._redis_module, exc)
+            raise
         if raw is None:
             return Claim(ClaimStatus.ACQUIRED, 1, fresh)
         return self._call(
@@ -339,8 +338,9 @@ class RedisDedupStore:
             ok = self._eval(
                 _REPLACE_IF_TOKEN, f"{self._prefix}{len(namespace)}:{namespace}:{key}", args
             )
-        except self._unavailable as exc:
-            raise unavailable(exc) from exc
+        except Exception as exc:
+            raise_if_unavailable(self._redis_module, exc)
+            raise
         if not ok:
             raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
 

@@ -8,7 +8,8 @@ over by the shared compare-and-set script (``_TAKE_OVER``: exactly one contender
 ``complete`` and ``release`` run the shared token-checking script (``_REPLACE_IF_TOKEN``).
 Every decision is :mod:`pubsub_toolkit.dedup.rules`', every record encoding :mod:`._codec`'s.
 Round trips are not coalesced into pipelines as in the sync store: on one event loop the calls
-are already concurrent on the client's connection pool. Fails closed (StoreUnavailableError).
+are already concurrent on the client's connection pool. Fails closed (StoreUnavailableError), on a
+standalone Redis or a cluster (its one-key commands and scripts run on either).
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from typing import Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.dedup import rules
-from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
-from pubsub_toolkit.stores._redis_calls import SOCKET_TIMEOUT, import_redis
+from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.stores._redis_calls import (
+    SOCKET_TIMEOUT,
+    import_redis,
+    raise_if_unavailable,
+    server_in_cluster_mode,
+)
 from pubsub_toolkit.stores.dedup import _codec as codec
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
 from pubsub_toolkit.stores.dedup.redis import (
@@ -150,19 +156,36 @@ class AsyncRedisDedupStore:
 
 
 async def fail_closed_async(redis_module: Any, operation: Awaitable[T]) -> T:
-    """Await ``operation``; a connection error or timeout becomes StoreUnavailableError."""
+    """Await ``operation``; an error that means "Redis cannot answer" (a connection error, a
+    timeout, an error reply such as READONLY or OOM: see
+    :func:`~pubsub_toolkit.stores._redis_calls.is_unavailable`, shared with the sync stores)
+    becomes StoreUnavailableError; any other propagates unchanged."""
     try:
         return await operation
-    except (redis_module.ConnectionError, redis_module.TimeoutError) as exc:
-        raise StoreUnavailableError(f"Redis is unavailable: {exc}") from exc
+    except Exception as exc:
+        raise_if_unavailable(redis_module, exc)
+        raise
 
 
 def connect_async(url: str, *, needed_by: str) -> Any:
-    """A ``redis.asyncio.Redis`` for ``url`` with the sync stores' short timeouts. (Redis
-    Cluster is not picked automatically here: pass a ``redis.asyncio.RedisCluster``.)"""
-    import_redis(needed_by)
+    """A ``redis.asyncio`` client for ``url`` with the sync stores' short timeouts, picked as
+    :func:`~pubsub_toolkit.stores._redis_calls.connect` picks the sync one: a
+    ``redis.asyncio.RedisCluster`` when the server says it is a cluster node (asked once, here,
+    with a sync ``INFO cluster``: configuration happens before the loop serves messages), else a
+    ``redis.asyncio.Redis``. The FIFO gate store refuses the cluster client, as the sync one
+    does."""
+    redis = import_redis(needed_by)
     from redis import asyncio as aioredis
 
-    return aioredis.Redis.from_url(
-        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-    )
+    timeouts: dict[str, Any] = {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": SOCKET_TIMEOUT,
+    }
+    probe = redis.Redis.from_url(url, **timeouts)
+    try:
+        cluster = server_in_cluster_mode(redis, probe)
+    finally:
+        probe.close()
+    if cluster:
+        return aioredis.RedisCluster.from_url(url, **timeouts)
+    return aioredis.Redis.from_url(url, **timeouts)
