@@ -56,7 +56,8 @@ class ClaimInProgressError(TransientError):
 
 
 class StoreUnavailableError(TransientError):
-    """The dedup/counter store could not be reached. Stores fail closed: never "assume new"."""
+    """The store could not be reached, or answered that it cannot take the command now (a
+    Redis READONLY or OOM reply, ...). Stores fail closed: never "assume new"."""
 
 
 class StaleClaimError(TransientError):

@@ -26,8 +26,9 @@ client (:meth:`RedisDedupStore.from_url` picks one when the server is a cluster 
 redis-py refuses EVALSHA inside a cluster pipeline, so there the scripts are called directly
 (routed by the record's slot) instead of sharing a pipeline.
 
-The store fails closed: if Redis cannot be reached it raises StoreUnavailableError (transient),
-never "assume new".
+The store fails closed: if Redis cannot be reached, or refuses the command for now (READONLY,
+OOM, ...: :func:`~pubsub_toolkit.stores._redis_calls.is_unavailable`), it raises
+StoreUnavailableError (transient), never "assume new".
 
 (About 410 lines: the store, its three Lua scripts and the raw call path its round trips
 share are one protocol; split apart, each piece would only make sense read with the others.)
