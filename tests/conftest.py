@@ -80,6 +80,24 @@ def unique() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """``PUBSUB_TOOLKIT_TEST_MUTATION=ID`` runs the session with mutation ID of
+    :mod:`tests.simulation.mutations` in force: how ``make sim-mutations`` shows that a fix only a
+    test against a real server can see (a store's error replies, the asyncio factory) is still
+    guarded by that test - the test must fail under the mutation."""
+    defect = os.environ.get("PUBSUB_TOOLKIT_TEST_MUTATION")
+    if not defect:
+        return
+    from tests.simulation.mutations import applied, mutations
+
+    chosen = [m for m in mutations() if m.defect == defect]
+    if not chosen:
+        raise pytest.UsageError(f"PUBSUB_TOOLKIT_TEST_MUTATION={defect}: no such mutation")
+    context = applied(chosen[0])
+    context.__enter__()
+    config.add_cleanup(lambda: context.__exit__(None, None, None))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any process group a test started (emulators, Redis, functions-framework,
     gunicorn, the Cloud Tasks emulator, ...) is still alive after its fixture stopped it."""
