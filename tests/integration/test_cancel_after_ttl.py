@@ -84,10 +84,10 @@ def test_redis_keeps_the_release_record_as_long_as_a_tombstone(redis_url: str, u
     )
     message = OutboundMessage(b"x", {"dedup_key": "k"})
     relay.release(DelayedMessage(message, "k", datetime.now(UTC)).to_json())
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         [name] = client.keys(f"{prefix}*")  # the release record, the only one written
-        assert name.endswith(f"{RELAY_NAMESPACE}:k".encode())
+        assert name.endswith(f"{RELAY_NAMESPACE}:k")
         remaining = timedelta(milliseconds=client.pttl(name))
     finally:
         client.close()
