@@ -15,7 +15,8 @@ Why not publish to the final topic instead? Without the store the relay cannot s
 opposite: an earlier attempt (or a duplicate run on another instance) may have published the
 message before the store failed to record it. Its ``error_detail`` says so; replaying it
 republishes the same ``dedup_key``, which consumers acknowledge as a duplicate while they keep
-its record (``DEDUP_TTL``). Where the relay *knows* it published the message (this process did,
+its record (``DEDUP_TTL``) - but a replay is not checked against a cancel tombstone, so the
+operator checks that first. Where the relay *knows* it published the message (this process did,
 see :class:`~pubsub_toolkit.delay.relay.Relay`) it answers 2xx and dead-letters nothing. If the
 dead-letter publish fails too, nothing is left to try: the task is answered 5xx and dropped,
 with an ALERT naming the key.
@@ -66,8 +67,9 @@ class LastAttempt:
         reason = reason or self.reason
         detail = (
             f"Cloud Tasks' last attempt ({self._attempt} of {self._max_attempts}) failed: "
-            f"{self._failure}. Whether an earlier attempt had released it could not be checked: "
-            "replaying it is safe while consumers keep its dedup_key (DEDUP_TTL)"
+            f"{self._failure}. Whether it had been released already, or cancelled, could not "
+            "be checked: before a replay, check that it was not cancelled (is_cancelled); a "
+            "released one is a duplicate to consumers while they keep its dedup_key (DEDUP_TTL)"
         )
         try:
             self._dead_letters.send(message, reason, detail, dedup_key=key)
