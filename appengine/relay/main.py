@@ -2,7 +2,9 @@
 
 A thin Flask layer over :class:`pubsub_toolkit.delay.relay.Relay`: authenticate (OIDC token or
 App Engine's queue header), release, and map the outcome to a status Cloud Tasks understands -
-2xx only after the publish resolved, 5xx on a transient failure (Cloud Tasks retries),
+2xx only after the publish resolved, 5xx on a transient failure (Cloud Tasks retries) except
+on the queue's last attempt (read from the task's retry-count header against
+``TASKS_MAX_ATTEMPTS``), where the relay dead-letters rather than let the task be dropped,
 401/403 for a request that is not from Cloud Tasks.
 """
 
@@ -15,6 +17,7 @@ from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from pubsub_toolkit.config import Settings
+from pubsub_toolkit.delay.attempts import attempt_from_headers, max_attempts_from_env
 from pubsub_toolkit.delay.auth import AuthError, RequestAuthenticator, authenticator_from_settings
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.errors import TransientError
@@ -46,7 +49,9 @@ def create_app(
 
             raise ConfigurationError("TASKS_QUEUE is required by the relay")
         if relay is None:
-            relay = Relay.from_settings(settings)
+            relay = Relay.from_settings(
+                settings, task_max_attempts=max_attempts_from_env(os.environ)
+            )
             _observe(relay, settings)
         authenticator = authenticator or authenticator_from_settings(settings.delay)
     app = Flask(__name__)
@@ -60,7 +65,10 @@ def create_app(
     def release() -> ResponseReturnValue:
         try:
             caller = authenticator.authenticate(request.headers)
-            result = relay.release(request.get_data())
+            # Read only once authenticated: then the headers are Cloud Tasks' own.
+            result = relay.release(
+                request.get_data(), attempt=attempt_from_headers(request.headers)
+            )
         except AuthError as exc:
             logger.warning("refused release request: %s", exc.detail)
             return jsonify(error=exc.detail), exc.status

@@ -8,6 +8,11 @@ and whoever creates it first wins:
 * :func:`cancel` claims it with the fingerprint ``cancelled`` and completes it at once - a
   *tombstone* that outlives the longest delay.
 
+Both kinds live :data:`TOMBSTONE_TTL` (366 days), not ``DEDUP_TTL``: were the release record to
+expire first, a later ``cancel`` would find no record, write a tombstone and answer "not
+delivered" about a message that went out long ago. Every writer of a release record takes its
+TTL from :func:`fate_ttl`.
+
 So a ``cancel`` that lands between the relay's checks and its publish cannot answer "not
 delivered" while the message goes out: either the tombstone exists and the relay publishes
 nothing (a later hop, or a task already dispatched, finds it too), or the relay's claim exists
@@ -41,8 +46,15 @@ logger = logging.getLogger(__name__)
 
 RELAY_NAMESPACE = "relay"
 CANCELLED = "cancelled"  # the tombstone's fingerprint: no message's fingerprint looks like it
-# A tombstone must outlive the longest possible delay (the scheduler's MAX_DELAY, 365 days).
+# A tombstone must outlive the longest possible delay (the scheduler's MAX_DELAY, 365 days);
+# a release record lives as long, so cancel() answers the same whenever it is asked.
 TOMBSTONE_TTL = timedelta(days=366)
+
+
+def fate_ttl(dedup_ttl: timedelta) -> timedelta:
+    """How long a release record (namespace ``relay``) lives: as long as a tombstone, so a
+    ``cancel`` long after the release still finds it and answers "delivered"."""
+    return max(dedup_ttl, TOMBSTONE_TTL)
 
 
 class TaskDeleter(Protocol):

@@ -13,7 +13,10 @@ A cancelled FIFO message is replaced by a filler for its number (see
 :mod:`pubsub_toolkit.ingress.pipeline`), so its group does not wait for it. A fingerprint
 mismatch is dead-lettered once per content, however often Cloud Tasks retries the task.
 
-A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff.
+A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff -
+except on the queue's last attempt (:mod:`.attempts`): then the message is dead-lettered with a
+reason rather than lost with the task (:mod:`.last_attempt`). A release record lives as long as
+a cancel tombstone (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
 """
 
 from __future__ import annotations
@@ -26,20 +29,24 @@ from typing import Protocol
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
+from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
+from pubsub_toolkit.delay.attempts import DEFAULT_MAX_ATTEMPTS, is_last_attempt
 from pubsub_toolkit.delay.cancel import (
     RELAY_NAMESPACE,
     fate_key,
+    fate_ttl,
     is_cancelled,
     release_once,
     released_message_id,
 )
+from pubsub_toolkit.delay.last_attempt import LastAttempt
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
-from pubsub_toolkit.errors import ConfigurationError, PermanentError
+from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import LATENESS, DecisionLog, Metrics
 from pubsub_toolkit.producer.sink import MessageSink
@@ -90,8 +97,15 @@ class Relay:
         scheduler: HopScheduler | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
+        task_max_attempts: int | None = None,
     ) -> None:
+        """``task_max_attempts``: the queue's ``max_attempts`` (None: unknown or unlimited, so
+        no attempt is taken for the last)."""
         self.log = DecisionLog(RELAY_NAMESPACE, metrics)
+        self._max_attempts = task_max_attempts
+        # (fate key, FIFO number) -> the final topic's message id, for what this process
+        # published: on a last attempt the store cannot answer, it still knows these went out.
+        self._published: Witness[tuple[str, str | None], str] = Witness()
         self._store = store
         self._sink = tracing.forwarding(sink, hop="relay")
         self._final_topic = final_topic
@@ -99,7 +113,12 @@ class Relay:
         self._clock = clock
         self._dead_letters = DeadLetterer(self._sink, dead_letter_topic, self.log)
         self._publishes = IdempotentProcessor(
-            store, namespace=RELAY_NAMESPACE, lease=lease, ttl=ttl, log=self.log, clock=clock
+            store,
+            namespace=RELAY_NAMESPACE,
+            lease=lease,
+            ttl=fate_ttl(ttl),  # cancel() must find it as long as it can find a tombstone
+            log=self.log,
+            clock=clock,
         )
         self._hops = IdempotentProcessor(
             store,
@@ -109,12 +128,14 @@ class Relay:
             log=DecisionLog(HOP_NAMESPACE),
             clock=clock,
         )
-        self._rejections = self._publishes.sibling(
+        self._rejections = self._hops.sibling(
             REJECTED_NAMESPACE, log=DecisionLog(REJECTED_NAMESPACE)
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Relay:
+    def from_settings(
+        cls, settings: Settings, *, task_max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
+    ) -> Relay:
         from pubsub_toolkit.producer.sink import PubSubSink
         from pubsub_toolkit.stores.factory import dedup_store_from_settings
 
@@ -128,14 +149,27 @@ class Relay:
             lease=settings.dedup_lease,
             ttl=settings.dedup_ttl,
             scheduler=CloudTasksScheduler.from_settings(settings.delay),
+            task_max_attempts=task_max_attempts,
         )
 
     @property
     def metrics(self) -> Metrics:
         return self.log.metrics
 
-    def release(self, body: bytes) -> RelayResult:
-        """Handle one task's body. Returns when the request may be answered 2xx."""
+    def release(self, body: bytes, *, attempt: int | None = None) -> RelayResult:
+        """Handle one task's body. Returns when the request may be answered 2xx.
+
+        ``attempt`` is Cloud Tasks' 1-based attempt number (None: unknown); on the queue's last
+        attempt a transient failure is dead-lettered instead of raised (see the module doc).
+        """
+        try:
+            return self._release_body(body)
+        except TransientError as failure:
+            if not is_last_attempt(attempt, self._max_attempts):
+                raise
+            return self._last_attempt_failed(body, failure, attempt)
+
+    def _release_body(self, body: bytes) -> RelayResult:
         try:
             delayed = DelayedMessage.from_json(body)
         except PermanentError as exc:
@@ -149,6 +183,25 @@ class Relay:
                 span.set_attribute(tracing.OUTCOME, result.outcome.value)
             return result
 
+    def _last_attempt_failed(
+        self, body: bytes, failure: TransientError, attempt: int | None
+    ) -> RelayResult:
+        """Cloud Tasks deletes the task after this answer: never answer 5xx and lose it."""
+        last = LastAttempt(self._dead_letters, self.log, attempt, self._max_attempts, failure)
+        try:
+            delayed = DelayedMessage.from_json(body)
+        except PermanentError as exc:
+            # Its once-only dead letter needed the store: a second copy beats none.
+            last.dead_letter(Message(body), None, exc.reason)
+            return RelayResult(RelayOutcome.DEAD_LETTERED, None, exc.reason)
+        key = fate_key(delayed.dedup_key, delayed.message.attributes)
+        published = self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ)))
+        if published is not None:  # this process put it on the final topic
+            last.published_unrecorded(key)
+            return RelayResult(RelayOutcome.PUBLISHED, key, published)
+        reason = last.dead_letter(_as_message(delayed), key)
+        return RelayResult(RelayOutcome.DEAD_LETTERED, key, reason)
+
     def _release(self, delayed: DelayedMessage) -> RelayResult:
         key = fate_key(delayed.dedup_key, delayed.message.attributes)
         if is_cancelled(self._store, key):
@@ -161,7 +214,9 @@ class Relay:
         fingerprint = delayed.message.attributes.get(attr.CONTENT_SHA256) or (
             attr.content_fingerprint(delayed.message.data, delayed.message.attributes)
         )
-        processed = release_once(self._publishes, self._publish, delayed.message, key, fingerprint)
+        processed = release_once(
+            self._publishes, lambda m: self._publish_as(key, m), delayed.message, key, fingerprint
+        )
         if processed.outcome is Outcome.MISMATCH:
             if is_cancelled(self._store, key):  # cancelled between our check and our claim
                 return self._cancelled(delayed)
@@ -184,8 +239,10 @@ class Relay:
         self.metrics.observe(LATENESS, max(lateness, 0.0))
         return RelayResult(RelayOutcome.PUBLISHED, key, released_message_id(processed.result))
 
-    def _publish(self, message: OutboundMessage) -> str:
-        return self._sink.publish(self._final_topic, message)
+    def _publish_as(self, key: str, message: OutboundMessage) -> str:
+        message_id = self._sink.publish(self._final_topic, message)
+        self._published.put((key, message.attributes.get(attr.FIFO_SEQ)), message_id)
+        return message_id
 
     def _cancelled(self, delayed: DelayedMessage) -> RelayResult:
         """Publish nothing; for a FIFO message, a filler so its group moves on."""

@@ -1,0 +1,112 @@
+"""What the relay does when Cloud Tasks' last attempt of a task fails: dead-letter, not lose.
+
+Cloud Tasks deletes a task once its last attempt (:mod:`.attempts`) is answered 5xx, so a relay
+whose store has been down for the whole retry budget would lose the message: neither the final
+nor the dead-letter topic. On that attempt the relay dead-letters it instead, with a reason and
+an ALERT:
+
+* ``relay_store_unavailable``: the store could not be reached (the relay could not read the
+  cancel tombstone, claim the release record, or write it);
+* ``relay_retries_exhausted``: any other transient failure (the final topic unreachable, the
+  next hop not scheduled, the release claimed by another attempt still running).
+
+Why not publish to the final topic instead? Without the store the relay cannot see a
+``cancel`` tombstone, and a cancelled message must never reach it. The dead letter's risk is the
+opposite: an earlier attempt (or a duplicate run on another instance) may have published the
+message before the store failed to record it. Its ``error_detail`` says so; replaying it
+republishes the same ``dedup_key``, which consumers acknowledge as a duplicate while they keep
+its record (``DEDUP_TTL``) - but a replay is not checked against a cancel tombstone, so the
+operator checks that first. Where the relay *knows* it published the message (this process did,
+see :class:`~pubsub_toolkit.delay.relay.Relay`) it answers 2xx and dead-letters nothing. If the
+dead-letter publish fails too, nothing is left to try: the task is answered 5xx and dropped,
+with an ALERT naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pubsub_toolkit.dead_letters.send import DeadLetterer
+from pubsub_toolkit.errors import StoreUnavailableError, TransientError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.observability import DecisionLog
+
+REASON_STORE_UNAVAILABLE = "relay_store_unavailable"
+REASON_RETRIES_EXHAUSTED = "relay_retries_exhausted"
+
+
+class LastAttempt:
+    """One failed last attempt: its failure, and the relay's dead letters and log."""
+
+    def __init__(
+        self,
+        dead_letters: DeadLetterer,
+        log: DecisionLog,
+        attempt: int | None,
+        max_attempts: int | None,
+        failure: TransientError,
+    ) -> None:
+        self._dead_letters = dead_letters
+        self._log = log
+        self._attempt = attempt
+        self._max_attempts = max_attempts
+        self._failure = failure
+
+    @property
+    def reason(self) -> str:
+        """The dead-letter reason for this failure."""
+        if isinstance(self._failure, StoreUnavailableError):
+            return REASON_STORE_UNAVAILABLE
+        return REASON_RETRIES_EXHAUSTED
+
+    def dead_letter(self, message: Message, key: str | None, reason: str | None = None) -> str:
+        """Dead-letter ``message`` with ``reason`` (default :attr:`reason`); returns the reason.
+
+        Raises (the task is then answered 5xx and dropped) only if the dead-letter publish fails.
+        """
+        reason = reason or self.reason
+        detail = (
+            f"Cloud Tasks' last attempt ({self._attempt} of {self._max_attempts}) failed: "
+            f"{self._failure}. Whether it had been released already, or cancelled, could not "
+            "be checked: before a replay, check that it was not cancelled (is_cancelled); a "
+            "released one is a duplicate to consumers while they keep its dedup_key (DEDUP_TTL)"
+        )
+        try:
+            self._dead_letters.send(message, reason, detail, dedup_key=key)
+        except Exception:
+            self._log.decision(
+                "lost",
+                "ALERT: last Cloud Tasks attempt, and the dead-letter publish failed too: the "
+                "task is dropped (its dedup_key is in this line, its body in the queue's logs)",
+                dedup_key=key,
+                level=logging.ERROR,
+                alert="relay_task_lost",
+                attempt=self._attempt,
+                reason=reason,
+                error=str(self._failure),
+            )
+            raise
+        self._log.decision(
+            "gave_up",
+            f"ALERT: last Cloud Tasks attempt failed ({self._failure}); dead-lettered as "
+            f"{reason} instead of lost",
+            dedup_key=key,
+            level=logging.ERROR,
+            alert="relay_gave_up",
+            attempt=self._attempt,
+            reason=reason,
+        )
+        return reason
+
+    def published_unrecorded(self, key: str) -> None:
+        """Log that this process had published ``key``, so it is answered 2xx, not dead-lettered."""
+        self._log.decision(
+            "published_unrecorded",
+            "ALERT: last Cloud Tasks attempt failed after this process had published the "
+            f"message ({self._failure}); answered 2xx, not dead-lettered. Its release record "
+            "may be missing: until it is written, cancel() would wrongly answer 'not delivered'",
+            dedup_key=key,
+            level=logging.ERROR,
+            alert="relay_release_unrecorded",
+            attempt=self._attempt,
+        )
