@@ -26,6 +26,7 @@ from pubsub_toolkit_local.topology import Topology, create_topology
 INVOKER = "tasks-invoker@local-project.iam.gserviceaccount.com"
 LOCATION = "local"
 QUEUE_ID = "pubsub-toolkit-delay"
+LOCAL_TASK_ATTEMPTS = 20  # quick local retries; the relay must know the same budget
 TRACE_FILE_NAME = "traces.jsonl"
 # The parts a user can name (``local restart PART``) and the service each one runs.
 PARTS = {
@@ -144,6 +145,9 @@ class LocalStack:
             "TASKS_TARGET": "http",
             "RELAY_URL": relay_url,
             "TASKS_SERVICE_ACCOUNT": INVOKER,
+            # The queue's max_attempts (_create_queue): on that attempt the relay dead-letters a
+            # message it still cannot release instead of letting the queue drop it.
+            "TASKS_MAX_ATTEMPTS": str(LOCAL_TASK_ATTEMPTS),
             "CLOUD_TASKS_EMULATOR_HOST": f"127.0.0.1:{self.ports['tasks']}",
             "OIDC_CERTS_URL": f"http://127.0.0.1:{self.ports['oidc']}/oauth2/v1/certs",
             **({"REDIS_URL": redis_url} if redis_url else {}),
@@ -218,7 +222,7 @@ class LocalStack:
                 name=self.queue,
                 # Quick retries locally; Terraform sets production values.
                 retry_config=tasks_v2.RetryConfig(
-                    max_attempts=20,
+                    max_attempts=LOCAL_TASK_ATTEMPTS,
                     min_backoff={"nanos": 100_000_000},
                     max_backoff={"seconds": 2},
                 ),
