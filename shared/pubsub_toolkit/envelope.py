@@ -73,7 +73,6 @@ _DROPPED_AT_INGRESS = frozenset(
 )
 
 
-
 @dataclass(frozen=True)
 class Envelope:
     """A message that satisfies the contract, with its toolkit attributes parsed."""

@@ -28,7 +28,7 @@ from google.pubsub_v1.types import DeadLetterPolicy
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.dead_letters.listing import list_dead_letters
+from pubsub_toolkit.dead_letters.listing import DeadLetter, list_dead_letters
 from pubsub_toolkit.dead_letters.send import DLQ_WRAPPED, dead_letter_copy
 from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
@@ -132,7 +132,7 @@ def test_a_producers_dead_letter_attributes_are_refused_and_its_letter_is_what_i
         letters = list_dead_letters(subscriber, topology.dead_letter_sub)
     finally:
         subscriber.close()
-    by_key = {d.dedup_key: d for d in letters}
+    by_key = {d.dedup_key or "": d for d in letters}
     assert by_key.keys() == sent.keys()
     for key, letter in by_key.items():  # the producer's message, whole: data and attributes
         assert letter.reason == attr.REASON_RESERVED_ATTRIBUTE
@@ -215,7 +215,7 @@ def test_a_message_pubsub_forwarded_is_listed_as_it_was_sent(
     }
     publish(flaky, FORGED_JSON, attributes)
 
-    def forwarded() -> list[object]:
+    def forwarded() -> list[DeadLetter]:
         # Every delivery fails (nack) until Pub/Sub's policy forwards the message.
         response = subscriber.pull(subscription=failing, max_messages=10, return_immediately=True)
         ack_ids = [m.ack_id for m in response.received_messages]

@@ -7,6 +7,7 @@ the in-memory store with a recording sink (our own protocols), as in ``test_retr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -203,7 +204,7 @@ def test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable
         "long Pub/Sub redelivers an unacked message), or a late redelivery would run again; "
         "the default is 8 days"
     )
-    for build in (
+    builds: list[Callable[[], Settings]] = [
         lambda: Settings.from_env({**BASE, "DEDUP_TTL_SECONDS": seconds}),
         lambda: Settings(
             project="p",
@@ -211,7 +212,8 @@ def test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable
             dead_letter_topic="dlq",
             dedup_ttl=timedelta(seconds=int(seconds)),
         ),
-    ):
+    ]
+    for build in builds:
         with pytest.raises(ConfigurationError) as caught:
             build()
         assert str(caught.value) == expected
