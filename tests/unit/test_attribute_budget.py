@@ -222,3 +222,17 @@ def test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable
 def test_a_dedup_ttl_beyond_the_window_is_accepted() -> None:
     settings = Settings.from_env({**BASE, "DEDUP_TTL_SECONDS": "604801"})
     assert settings.dedup_ttl == timedelta(seconds=604801)
+
+
+def test_a_message_with_every_toolkit_attribute_is_dead_lettered_as_it_is() -> None:
+    # The fullest message a consumer can dead-letter: the producer's 88, ingress's stamps, a
+    # delay, trace context, a RetryLater count and a replay id. Its copy adds only the reason.
+    fullest = {f"a{i:03}": "v" for i in range(88)} | {
+        name: "x"
+        for name in attr.ADDED_AFTER_INGRESS.keys() - {attr.ERROR_REASON, attr.ERROR_DETAIL}
+    }
+    fullest[attr.DELIVER_AT] = "2030-01-01T00:00:00Z"
+    copy = dead_letter_copy(Message(b"data", fullest, message_id="m1"), "fifo_poison", "failed")
+    assert DLQ_WRAPPED not in copy.attributes
+    assert copy.data == b"data" and len(copy.attributes) == attr.MAX_ATTRIBUTES
+    check_publishable(copy.data, copy.attributes)
