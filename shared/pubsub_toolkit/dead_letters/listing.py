@@ -173,11 +173,6 @@ def _is_trace(name: str) -> bool:
     return name.startswith("googclient_")  # the trace context a forwarding sink adds
 
 
-def unwrap(received: Message) -> Message:
-    """The original message inside a dead-letter copy (the letter itself when unreadable)."""
-    return read_letter(received).message
-
-
 _EMPTY_PULLS_TO_STOP = 3
 
 
