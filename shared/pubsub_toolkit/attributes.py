@@ -14,6 +14,7 @@
 | ``fifo_filler`` | ingress only (drops a producer's) | this number carries no new message |
 | ``fifo_end`` | producer (``Publisher(end_of_group=True)``) | ``"true"``: the group's last number |
 | ``retry_attempt``, ``retry_consumer`` | consumer on ``RetryLater`` (not a producer) | attempt |
+| ``dlq_*`` (``dlq_wrapped``) | the dead-letter copy only (ingress refuses a producer's) | wrapped |
 
 Numbers have one canonical ASCII form, and anything else is refused rather than normalised: a
 lenient parser would let ``"01"``, ``"+1"`` and an Arabic-Indic one all mean 1 here while later
@@ -30,7 +31,11 @@ a short ``reason`` code; callers dead-letter it and ack. Whole messages are chec
 :mod:`pubsub_toolkit.envelope`. A *filler* (:func:`filler_message`) stands for a FIFO number
 that carries no new message.
 
-(About 320 lines: the contract is one table of names, a parser per attribute and the reasons,
+A producer's message must leave room for every attribute the toolkit may add on its way
+(:data:`ADDED_AFTER_INGRESS`): ingress refuses one that would not, so no later hop (a
+``RetryLater`` copy, a replay, a dead-letter copy) is ever refused for the toolkit's own.
+
+(About 380 lines: the contract is one table of names, a parser per attribute and the reasons,
 kept together so a reader sees every rule of one attribute in one place.)
 """
 
@@ -39,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from pubsub_toolkit.errors import ContractViolation
@@ -66,6 +71,16 @@ FIFO_END_TRUE = "true"
 # ingress drops a producer's
 RETRY_ATTEMPT = "retry_attempt"
 RETRY_CONSUMER = "retry_consumer"
+# Names only the dead-letter path writes: the toolkit's ``dlq_*`` (``dlq_wrapped=json``: the
+# copy's data is the whole original as JSON) and Pub/Sub's own ``CloudPubSubDeadLetter*``
+# (set when a subscription's dead-letter policy forwards a message). The dead-letter tooling
+# reads a letter by them, so a producer's copy would make its message describe itself as a
+# dead letter; ingress refuses them (``reserved_attribute``) and the dead-letter copy of a
+# message carrying one is always wrapped, so on the dead-letter topic they are never a
+# producer's word.
+DLQ_PREFIX = "dlq_"
+DLQ_WRAPPED = DLQ_PREFIX + "wrapped"
+PUBSUB_DEAD_LETTER_PREFIX = "CloudPubSubDeadLetter"
 
 # Attributes the toolkit stamps itself; they are not part of the content fingerprint, so a
 # message replayed from the dead-letter topic keeps its fingerprint, and a producer's retry that
@@ -93,7 +108,33 @@ MAX_ATTRIBUTES = 100
 MAX_ATTRIBUTE_KEY_BYTES = 256
 MAX_ATTRIBUTE_VALUE_BYTES = 1024
 MAX_REQUEST_BYTES = 10_000_000  # a publish request, data and attributes together
-# Room for what ingress adds (dedup key, fingerprint, provenance, deliver_at) and framing.
+
+# google-cloud-pubsub's trace-context attribute prefix (see pubsub_toolkit.tracing).
+_CONTEXT = "googclient_"
+
+# Every attribute the toolkit may add to a message after ingress accepted it, on any path, with
+# the most bytes its value can take: ingress's stamps; the trace context a hop forwards
+# (W3C: a traceparent is 55 characters, a tracestate at most 512); a consumer's ``RetryLater``
+# copy (``retry_consumer`` is the consumer id, which ConsumerSettings keeps within one attribute
+# value); a ``dlq replay`` (its id is a message id); the dead-letter copy (the detail is cut to
+# 1000 bytes). Ingress counts these names as present - a producer's own ``dedup_key`` or
+# ``deliver_at`` is the same name, counted once - and keeps room for their bytes, so a message
+# it accepts is never refused later for an attribute the toolkit adds itself.
+ADDED_AFTER_INGRESS: Mapping[str, int] = {
+    DEDUP_KEY: 128,  # a producer's own is counted in its message; ingress's is a message id
+    CONTENT_SHA256: 64,
+    ORIGIN_MESSAGE_ID: 128,
+    ORIGIN_PUBLISH_TIME: 32,
+    DELIVER_AT: 32,
+    _CONTEXT + "traceparent": 55,
+    _CONTEXT + "tracestate": 512,
+    RETRY_ATTEMPT: 9,
+    RETRY_CONSUMER: MAX_ATTRIBUTE_VALUE_BYTES,
+    REPLAY_ID: 128,
+    ERROR_REASON: 64,
+    ERROR_DETAIL: 1000,
+}
+# Room for those attributes' bytes, and framing.
 _INGRESS_OVERHEAD_BYTES = 4096
 MAX_MESSAGE_BYTES = MAX_REQUEST_BYTES - _INGRESS_OVERHEAD_BYTES
 # Names Pub/Sub reserves ("goog" prefix), and the keyword arguments of the Python client's
@@ -140,6 +181,17 @@ REASON_END_WITHOUT_GROUP = "fifo_end_without_group"
 REASON_FINGERPRINT_MISMATCH = "fingerprint_mismatch"
 REASON_MALFORMED_EVENT = "malformed_event"
 REASON_INVALID_RETRY_ATTEMPT = "invalid_retry_attempt"
+
+
+def attributes_on_path(names: Iterable[str]) -> int:
+    """How many attributes a message with these (producer's) ``names`` may carry at its
+    fullest on the toolkit's path: its own plus every name in :data:`ADDED_AFTER_INGRESS`."""
+    return len(set(names) | ADDED_AFTER_INGRESS.keys())
+
+
+def is_dead_letter_attribute(name: str) -> bool:
+    """True for names only the dead-letter path writes: ``dlq_*``, ``CloudPubSubDeadLetter*``."""
+    return name.startswith((DLQ_PREFIX, PUBSUB_DEAD_LETTER_PREFIX))
 
 
 def parse_fifo_seq(raw: str) -> int:
@@ -230,10 +282,6 @@ def parse_deliver_at(raw: str) -> datetime:
         raise ContractViolation(
             REASON_INVALID_DELIVER_AT, f"deliver_at {_shown(raw)} is not a valid time: {exc}"
         ) from exc
-
-
-# google-cloud-pubsub's trace-context attribute prefix (see pubsub_toolkit.tracing).
-_CONTEXT = "googclient_"
 
 
 def content_fingerprint(data: bytes, attributes: Mapping[str, str]) -> str:

@@ -10,7 +10,7 @@ variable (``dedup_lease (DEDUP_LEASE_SECONDS)``), so one string serves both.
 Nothing in the library reads ``os.environ`` at import time; entry points call ``from_env`` once
 and pass the frozen value down.
 
-(About 480 lines: the three settings classes, each check beside the parsing of the variable it
+(About 520 lines: the three settings classes, each check beside the parsing of the variable it
 names, so that one module shows that both paths meet in the constructor.)
 """
 
@@ -38,8 +38,12 @@ _POISON_POLICIES: tuple[PoisonPolicy, ...] = ("skip", "block")
 _GAP_POLICIES: tuple[GapPolicy, ...] = ("wait", "skip")
 
 # Pub/Sub retains unacked messages for up to 7 days, so a key must outlive that window or a
-# late redelivery would look new. Default: 8 days.
+# late redelivery would look new: a shorter TTL is refused (as Terraform's variable does).
+# Default: 8 days.
+REDELIVERY_WINDOW = timedelta(days=7)
 DEFAULT_TTL_SECONDS = 8 * 24 * 3600
+# A consumer's id travels as the ``retry_consumer`` attribute of its RetryLater copies.
+MAX_CONSUMER_ID_BYTES = 1024
 DEFAULT_LEASE_SECONDS = 90
 DEFAULT_DEDUP_COLLECTION = "pubsub_toolkit_dedup"
 DEFAULT_FIRESTORE_DATABASE = "(default)"
@@ -237,6 +241,12 @@ class Settings:
             )
         for name in ("dedup_ttl", "dedup_lease", "publish_timeout"):
             _positive_duration(self, name)
+        if self.dedup_ttl <= REDELIVERY_WINDOW:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['dedup_ttl']} is {_secs(self.dedup_ttl)}: it must exceed "
+                f"{_secs(REDELIVERY_WINDOW)} (7 days, how long Pub/Sub redelivers an unacked "
+                "message), or a late redelivery would run again; the default is 8 days"
+            )
         if self.stats_flush is not None:
             _positive_duration(self, "stats_flush", none_means="never")
         for name in ("dedup_collection", "firestore_database"):
@@ -368,6 +378,11 @@ class ConsumerSettings:
         consumer_id = _text(self, "consumer_id")
         if not consumer_id:
             raise ConfigurationError(f"{SETTING_NAMES['consumer_id']} is required")
+        if len(consumer_id.encode()) > MAX_CONSUMER_ID_BYTES:
+            raise ConfigurationError(
+                f"{SETTING_NAMES['consumer_id']} is {len(consumer_id.encode())} bytes: at most "
+                f"{MAX_CONSUMER_ID_BYTES} (it is a message attribute's value on RetryLater copies)"
+            )
         _set(self, "consumer_id", consumer_id)
         attempts = self.max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:

@@ -1,8 +1,9 @@
 """The attribute contract, checked: a producer's message as ingress receives it, and a message
 the toolkit is about to publish again.
 
-:func:`parse_envelope` validates what a producer sent (Pub/Sub's limits with room for what
-ingress stamps, the canonical forms of :mod:`pubsub_toolkit.attributes`) and returns the
+:func:`parse_envelope` validates what a producer sent (Pub/Sub's limits with room for every
+attribute the toolkit may add on the message's way, no name only dead letters carry, the
+canonical forms of :mod:`pubsub_toolkit.attributes`) and returns the
 :class:`Envelope` ingress routes; :func:`check_publishable` applies the same rules to a message
 rebuilt from stored state (the relay's task bodies), with Pub/Sub's own limits. A message that
 breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation` with a short
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pubsub_toolkit.attributes import (
+    ADDED_AFTER_INGRESS,
     CONTENT_SHA256,
     DEDUP_KEY,
     DELAY_SECONDS,
     DELIVER_AT,
+    DLQ_PREFIX,
     ERROR_DETAIL,
     ERROR_REASON,
     FIFO_END,
@@ -33,6 +36,7 @@ from pubsub_toolkit.attributes import (
     MAX_REQUEST_BYTES,
     ORIGIN_MESSAGE_ID,
     ORIGIN_PUBLISH_TIME,
+    PUBSUB_DEAD_LETTER_PREFIX,
     REASON_ATTRIBUTE_TOO_LARGE,
     REASON_CONFLICTING_DELAY,
     REASON_EMPTY_DATA,
@@ -46,8 +50,10 @@ from pubsub_toolkit.attributes import (
     REASON_TOO_MANY_ATTRIBUTES,
     RETRY_ATTEMPT,
     RETRY_CONSUMER,
+    attributes_on_path,
     content_fingerprint,
     format_time,
+    is_dead_letter_attribute,
     is_reserved_attribute,
     message_size,
     parse_delay_seconds,
@@ -65,10 +71,6 @@ from pubsub_toolkit.message import Message
 _DROPPED_AT_INGRESS = frozenset(
     {DELAY_SECONDS, ERROR_REASON, ERROR_DETAIL, FIFO_FILLER, RETRY_ATTEMPT, RETRY_CONSUMER}
 )
-
-
-# Ingress adds at most these attributes, so the producer's must leave room for them.
-_STAMPED_BY_INGRESS = 5
 
 
 @dataclass(frozen=True)
@@ -128,12 +130,9 @@ def parse_envelope(message: Message, *, now: datetime) -> Envelope:
     attrs = message.attributes
     if not message.data:
         raise ContractViolation(REASON_EMPTY_DATA, "the message has no data")
-    _check_limits(
-        message.data,
-        attrs,
-        max_attributes=MAX_ATTRIBUTES - _STAMPED_BY_INGRESS,
-        max_bytes=MAX_MESSAGE_BYTES,
-    )
+    _check_limits(message.data, attrs, max_attributes=MAX_ATTRIBUTES, max_bytes=MAX_MESSAGE_BYTES)
+    _check_room_on_path(attrs)
+    _check_no_dead_letter_attribute(attrs)
     dedup_key = attrs.get(DEDUP_KEY, message.message_id)
     if not dedup_key or not dedup_key.strip():
         raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
@@ -228,6 +227,41 @@ def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
         delay=None if raw_delay is None else parse_delay_seconds(raw_delay),
         fifo_end=end,
     )
+
+
+def _check_room_on_path(attrs: Mapping[str, str]) -> None:
+    """ContractViolation(``too_many_attributes``) unless the producer's attributes leave room
+    for every one the toolkit may add later (``attributes.ADDED_AFTER_INGRESS``): refused
+    here, with the reason, rather than at a later hop (a ``RetryLater`` copy, a replay)."""
+    kept = attrs.keys() - _DROPPED_AT_INGRESS  # delay_seconds becomes deliver_at, one name
+    count = attributes_on_path(kept)
+    if count > MAX_ATTRIBUTES:
+        own = len(kept - ADDED_AFTER_INGRESS.keys())
+        raise ContractViolation(
+            REASON_TOO_MANY_ATTRIBUTES,
+            f"{own} attributes of the producer's own; at most "
+            f"{MAX_ATTRIBUTES - len(ADDED_AFTER_INGRESS)} leave room for the "
+            f"{len(ADDED_AFTER_INGRESS)} the toolkit may add on the message's way "
+            "(ingress's stamps, trace context, a retry, a replay, a dead-letter reason)",
+        )
+
+
+def _check_no_dead_letter_attribute(attrs: Mapping[str, str]) -> None:
+    """ContractViolation(``reserved_attribute``) for a producer's ``dlq_*`` or
+    ``CloudPubSubDeadLetter*``: the dead-letter tooling reads a letter by them.
+
+    Refused rather than dropped: no genuine message reaches ingress with one (a ``dlq replay``
+    sends the original, unwrapped), so it is a mistake or a forgery, and dropping it would
+    forward a message that is not the one the producer sent. The dead-letter copy keeps the
+    message whole (wrapped, so the name stays the producer's, inside the copy's data).
+    """
+    for key in attrs:
+        if is_dead_letter_attribute(key):
+            raise ContractViolation(
+                REASON_RESERVED_ATTRIBUTE,
+                f"attribute name {key[:40]!r} is reserved for dead letters "
+                f"({DLQ_PREFIX}* is the toolkit's, {PUBSUB_DEAD_LETTER_PREFIX}* Pub/Sub's)",
+            )
 
 
 def _check_limits(

@@ -5,8 +5,10 @@ minus the ``error_*`` ones, plus ``replay_id`` - sorted by FIFO group and number
 and with the group as ordering key, so a group's messages go back in order; only then are they
 acked on the dead-letter subscription. A letter carrying ``fifo_filler`` is never replayed: it
 stands for a FIFO number that carries no new message, and without its marker it would run its
-data as a message of its own. Letters another reader holds at that moment are not seen and
-stay on the dead-letter topic for the next run.
+data as a message of its own. Nor is an *unreadable* letter (see
+:func:`~pubsub_toolkit.dead_letters.listing.read_letter`): what it would replay is not known.
+Both stay on the dead-letter topic, and ``on_kept`` hears of each. Letters another reader holds
+at that moment are not seen and stay on the dead-letter topic for the next run.
 
 Ingress deduplicates a replay under ``dedup_key#replay:replay_id``: the original key is already
 recorded (as dead-lettered), and without this the replay would be dropped as a duplicate. A
@@ -67,28 +69,32 @@ def replay(
     store: DedupStore,
     select: Callable[[DeadLetter], bool],
     limit: int = 1000,
+    on_kept: Callable[[DeadLetter, str], None] | None = None,
 ) -> list[DeadLetter]:
     """Re-publish the selected dead letters to origin, in FIFO order; return what was replayed.
 
     ``store`` is the dedup store ingress uses: each replay id is minted there before its
     message is published. Raises ToolkitError if a mint cannot be confirmed; whatever fails,
-    every letter not yet acked goes back to the dead-letter subscription at once.
+    every letter not yet acked goes back to the dead-letter subscription at once. A selected
+    letter that is never replayed (a filler, an unreadable letter) is passed to ``on_kept``
+    with why, and logged.
     """
     letters = pull_letters(subscriber, subscription, limit)
     acked: set[str] = set()
     try:  # from here on, whatever fails (select may read a store), the pulled letters go back
-        fillers = [d for d in letters if d.is_filler]
-        for letter in fillers:
+        replayable = []
+        for letter in letters:
+            why = _never_replayed(letter)
+            if not why:
+                replayable.append(letter)
+                continue
             logger.warning(
-                "kept dead letter %s on the dead-letter topic: it is a FIFO filler (%s) for "
-                "%s #%s and carries no new message",
-                letter.dead_letter_id,
-                letter.message.attributes[attr.FIFO_FILLER][:80],
-                letter.group,
-                letter.seq,
+                "kept dead letter %s on the dead-letter topic: %s", letter.dead_letter_id, why
             )
+            if on_kept is not None and select(letter):
+                on_kept(letter, why)
         chosen = sorted(
-            (d for d in letters if not d.is_filler and select(d)),
+            (d for d in replayable if select(d)),
             key=lambda d: (d.group or "", d.seq or 0),
         )
         for letter in chosen:
@@ -103,6 +109,18 @@ def replay(
             subscriber, subscription, [d.ack_id for d in letters if d.ack_id not in acked]
         )
     return chosen
+
+
+def _never_replayed(letter: DeadLetter) -> str:
+    """Why ``letter`` is never replayed ("" when it may be)."""
+    if letter.unreadable:
+        return f"it is unreadable ({letter.unreadable}); read it with gcloud and handle it by hand"
+    if letter.is_filler:
+        return (
+            f"it is a FIFO filler ({letter.message.attributes[attr.FIFO_FILLER][:80]}) for "
+            f"{letter.group} #{letter.seq} and carries no new message"
+        )
+    return ""
 
 
 def _publish_replay(letter: DeadLetter, sink: MessageSink, topic: str, store: DedupStore) -> None:

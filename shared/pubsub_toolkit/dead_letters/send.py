@@ -3,7 +3,10 @@
 The dead-letter copy keeps the original data and attributes and adds ``error_reason`` and
 ``error_detail``. When the original attributes are themselves the problem (too many, too large)
 they could not be published as attributes again, so the copy *wraps* the whole original as JSON
-(``dlq_wrapped=json``) - still nothing lost.
+(``dlq_wrapped=json``) - still nothing lost. It wraps, too, an original that carries a name the
+copy would overwrite (``error_*``) or that only dead letters carry (``dlq_*``,
+``CloudPubSubDeadLetter*``): the copy's own attributes are then the toolkit's alone, which is
+what :mod:`.listing` relies on to trust a letter's description of itself.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.producer.sink import MessageSink
 
-DLQ_WRAPPED = "dlq_wrapped"
+DLQ_WRAPPED = attr.DLQ_WRAPPED
+# The wrapped copy's JSON: exactly these keys (the listing refuses any other shape).
+WRAPPED_KEYS = frozenset({"data_base64", "attributes", "message_id", "ordering_key"})
 DEAD_LETTERED = "dead_lettered"
 _DETAIL_LIMIT = 1000  # bytes; below Pub/Sub's 1024-byte attribute value limit
 
@@ -71,7 +76,7 @@ def dead_letter_copy(message: Message, reason: str, detail: str) -> OutboundMess
         attr.ERROR_DETAIL: detail,
         attr.ORIGIN_MESSAGE_ID: message.attributes.get(attr.ORIGIN_MESSAGE_ID, message.message_id),
     }
-    if _attributes_publishable(message.attributes) and message.data:
+    if _attributes_publishable(message.attributes, extra) and message.data:
         return OutboundMessage(message.data, {**message.attributes, **extra})
     wrapped = {
         "data_base64": base64.b64encode(message.data).decode(),
@@ -82,12 +87,14 @@ def dead_letter_copy(message: Message, reason: str, detail: str) -> OutboundMess
     return OutboundMessage(json.dumps(wrapped).encode(), {**extra, DLQ_WRAPPED: "json"})
 
 
-def _attributes_publishable(attributes: Mapping[str, str]) -> bool:
-    # Room for the attributes the copy adds (reason, detail, origin id).
-    if len(attributes) > attr.MAX_ATTRIBUTES - 3:
+def _attributes_publishable(attributes: Mapping[str, str], extra: Mapping[str, str]) -> bool:
+    """Whether the copy may carry the original's attributes as they are, plus ``extra``."""
+    if len(attributes.keys() | extra.keys()) > attr.MAX_ATTRIBUTES:
         return False
     return all(
-        not attr.is_reserved_attribute(k)
+        k not in (attr.ERROR_REASON, attr.ERROR_DETAIL)  # the original's would be overwritten
+        and not attr.is_dead_letter_attribute(k)
+        and not attr.is_reserved_attribute(k)
         and len(k.encode()) <= attr.MAX_ATTRIBUTE_KEY_BYTES
         and len(v.encode()) <= attr.MAX_ATTRIBUTE_VALUE_BYTES
         for k, v in attributes.items()

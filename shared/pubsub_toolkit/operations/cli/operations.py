@@ -141,11 +141,8 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     now = SYSTEM_CLOCK.now()
     rows = [("dead-letter id", "reason", "dedup_key", "group", "seq", "age", "detail")]
     for d in letters:
-        age = (
-            "-"
-            if d.dead_lettered_at is None
-            else f"{(now - d.dead_lettered_at).total_seconds():.0f}s"
-        )
+        at = d.dead_lettered_at
+        age = "-" if at is None else f"{(now - at).total_seconds():.0f}s"
         rows.append(
             (
                 d.dead_letter_id,
@@ -154,11 +151,15 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
                 d.group or "-",
                 "-" if d.seq is None else str(d.seq),
                 age,
-                d.detail[:60],
+                f"UNREADABLE, never replayed: {d.unreadable}"[:90]
+                if d.unreadable
+                else d.detail[:60],
             )
         )
     print("\n".join(format_table(rows)))
-    print(f"{len(letters)} dead letter(s)", file=sys.stderr)
+    unreadable = sum(1 for d in letters if d.unreadable)
+    tail = f", {unreadable} of them unreadable (kept on the topic)" if unreadable else ""
+    print(f"{len(letters)} dead letter(s){tail}", file=sys.stderr)
     return 0
 
 
@@ -181,6 +182,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
     store = replay_store()
     passed = PassedNumbers(args.consumer_id)
     subscriber, sink = subscriber_client(), PubSubSink()
+    kept: list[str] = []
     try:
         replayed = replay(
             subscriber,
@@ -189,12 +191,13 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
             full_topic(args.topic),
             store=store,
             select=lambda letter: selected(letter) and not passed.check(letter),
+            on_kept=lambda letter, why: kept.append(f"kept {letter.dead_letter_id}: {why}"),
         )
     finally:
         subscriber.close()
         sink.close()
     print(f"replayed {len(replayed)} message(s) to {args.topic}")
-    for line in passed.notes:
+    for line in kept + passed.notes:
         print(line)
     for line in unblock_replayed_poison(replayed, args.consumer_id):
         print(line)
