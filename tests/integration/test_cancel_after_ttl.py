@@ -93,3 +93,33 @@ def test_redis_keeps_the_release_record_as_long_as_a_tombstone(redis_url: str, u
         client.close()
     assert remaining > DEDUP_TTL + timedelta(days=1)
     assert remaining > TOMBSTONE_TTL - timedelta(hours=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_delay_already_due_at_ingress_is_still_delivered_to_a_late_cancel(
+    request: pytest.FixtureRequest, backend: str, unique: str
+) -> None:
+    """Ingress releases a delayed message that is due on arrival through the relay's record: that
+    record, too, must outlive ``DEDUP_TTL``."""
+    from pubsub_toolkit.ingress.pipeline import Ingress
+    from pubsub_toolkit.message import Message
+
+    clock = ManualClock(datetime.now(UTC))
+    store = store_factory(request, backend)(clock=clock)
+    sink = RecordingSink()
+    ingress = Ingress(
+        store=store,
+        sink=sink,
+        final_topic=FINAL,
+        dead_letter_topic=DLQ,
+        lease=timedelta(seconds=30),
+        ttl=DEDUP_TTL,
+        clock=clock,
+    )
+    key = f"due-{unique}"
+    ingress.handle(Message(b"x", {"dedup_key": key, "delay_seconds": "0"}, message_id="1"))
+    assert len(sink.on(FINAL)) == 1
+
+    clock.advance(DEDUP_TTL + timedelta(days=1))
+    answer = cancel(key, store=store, scheduler=NoTasks())
+    assert answer.already_delivered and not answer.cancelled

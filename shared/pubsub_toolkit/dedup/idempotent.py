@@ -95,14 +95,17 @@ class IdempotentProcessor:
         self._running: set[str] = set()
         self._running_lock = threading.Lock()
 
-    def sibling(self, namespace: str, *, log: DecisionLog | None = None) -> IdempotentProcessor:
-        """A processor on the same store, lease and TTL for another namespace (e.g. the one
-        that makes a dead-lettering happen once however often the message is redelivered)."""
+    def sibling(
+        self, namespace: str, *, log: DecisionLog | None = None, ttl: timedelta | None = None
+    ) -> IdempotentProcessor:
+        """A processor on the same store and lease for another namespace (e.g. the one that
+        makes a dead-lettering happen once however often the message is redelivered); its
+        records live ``ttl``, by default as long as this processor's."""
         return IdempotentProcessor(
             self._store,
             namespace=namespace,
             lease=self._lease,
-            ttl=self._ttl,
+            ttl=self._ttl if ttl is None else ttl,
             log=log or DecisionLog(namespace, self.log.metrics),
             clock=self._clock,
         )

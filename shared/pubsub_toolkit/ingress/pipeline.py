@@ -55,6 +55,7 @@ from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.delay.cancel import (
     RELAY_NAMESPACE,
     fate_key,
+    fate_ttl,
     is_cancelled,
     release_once,
     released_message_id,
@@ -101,7 +102,9 @@ class Ingress:
         self._rejections = self._processor.sibling(
             REJECTED_NAMESPACE, log=DecisionLog(REJECTED_NAMESPACE)
         )
-        self._releases = self._processor.sibling(RELAY_NAMESPACE)
+        # A release lives as long as a cancel tombstone, not DEDUP_TTL: cancel() must find it
+        # however late it is asked.
+        self._releases = self._processor.sibling(RELAY_NAMESPACE, ttl=fate_ttl(ttl))
         self._scheduler = scheduler
         self._clock = clock
 
