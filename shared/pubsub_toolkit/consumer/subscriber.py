@@ -74,6 +74,21 @@ def settle(subscription: str, received: Any, message: Message, exc: Exception | 
         return "ack"
 
 
+def tell(listener: OutcomeListener | None, message: Message, outcome: str) -> None:
+    """Give ``listener`` a settled message's outcome. A listener that raises is logged and
+    changes nothing: the message stays acked or nacked as decided, its group goes on."""
+    if listener is None:
+        return
+    try:
+        listener(message, outcome)
+    except Exception:
+        logger.exception(
+            "on_outcome listener raised on %s (outcome %s); the message stays settled as decided",
+            message.message_id,
+            outcome,
+        )
+
+
 def to_message(received: Any) -> Message:
     """Our Message from a google-cloud-pubsub received message."""
     return Message(
@@ -226,21 +241,30 @@ class Consumer:
                 outcome = settle(self.subscription, received, message, exc)
             else:
                 settle(self.subscription, received, message)
-        if self._on_outcome is not None:
-            self._on_outcome(message, outcome)
+        tell(self._on_outcome, message, outcome)
 
     def _process_batch(self, payloads: list[object]) -> None:
         deliveries = cast("list[tuple[Any, Message]]", payloads)
         processor = cast(MessageProcessor, self._processor)
-        results = processor.process_batch([message for _received, message in deliveries])
+        try:
+            results = processor.process_batch([message for _received, message in deliveries])
+        except Exception as exc:
+            # Nothing of the batch is settled yet (e.g. the store is unreachable): each one
+            # is nacked - what did run is a duplicate when it comes back, the rest runs then.
+            logger.exception(
+                "batch of %d deliveries failed before any was settled (%s); all nacked for "
+                "redelivery",
+                len(deliveries),
+                type(exc).__name__,
+            )
+            results = [exc] * len(deliveries)
         for (received, message), result in zip(deliveries, results, strict=True):
             if isinstance(result, Exception):
                 outcome = nack_after(received, result)
             else:
                 received.ack()
                 outcome = result
-            if self._on_outcome is not None:
-                self._on_outcome(message, outcome)
+            tell(self._on_outcome, message, outcome)
 
     def _sweep_loop(self) -> None:
         gate = cast(MessageProcessor, self._processor).gate

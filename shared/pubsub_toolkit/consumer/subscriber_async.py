@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pubsub_toolkit import tracing
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import fifo_address
-from pubsub_toolkit.consumer.subscriber import OutcomeListener, settle, to_message
+from pubsub_toolkit.consumer.subscriber import OutcomeListener, settle, tell, to_message
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.tracing import RECEIVE
@@ -173,7 +173,7 @@ class AsyncConsumer:
     async def _run_one(self, received: Any, message: Message) -> None:
         assert self._slots is not None
         async with self._slots:
-            await self._process(received, message)
+            await self._guarded(received, message)
 
     async def _run_group(self, group: str) -> None:
         """One group's convoy: its queue in sequence order, one message at a time."""
@@ -183,10 +183,22 @@ class AsyncConsumer:
             while queue:
                 _, _, received, message = queue.pop(0)
                 async with self._slots:
-                    await self._process(received, message)
+                    await self._guarded(received, message)
         finally:
-            # Empty and gone in one step of the loop: no submit can slip in between.
-            self._queues.pop(group, None)
+            # Empty and gone in one step of the loop: no submit can slip in between. (Were
+            # the task cancelled, what is still queued is handed back, not stranded.)
+            for *_, received, _message in self._queues.pop(group, []):
+                received.nack()
+
+    async def _guarded(self, received: Any, message: Message) -> None:
+        """``_process``, which settles the message itself; should it raise all the same, the
+        error is logged and the message nacked (a nack after an ack is harmless), and the
+        group goes on."""
+        try:
+            await self._process(received, message)
+        except Exception:
+            logger.exception("consuming %s raised; nacked for redelivery", message.message_id)
+            received.nack()
 
     async def _process(self, received: Any, message: Message) -> None:
         with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
@@ -196,8 +208,7 @@ class AsyncConsumer:
                 outcome = settle(self.subscription, received, message, exc)
             else:
                 settle(self.subscription, received, message)
-        if self._on_outcome is not None:
-            self._on_outcome(message, outcome)
+        tell(self._on_outcome, message, outcome)
 
     async def _sweep_loop(self) -> None:
         gate = self._processor.gate
