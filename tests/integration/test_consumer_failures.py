@@ -4,7 +4,7 @@
   stay marked active (wedged) in the same Consumer - the deliveries caught by the outage are
   nacked, redelivered and handled in order once the store answers again.
 * A user's ``on_outcome`` listener that raises: logged, the message stays settled as decided
-  and the group's later messages still run.
+  and the group's later messages still run (in the Consumer and in the AsyncConsumer).
 
 Each test has its own project, so its subscription is fresh (a stopped streaming pull leaves
 the emulator's subscription stuck). The store is the project's memory store made to raise the
@@ -13,6 +13,7 @@ project's StoreUnavailableError while an outage is on (our own protocol, in proc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from datetime import timedelta
@@ -22,15 +23,19 @@ import pytest
 from google.cloud import pubsub_v1
 
 from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
 from pubsub_toolkit.consumer.gate_rules import GatePolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
+from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore, MemoryDedupStore
 from pubsub_toolkit.stores.fifo_state.base import GroupState
-from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
+from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore, MemoryFifoStore
 from tests.support.waiting import wait_until
 
 
@@ -192,4 +197,36 @@ def test_a_raising_outcome_listener_is_logged_and_does_not_wedge_the_group(
         wait_until(lambda: len(heard) >= 5, what="every outcome told")
     assert handled == [1, 2, 3, 4, 5]  # each once: acked despite the listener
     assert processor.gate.store.load("c", "g").last_processed == 5
+    assert any("on_outcome" in r.getMessage() for r in caplog.records)
+
+
+def test_a_raising_outcome_listener_does_not_strand_an_async_consumers_group(
+    pubsub_emulator: str, project_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, subscription = _subscription(project_id)
+    handled: list[int] = []
+    heard: list[str] = []
+
+    async def handler(message: Message) -> None:
+        handled.append(int(message.attributes["fifo_seq"]))
+
+    def listener(message: Message, outcome: str) -> None:
+        heard.append(outcome)
+        raise RuntimeError("the listener's own bug")
+
+    async def main() -> None:
+        dedup = AsyncIdempotentProcessor(
+            AsyncMemoryDedupStore(), namespace="c", lease=timedelta(seconds=30), ttl=timedelta(1)
+        )
+        gate = AsyncFifoGate(AsyncMemoryFifoStore(), consumer="c", handler=handler)
+        processor = AsyncMessageProcessor(handler=handler, dedup=dedup, gate=gate)
+        async with AsyncConsumer(subscription, processor, on_outcome=listener):
+            await asyncio.to_thread(_publish, topic, "g", range(1, 6))
+            await asyncio.to_thread(
+                wait_until, lambda: len(heard) >= 5, timeout=60, what="the whole group"
+            )
+
+    caplog.set_level(logging.WARNING)
+    asyncio.run(main())
+    assert handled == [1, 2, 3, 4, 5]
     assert any("on_outcome" in r.getMessage() for r in caplog.records)

@@ -131,10 +131,11 @@ class ConvoyDispatcher:
             else:
                 self._run_batch([item.payload for item in items])
         except Exception:
+            where = "outside groups" if group is None else f"of group {group}"
             logger.exception(
-                "work for group %s (#%s-#%s) raised; its %d deliveries are nacked for "
-                "redelivery and the group goes on",
-                group,
+                "work %s (#%s-#%s) raised; its %d deliveries are nacked for redelivery and "
+                "the convoy goes on",
+                where,
                 items[0].seq,
                 items[-1].seq,
                 len(items),
