@@ -8,17 +8,25 @@ without a group run on the pool directly. The pool's size bounds how many groups
 With ``batch`` > 1 a group's runner takes up to ``batch`` queued items with consecutive numbers
 at once and hands their payloads to ``run_batch`` (the consumer's batch mode: one handler call
 and one advance of the group for them all); a lone item still runs its own ``work``.
+
+Work that raises never wedges its group: the error is logged, the items it was running are
+handed back with their ``cancel`` (the consumer's nack: redelivered, never acked unhandled) and
+the group's runner goes on with its queue. (The consumer settles every delivery itself; this
+is the net under a bug there, so ``cancel`` must be harmless on a delivery already settled - a
+nack after an ack is.)
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 Work = Callable[[], None]
+logger = logging.getLogger(__name__)
 
 
 @dataclass(order=True)
@@ -62,7 +70,7 @@ class ConvoyDispatcher:
                 return
             self._in_flight += 1
             if group is None:
-                self._pool.submit(self._run_single, work)
+                self._pool.submit(self._run_single, work, cancel)
                 return
             self._arrivals += 1
             bisect.insort(
@@ -79,33 +87,64 @@ class ConvoyDispatcher:
         with self._lock:
             return group in self._active
 
-    def _run_single(self, work: Work) -> None:
+    def _run_single(self, work: Work, cancel: Work) -> None:
         try:
-            work()
+            self._guarded(None, [_Item(0, 0, work, cancel)])
         finally:
             self._done()
 
     def _run_group(self, group: str) -> None:
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    queue = self._queues.get(group)
+                    if not queue:
+                        # Deciding "empty" and leaving the active set under one lock: a submit
+                        # can never slip between them and be stranded.
+                        self._queues.pop(group, None)
+                        self._active.discard(group)
+                        return
+                    items = [queue.pop(0)]
+                    while len(items) < self._batch and queue and queue[0].seq == items[-1].seq + 1:
+                        items.append(queue.pop(0))
+                try:
+                    self._guarded(group, items)
+                finally:
+                    for _ in items:
+                        self._done()
+        except BaseException:
+            # Not even an Exception (the thread is going away): leave the group free and its
+            # queued deliveries handed back, never active with no runner.
             with self._lock:
-                queue = self._queues.get(group)
-                if not queue:
-                    # Deciding "empty" and leaving the active set under one lock: a submit
-                    # can never slip between them and be stranded.
-                    self._queues.pop(group, None)
-                    self._active.discard(group)
-                    return
-                items = [queue.pop(0)]
-                while len(items) < self._batch and queue and queue[0].seq == items[-1].seq + 1:
-                    items.append(queue.pop(0))
-            try:
-                if len(items) == 1 or self._run_batch is None:
-                    items[0].work()
-                else:
-                    self._run_batch([item.payload for item in items])
-            finally:
-                for _ in items:
-                    self._done()
+                stranded = self._queues.pop(group, [])
+                self._active.discard(group)
+            for item in stranded:
+                item.cancel()
+                self._done()
+            raise
+
+    def _guarded(self, group: str | None, items: list[_Item]) -> None:
+        """Run ``items`` (one, or a batch); if that raises, log it and cancel them all."""
+        try:
+            if len(items) == 1 or self._run_batch is None:
+                items[0].work()
+            else:
+                self._run_batch([item.payload for item in items])
+        except Exception:
+            where = "outside groups" if group is None else f"of group {group}"
+            logger.exception(
+                "work %s (#%s-#%s) raised; its %d deliveries are nacked for redelivery and "
+                "the convoy goes on",
+                where,
+                items[0].seq,
+                items[-1].seq,
+                len(items),
+            )
+            for item in items:
+                try:
+                    item.cancel()
+                except Exception:
+                    logger.exception("handing back a delivery of group %s failed", group)
 
     def _done(self) -> None:
         with self._lock:

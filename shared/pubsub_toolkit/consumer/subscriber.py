@@ -5,6 +5,9 @@
     ...
     consumer.stop()           # graceful: in-flight work finishes and is acked
 
+    with Consumer(subscription, processor) as consumer:
+        consumer.result()     # until stop(); raises what ended the stream (e.g. NotFound)
+
 * **Flow control** bounds the messages held at once (``max_outstanding``).
 * **Convoy**: one group's messages run serially in ``fifo_seq`` order, different groups in
   parallel up to ``concurrency`` (see :mod:`.convoy`); messages outside groups run in parallel.
@@ -13,6 +16,9 @@
   the toolkit's counters, not from the broker.
 * A **sweeper** thread runs the gate's periodic work (parked heads, gap timeouts) for groups this
   process is not busy with.
+* **``result()``**, like a future's: waits until ``stop()`` finished, or raises the error
+  that ended the stream (a missing or forbidden subscription: NotFound, PermissionDenied, ...),
+  which is also logged at ERROR when it happens (see :mod:`._stream_end`).
 * **Graceful stop**: new deliveries are nacked, queued ones are nacked, running ones finish and
   are acked while the stream is still open, and only then is the stream closed - no ack lost.
 * **An ``async def`` handler** (``MessageProcessor.from_settings`` gives an async processor for
@@ -32,6 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit import tracing
 from pubsub_toolkit._loop_thread import LoopThread
+from pubsub_toolkit.consumer._stream_end import StreamEnd
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import MessageProcessor, fifo_address
@@ -72,6 +79,21 @@ def settle(subscription: str, received: Any, message: Message, exc: Exception | 
             return nack_after(received, exc)
         received.ack()
         return "ack"
+
+
+def tell(listener: OutcomeListener | None, message: Message, outcome: str) -> None:
+    """Give ``listener`` a settled message's outcome. A listener that raises is logged and
+    changes nothing: the message stays acked or nacked as decided, its group goes on."""
+    if listener is None:
+        return
+    try:
+        listener(message, outcome)
+    except Exception:
+        logger.exception(
+            "on_outcome listener raised on %s (outcome %s); the message stays settled as decided",
+            message.message_id,
+            outcome,
+        )
 
 
 def to_message(received: Any) -> Message:
@@ -133,6 +155,9 @@ class Consumer:
         self._closing = threading.Event()
         self._stream: Any = None
         self._sweeper: threading.Thread | None = None
+        self._end = self._async.end if self._async is not None else StreamEnd(subscription)
+        self._stop_lock = threading.Lock()
+        self._stopped: bool | None = None  # stop()'s answer, once it ran
 
     def start(self) -> None:
         """Open the stream and start the sweeper; returns at once."""
@@ -147,23 +172,33 @@ class Consumer:
         self._stream = self._subscriber.subscribe(
             self.subscription, self._on_message, flow_control=flow
         )
+        self._end.watch(self._stream, self._closing.is_set)
         self._sweeper = threading.Thread(target=self._sweep_loop, name="fifo-sweeper", daemon=True)
         self._sweeper.start()
 
     def stream_error(self) -> BaseException | None:
         """The error that ended the stream (e.g. a missing subscription), if it ended."""
-        if self._async is not None:
-            return self._async.stream_error()
-        if self._stream is None or not self._stream.done() or self._closing.is_set():
-            return None
-        try:
-            self._stream.result(timeout=0)
-        except Exception as exc:
-            return exc
-        return None
+        return self._end.error()
+
+    def result(self, timeout: float | None = None) -> None:
+        """Block until the consumer ends, like a future: return once :meth:`stop` finished;
+        raise the error that ended the stream on its own - NotFound for a missing
+        subscription, PermissionDenied, ... (logged at ERROR when it happened; leaving the
+        ``with`` block then stops the rest gracefully). TimeoutError after ``timeout``."""
+        self._end.result(timeout)
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Stop gracefully; True when every in-flight message finished within ``timeout``."""
+        """Stop gracefully; True when every in-flight message finished within ``timeout``.
+        Stopping again (leaving ``with`` after a ``stop()``) returns the first answer."""
+        with self._stop_lock:
+            if self._stopped is None:
+                try:
+                    self._stopped = self._stop(timeout)
+                finally:
+                    self._end.stopped()
+            return self._stopped
+
+    def _stop(self, timeout: float) -> bool:
         if self._async is not None and self._loop is not None:
             if not self._loop.started:
                 return True
@@ -226,21 +261,30 @@ class Consumer:
                 outcome = settle(self.subscription, received, message, exc)
             else:
                 settle(self.subscription, received, message)
-        if self._on_outcome is not None:
-            self._on_outcome(message, outcome)
+        tell(self._on_outcome, message, outcome)
 
     def _process_batch(self, payloads: list[object]) -> None:
         deliveries = cast("list[tuple[Any, Message]]", payloads)
         processor = cast(MessageProcessor, self._processor)
-        results = processor.process_batch([message for _received, message in deliveries])
+        try:
+            results = processor.process_batch([message for _received, message in deliveries])
+        except Exception as exc:
+            # Nothing of the batch is settled yet (e.g. the store is unreachable): each one
+            # is nacked - what did run is a duplicate when it comes back, the rest runs then.
+            logger.exception(
+                "batch of %d deliveries failed before any was settled (%s); all nacked for "
+                "redelivery",
+                len(deliveries),
+                type(exc).__name__,
+            )
+            results = [exc] * len(deliveries)
         for (received, message), result in zip(deliveries, results, strict=True):
             if isinstance(result, Exception):
                 outcome = nack_after(received, result)
             else:
                 received.ack()
                 outcome = result
-            if self._on_outcome is not None:
-                self._on_outcome(message, outcome)
+            tell(self._on_outcome, message, outcome)
 
     def _sweep_loop(self) -> None:
         gate = cast(MessageProcessor, self._processor).gate

@@ -1,7 +1,7 @@
 """`AsyncConsumer`: streaming pull into one event loop, for ``async def`` handlers.
 
-    async with AsyncConsumer(subscription, AsyncMessageProcessor(...), concurrency=64):
-        ...  # messages flow to your handler on this loop
+    async with AsyncConsumer(subscription, AsyncMessageProcessor(...), concurrency=64) as c:
+        await c.result()  # until stop(); raises what ended the stream (e.g. NotFound)
 
 google-cloud-pubsub delivers on its own threads; each callback only hands the message to the
 loop (``call_soon_threadsafe``) and returns. On the loop, an **asyncio convoy** keeps each group
@@ -10,7 +10,9 @@ groups and ungrouped messages run concurrently up to ``concurrency`` at once (a 
 each message is acked or nacked on the client's own message object when it is done (both are
 non-blocking, thread-safe calls). A **sweeper task** runs the gate's periodic work for groups
 this process is not busy with. **Graceful stop**: new deliveries and queued ones are nacked,
-running ones finish and are acked, then the stream is closed.
+running ones finish and are acked, then the stream is closed. ``await result()`` waits for
+that stop, or raises the error that ended the stream on its own (logged at ERROR when it
+happens: see :mod:`._stream_end`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit import tracing
+from pubsub_toolkit.consumer._stream_end import StreamEnd
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor import fifo_address
-from pubsub_toolkit.consumer.subscriber import OutcomeListener, settle, to_message
+from pubsub_toolkit.consumer.subscriber import OutcomeListener, settle, tell, to_message
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.tracing import RECEIVE
@@ -68,6 +71,7 @@ class AsyncConsumer:
         self._closing = False
         self._stream: Any = None
         self._sweeper: asyncio.Task[None] | None = None
+        self.end = StreamEnd(subscription)  # how the stream ended (Consumer's result() too)
 
     async def start(self) -> None:
         """Open the stream and start the sweeper on the running loop; returns at once."""
@@ -81,20 +85,34 @@ class AsyncConsumer:
         self._stream = self._subscriber.subscribe(
             self.subscription, self._on_message, flow_control=flow
         )
+        self.end.watch(self._stream, lambda: self._closing)
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="fifo-sweeper")
 
     def stream_error(self) -> BaseException | None:
         """The error that ended the stream (e.g. a missing subscription), if it ended."""
-        if self._stream is None or not self._stream.done() or self._closing:
-            return None
-        try:
-            self._stream.result(timeout=0)
-        except Exception as exc:
-            return exc
-        return None
+        return self.end.error()
+
+    async def result(self, timeout: float | None = None) -> None:
+        """Wait until the consumer ends, like an awaited future: return once :meth:`stop`
+        finished; raise the error that ended the stream on its own - NotFound for a missing
+        subscription, PermissionDenied, ... (logged at ERROR when it happened). TimeoutError
+        after ``timeout`` seconds."""
+        if self._loop is None and not self.end.future.done():
+            self.end.result(0)  # not started: its RuntimeError
+        # Shielded: a caller's timeout or cancellation must not cancel the end itself.
+        ended = asyncio.shield(asyncio.wrap_future(self.end.future))
+        await asyncio.wait_for(ended, timeout)
 
     async def stop(self, timeout: float = 30.0) -> bool:
         """Stop gracefully; True when every in-flight message finished within ``timeout``."""
+        if self._closing:
+            return True  # stopped already (or stopping)
+        try:
+            return await self._stop(timeout)
+        finally:
+            self.end.stopped()
+
+    async def _stop(self, timeout: float) -> bool:
         self._closing = True
         for queue in self._queues.values():
             for *_, received, _message in queue:
@@ -173,7 +191,7 @@ class AsyncConsumer:
     async def _run_one(self, received: Any, message: Message) -> None:
         assert self._slots is not None
         async with self._slots:
-            await self._process(received, message)
+            await self._guarded(received, message)
 
     async def _run_group(self, group: str) -> None:
         """One group's convoy: its queue in sequence order, one message at a time."""
@@ -183,10 +201,22 @@ class AsyncConsumer:
             while queue:
                 _, _, received, message = queue.pop(0)
                 async with self._slots:
-                    await self._process(received, message)
+                    await self._guarded(received, message)
         finally:
-            # Empty and gone in one step of the loop: no submit can slip in between.
-            self._queues.pop(group, None)
+            # Empty and gone in one step of the loop: no submit can slip in between. (Were
+            # the task cancelled, what is still queued is handed back, not stranded.)
+            for *_, received, _message in self._queues.pop(group, []):
+                received.nack()
+
+    async def _guarded(self, received: Any, message: Message) -> None:
+        """``_process``, which settles the message itself; should it raise all the same, the
+        error is logged and the message nacked (a nack after an ack is harmless), and the
+        group goes on."""
+        try:
+            await self._process(received, message)
+        except Exception:
+            logger.exception("consuming %s raised; nacked for redelivery", message.message_id)
+            received.nack()
 
     async def _process(self, received: Any, message: Message) -> None:
         with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
@@ -196,8 +226,7 @@ class AsyncConsumer:
                 outcome = settle(self.subscription, received, message, exc)
             else:
                 settle(self.subscription, received, message)
-        if self._on_outcome is not None:
-            self._on_outcome(message, outcome)
+        tell(self._on_outcome, message, outcome)
 
     async def _sweep_loop(self) -> None:
         gate = self._processor.gate
