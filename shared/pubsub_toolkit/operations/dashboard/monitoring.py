@@ -96,11 +96,20 @@ class NoMonitoring:
 class CloudMonitoring:
     """Figures from the Monitoring API's ``timeSeries.list``, one bounded request each."""
 
-    def __init__(self, project: str, session: Any, *, timeout: float = MONITORING_TIMEOUT_S):
-        """``session``: a ``google.auth.transport.requests.AuthorizedSession``."""
+    def __init__(
+        self,
+        project: str,
+        session: Any,
+        *,
+        timeout: float = MONITORING_TIMEOUT_S,
+        api: str = _API,
+    ) -> None:
+        """``session``: a ``google.auth.transport.requests.AuthorizedSession`` (any
+        ``requests.Session`` for ``api`` elsewhere)."""
         self._project = project
         self._session = session
         self._timeout = timeout
+        self._api = api.rstrip("/")
 
     @classmethod
     def from_default_credentials(cls, project: str) -> CloudMonitoring:
@@ -207,7 +216,7 @@ class CloudMonitoring:
             **aggregation,
         }
         response = self._session.get(
-            f"{_API}/projects/{self._project}/timeSeries", params=params, timeout=self._timeout
+            f"{self._api}/projects/{self._project}/timeSeries", params=params, timeout=self._timeout
         )
         if response.status_code != 200:
             raise NotAvailable(
