@@ -101,6 +101,7 @@ def test_a_failing_or_hanging_backend_costs_only_its_cards() -> None:
         assert problems["backlog0"] == "not available on the emulator (no Cloud Monitoring)"
         assert "scheduled" not in problems and "consumers" not in problems
         page = render_page(snapshot)
+        assert "id='backlog-unavailable'>not available on the emulator" in page
         assert "id='store-unavailable'>store unreachable: ConnectionError" in page
         assert "id='fifo-unavailable'>store unreachable" in page
         assert "id='dead-letters-unavailable'>Pub/Sub unreachable" in page

@@ -118,6 +118,9 @@ def dead_letter_card(snapshot: StatusSnapshot) -> str:
 
 
 def backlog_card(snapshot: StatusSnapshot) -> str:
+    reasons = {b.reason for b in snapshot.backlogs if isinstance(b, Unavailable)}
+    if len(reasons) == 1 and all(isinstance(b, Unavailable) for b in snapshot.backlogs):
+        return card("backlog", "Subscriptions' backlog", "", reasons.pop())  # said once
     rows = "".join(_backlog_row(b) for b in snapshot.backlogs)
     body = (
         "<table id='backlog-table'><tr><th>subscription</th><th>undelivered</th>"

@@ -45,7 +45,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.blocked td{background:#fde8e8} tr.waiting td{background:#fff6df}
 .stale{color:#a33} .unavailable{color:#a33;max-width:22rem} .note{color:#5a6270}
 code{font-size:.85rem;background:#eef0f3;padding:.1rem .3rem;border-radius:3px}
-#charts{margin-bottom:1rem} .charts{display:flex;flex-wrap:wrap;gap:1rem}
+#charts,#fifo{margin-bottom:1rem} .charts{display:flex;flex-wrap:wrap;gap:1rem}
 figure.chart{margin:0;padding:.6rem .8rem}
 figure.chart svg{display:block;max-width:100%;height:auto}
 figcaption{font-size:.9rem;margin-bottom:.3rem} .legend{margin-left:.6rem;font-weight:600}
@@ -105,8 +105,8 @@ def render_panel(snapshot: StatusSnapshot) -> str:
         f"<div class='cards'>{store_card(snapshot)}{backlog_card(snapshot)}"
         f"{consumer_card(snapshot)}{dedup_card(snapshot)}{scheduled_card(snapshot)}"
         f"{lateness_card(snapshot)}{dead_letter_card(snapshot)}</div>"
+        f"{_groups_section(snapshot)}"  # before the charts: what an operator may act on
         f"{charts}"
-        f"{_groups_section(snapshot)}"
         "</main>"
     )
 
