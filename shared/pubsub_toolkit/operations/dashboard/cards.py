@@ -96,7 +96,10 @@ class CardReader:
             job, backend = started, parts[name].backend
             if not job.done.wait(max(deadline - time.monotonic(), 0.0)):
                 logger.warning(
-                    "status card %s: %s did not answer in %s s", name, backend, self.timeout
+                    "status card %s: %s did not answer in %s s",
+                    name.rpartition(":")[2],
+                    backend,
+                    self.timeout,
                 )
                 results[name] = Unavailable(
                     f"{backend} unreachable: no answer within {self.timeout:g} s"
@@ -104,7 +107,7 @@ class CardReader:
             elif isinstance(job.error, NotAvailable):
                 results[name] = Unavailable(str(job.error))
             elif job.error is not None:
-                logger.warning("status card %s failed", name, exc_info=job.error)
+                logger.warning("status card %s failed", name.rpartition(":")[2], exc_info=job.error)
                 results[name] = Unavailable(f"{backend} unreachable: {describe(job.error)}")
             else:
                 results[name] = job.value
