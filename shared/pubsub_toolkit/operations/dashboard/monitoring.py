@@ -27,6 +27,7 @@ ERROR_OUTCOMES = frozenset(
 CONSUMER_WINDOW = timedelta(minutes=15)  # error rate and latency are over this window
 MONITORING_TIMEOUT_S = 2.0
 _API = "https://monitoring.googleapis.com/v3"
+NO_MONITORING = "not available on the emulator (no Cloud Monitoring)"
 
 
 class NotAvailable(Exception):
@@ -74,7 +75,7 @@ class PipelineMetrics(Protocol):
 class NoMonitoring:
     """The local stack: the emulators keep no metrics."""
 
-    def __init__(self, why: str = "not available on the emulator (no Cloud Monitoring)") -> None:
+    def __init__(self, why: str = NO_MONITORING) -> None:
         self.why = why
 
     def backlog(self, role: str, subscription: str, now: datetime) -> SubscriptionBacklog:
@@ -87,6 +88,8 @@ class NoMonitoring:
         raise NotAvailable(self.why)
 
     def consumer(self, now: datetime) -> ConsumerHealth:
+        if self.why != NO_MONITORING:
+            raise NotAvailable(self.why)
         raise NotAvailable(
             "not recorded locally: the consumer's counters stay in its process "
             "(METRICS_EXPORTER=cloud-monitoring exports them in production)"

@@ -12,6 +12,7 @@ lists them (only groups with work), at most :data:`SHOWN_GROUPS` remembered.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import Counter
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pubsub_toolkit.config import Settings, queue_path
-from pubsub_toolkit.operations.dashboard.cards import Part
+from pubsub_toolkit.operations.dashboard.cards import Part, describe
 from pubsub_toolkit.operations.dashboard.history import WINDOW_MINUTES, BacklogHistory, History
 from pubsub_toolkit.operations.dashboard.monitoring import (
     CloudMonitoring,
@@ -39,6 +40,8 @@ from pubsub_toolkit.operations.group_status import GroupStatus, group_statuses
 from pubsub_toolkit.stores.counters.base import SequenceCounter
 from pubsub_toolkit.stores.fifo_state.base import FifoStore
 from pubsub_toolkit.stores.stats.base import DELIVERIES, DUPLICATES, RELAY_SCOPE, StatsStore
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DEAD_LETTER_SUBSCRIPTION = "dead-letter-sub"
 # Reasons come from pulling (Pub/Sub has no count by attribute): a sample this big at most,
@@ -132,7 +135,11 @@ class LiveStatusSource:
             tasks = tasks_client(env.get("CLOUD_TASKS_EMULATOR_HOST") or None)
         metrics: PipelineMetrics = NoMonitoring()
         if not env.get("PUBSUB_EMULATOR_HOST"):
-            metrics = CloudMonitoring.from_default_credentials(settings.project)
+            try:
+                metrics = CloudMonitoring.from_default_credentials(settings.project)
+            except Exception as exc:  # no credentials: those cards say so, the rest draws
+                logger.warning("Cloud Monitoring unavailable to the status page", exc_info=True)
+                metrics = NoMonitoring(f"Cloud Monitoring unavailable: {describe(exc)}")
         roles = (
             ("origin", env.get("ORIGIN_SUBSCRIPTION", "") or DEFAULT_ORIGIN_SUBSCRIPTION),
             ("final", env.get("FINAL_SUBSCRIPTION", "") or DEFAULT_FINAL_SUBSCRIPTION),
