@@ -237,6 +237,10 @@ def check_charts(page: Any, deliveries: list[int]) -> None:
     assert title == f"12:03: {deliveries[3]}"  # what a pointer over the bar shows
     assert points(page, "lateness", "p50") == P50
     assert points(page, "lateness", "p99") == P99
+    # The hour's figures beside the chart: 9 at <= 50 ms, 2 at <= 0.5 s, 1 at <= 5 s.
+    assert page.inner_text("#lateness-p50") == "≤ 50 ms"
+    assert page.inner_text("#lateness-p99") == "≤ 5 s"
+    assert page.inner_text("#lateness-releases") == "12"
     charted = page.eval_on_selector_all(
         "#chart-backlog g[data-series]", "els => els.map(e => e.dataset.series)"
     )

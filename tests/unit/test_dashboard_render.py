@@ -75,7 +75,9 @@ def test_stable_hooks_carry_the_numbers() -> None:
         "id='dead-letter-total'>3<",
         "<td class='num' data-field='count'>2</td>",
         "data-field='last_issued'>4<",
-        "data-field='gap_age'>12s<",
+        "title='2029-12-31 23:59:47 UTC'>12 s ago</time>",  # relative; absolute in the title
+        "data-field='next'><code>pubsub-toolkit fifo replay --consumer-id &#x27;",
+        " blocked</code>",
         "data-field='state'>BLOCKED at 5<",
         "data-field='state'>waiting for 2<",
     ):
@@ -119,11 +121,16 @@ def test_app_serves_page_panel_and_json_read_only() -> None:
     assert client.get("/status.json", headers={"Host": "127.0.0.1:8760"}).status_code == 200
 
 
-def test_a_count_that_stopped_at_its_limit_shows_a_plus() -> None:
-    counts = DeadLetterCounts("dl", True, (("fifo_poison", 1000),), truncated=True)
-    assert counts.total_text == "1000+"
+def test_a_count_that_stopped_at_its_limit_says_at_least() -> None:
+    counts = DeadLetterCounts("dl", True, (("fifo_poison", 100),), truncated=True)
+    assert counts.total_text == "≥ 100"
     page = render_page(replace(snapshot(), dead_letters=counts), refresh_seconds=2)
-    assert "id='dead-letter-total'>1000+<" in page
+    assert "id='dead-letter-total'>≥ 100<" in page
+    assert "reasons of a sample of 100" in page
+    # Where Cloud Monitoring counts the backlog, that count is the total.
+    counted = replace(counts, counted=4321)
+    page = render_page(replace(snapshot(), dead_letters=counted), refresh_seconds=2)
+    assert "id='dead-letter-total'>4321<" in page and "reasons of a sample of 100" in page
 
 
 def test_requests_within_the_interval_share_one_snapshot() -> None:

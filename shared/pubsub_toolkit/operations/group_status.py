@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -70,6 +71,19 @@ def state_text(row: GroupStatus) -> str:
     if row.parked:
         return f"waiting for {row.waiting_for}"
     return "ok"
+
+
+def next_command(row: GroupStatus, consumer: str) -> str | None:
+    """The operator command that moves a stuck group on, exactly as the CLI takes it (None:
+    nothing to do). A blocked group: ``fifo replay`` runs its parked head again (after fixing
+    the cause; ``fifo skip GROUP SEQ`` gives it up instead). A group waiting on a gap: ``fifo
+    skip`` passes over the missing number - only once it is known to be lost."""
+    who = f"--consumer-id {shlex.quote(consumer)} "
+    if row.blocked_at is not None:
+        return f"pubsub-toolkit fifo replay {who}{shlex.quote(row.group)}"
+    if row.parked:
+        return f"pubsub-toolkit fifo skip {who}{shlex.quote(row.group)} {row.waiting_for}"
+    return None
 
 
 def render_table(rows: Sequence[GroupStatus]) -> str:

@@ -48,6 +48,9 @@ class History:
     lateness_p99: tuple[float | None, ...] = ()
     releases: tuple[int, ...] = ()  # how many lateness observations each minute holds
     backlog: tuple[tuple[str, tuple[int | None, ...]], ...] = ()  # busiest groups; None: unseen
+    # Over the whole window (every minute's histogram added up): the figures beside the chart.
+    hour_lateness_p50: float | None = None
+    hour_lateness_p99: float | None = None
 
     @classmethod
     def build(
@@ -70,6 +73,7 @@ class History:
             (g for g in backlog if any(backlog[g].get(m) for m in span)),
             key=lambda g: (-max(backlog[g].get(m, 0) for m in span), g),
         )[:busiest]
+        hour = Histogram(tuple(map(sum, zip(*(h.counts for h in lateness), strict=True))))
         return cls(
             minutes=span,
             deliveries=tuple(row.get(DELIVERIES, 0) for row in rows),
@@ -79,6 +83,8 @@ class History:
             lateness_p99=tuple(h.quantile(0.99) for h in lateness),
             releases=tuple(h.count for h in lateness),
             backlog=tuple((g, tuple(backlog[g].get(m) for m in span)) for g in charted),
+            hour_lateness_p50=hour.quantile(0.5),
+            hour_lateness_p99=hour.quantile(0.99),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -89,6 +95,8 @@ class History:
             "dead_letters": list(self.dead_letters),
             "lateness_p50_s": list(self.lateness_p50),
             "lateness_p99_s": list(self.lateness_p99),
+            "hour_lateness_p50_s": self.hour_lateness_p50,
+            "hour_lateness_p99_s": self.hour_lateness_p99,
             "releases": list(self.releases),
             "backlog": {group: list(values) for group, values in self.backlog},
         }

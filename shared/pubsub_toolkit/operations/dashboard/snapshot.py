@@ -11,27 +11,37 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pubsub_toolkit.attributes import format_time
+from pubsub_toolkit.operations.dashboard.cards import CardReader, Part, Unavailable
 from pubsub_toolkit.operations.dashboard.history import History
+from pubsub_toolkit.operations.dashboard.monitoring import ConsumerHealth, SubscriptionBacklog
 from pubsub_toolkit.operations.group_status import GroupStatus, state_text
 
 
 @dataclass(frozen=True)
 class DeadLetterCounts:
-    """Messages waiting on the dead-letter subscription, by ``error_reason``."""
+    """Messages waiting on the dead-letter subscription: the count, and ``error_reason`` s of a
+    bounded sample."""
 
     subscription: str
     exists: bool  # False: there is no such subscription (nothing to count)
-    by_reason: tuple[tuple[str, int], ...] = ()  # sorted by reason
-    truncated: bool = False  # the count stopped at its limit: there may be more
+    by_reason: tuple[tuple[str, int], ...] = ()  # of the sample, sorted by reason
+    truncated: bool = False  # the sample stopped at its limit: there may be more
+    counted: int | None = None  # the whole backlog, where Cloud Monitoring reports it
 
     @property
     def total_text(self) -> str:
-        """The total as shown: ``1000+`` when the count stopped at its limit."""
-        return f"{self.total}+" if self.truncated else str(self.total)
+        """The total as shown: ``≥ 100`` when only a sample stopped at its limit is known."""
+        if self.counted is not None:
+            return str(self.counted)
+        return f"≥ {self.sampled}" if self.truncated else str(self.sampled)
+
+    @property
+    def sampled(self) -> int:
+        return sum(n for _, n in self.by_reason)
 
     @property
     def total(self) -> int:
-        return sum(n for _, n in self.by_reason)
+        return self.sampled if self.counted is None else max(self.counted, self.sampled)
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,19 @@ class ScheduledCount:
 
     queue: str | None  # None: TASKS_QUEUE is not set (delays are off)
     waiting: int = 0
+    at_least: bool = False  # a bounded listing stopped: ``waiting`` or more
+
+    @property
+    def waiting_text(self) -> str:
+        return f"≥ {self.waiting}" if self.at_least else str(self.waiting)
+
+
+@dataclass(frozen=True)
+class StoreHealth:
+    """The configured store backend and whether it answered a small read."""
+
+    backend: str
+    reachable: bool = True
 
 
 @dataclass(frozen=True)
@@ -66,10 +89,23 @@ class StatusSnapshot:
     scheduled: ScheduledCount
     dedup: DedupRate
     history: History = field(default_factory=History)  # the last hour (the page's charts)
+    store: StoreHealth | None = None
+    backlogs: tuple[SubscriptionBacklog | Unavailable, ...] = ()  # origin, final
+    consumers: ConsumerHealth | Unavailable | None = None
+    problems: tuple[tuple[str, str], ...] = ()  # (part, why it shows no figure), by part
+
+    def problem(self, part: str) -> str | None:
+        """Why ``part`` has no figure this time (None: it has one)."""
+        return dict(self.problems).get(part)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (the page's ``/status.json``)."""
+        """A JSON-ready dict (the page's ``/status.json``); ``problems`` names the parts
+        whose values are empty because their read failed."""
         return {
+            "problems": dict(self.problems),
+            "store": None if self.store is None else vars(self.store),
+            "backlogs": [_backlog_json(b) for b in self.backlogs],
+            "consumers": _consumers_json(self.consumers),
             "taken_at": format_time(self.taken_at),
             "consumer": self.consumer,
             "fifo_groups": [
@@ -90,9 +126,14 @@ class StatusSnapshot:
                 "exists": self.dead_letters.exists,
                 "total": self.dead_letters.total,
                 "truncated": self.dead_letters.truncated,
+                "counted": self.dead_letters.counted,
                 "by_reason": dict(self.dead_letters.by_reason),
             },
-            "scheduled": {"queue": self.scheduled.queue, "waiting": self.scheduled.waiting},
+            "scheduled": {
+                "queue": self.scheduled.queue,
+                "waiting": self.scheduled.waiting,
+                "at_least": self.scheduled.at_least,
+            },
             "dedup": {
                 "deliveries": self.dedup.deliveries,
                 "duplicates": self.dedup.duplicates,
@@ -102,30 +143,93 @@ class StatusSnapshot:
         }
 
 
+def _backlog_json(backlog: SubscriptionBacklog | Unavailable) -> dict[str, Any]:
+    if isinstance(backlog, Unavailable):
+        return {"unavailable": backlog.reason}
+    return vars(backlog)
+
+
+def _consumers_json(health: ConsumerHealth | Unavailable | None) -> dict[str, Any] | None:
+    if health is None or isinstance(health, Unavailable):
+        return None if health is None else {"unavailable": health.reason}
+    last = health.last_decision_at
+    return {
+        "window_s": health.window.total_seconds(),
+        "last_decision_at": None if last is None else format_time(last),
+        "decisions": health.decisions,
+        "errors": health.errors,
+        "error_rate": health.error_rate,
+        "handler_p50_s": health.handler_p50_s,
+        "handler_p99_s": health.handler_p99_s,
+    }
+
+
 class StatusSource(Protocol):
-    """Where a snapshot's parts are read from (live clients, or fixed values in tests)."""
+    """Where a snapshot's parts are read from (live clients, or fixed values in tests). Each
+    method may raise: its part shows why, the others still show."""
 
     consumer: str
 
     def fifo_groups(self, now: datetime) -> list[GroupStatus]: ...
 
-    def dead_letters(self) -> DeadLetterCounts: ...
+    def dead_letters(self, now: datetime) -> DeadLetterCounts: ...
 
-    def scheduled(self) -> ScheduledCount: ...
+    def scheduled(self, now: datetime) -> ScheduledCount: ...
 
     def dedup(self) -> DedupRate: ...
 
     def history(self, now: datetime) -> History: ...
 
+    def store(self, now: datetime) -> StoreHealth: ...
 
-def gather(source: StatusSource, *, now: datetime) -> StatusSnapshot:
-    """Read every part once and freeze the result."""
+    def backlogs(self, now: datetime) -> tuple[Part, ...]:
+        """One part per subscription shown (origin, final), read like the others."""
+        ...
+
+    def consumers(self, now: datetime) -> ConsumerHealth: ...
+
+    def backend(self, part: str) -> str:
+        """What ``part`` reads ("store", "Pub/Sub", ...): named when it fails."""
+        ...
+
+
+_READER = CardReader()
+
+
+def gather(
+    source: StatusSource, *, now: datetime, reader: CardReader | None = None
+) -> StatusSnapshot:
+    """Read every part once, each in parallel under one deadline, and freeze the result."""
+    reader = reader or _READER
+    key = f"{id(source)}:"  # the reader remembers hanging reads per source and part
+    parts = {
+        "groups": Part(source.backend("groups"), lambda: tuple(source.fifo_groups(now))),
+        "dead_letters": Part(source.backend("dead_letters"), lambda: source.dead_letters(now)),
+        "scheduled": Part(source.backend("scheduled"), lambda: source.scheduled(now)),
+        "dedup": Part(source.backend("dedup"), source.dedup),
+        # After the groups: the backlog chart includes this sample too.
+        "history": Part(source.backend("history"), lambda: source.history(now), key + "groups"),
+        "store": Part(source.backend("store"), lambda: source.store(now)),
+        "consumers": Part(source.backend("consumers"), lambda: source.consumers(now)),
+    }
+    backlog_parts = {f"backlog{i}": p for i, p in enumerate(source.backlogs(now))}
+    keyed = {key + name: part for name, part in {**parts, **backlog_parts}.items()}
+    read = {name[len(key) :]: value for name, value in reader.read(keyed).items()}
+    problems = tuple(sorted((n, v.reason) for n, v in read.items() if isinstance(v, Unavailable)))
+
+    def value(name: str, empty: Any) -> Any:
+        return empty if isinstance(read[name], Unavailable) else read[name]
+
     return StatusSnapshot(
         taken_at=now,
         consumer=source.consumer,
-        groups=tuple(source.fifo_groups(now)),
-        dead_letters=source.dead_letters(),
-        scheduled=source.scheduled(),
-        dedup=source.dedup(),
-        history=source.history(now),  # after fifo_groups: it charts that sample too
+        groups=value("groups", ()),
+        dead_letters=value("dead_letters", DeadLetterCounts("", exists=True)),
+        scheduled=value("scheduled", ScheduledCount(queue=None)),
+        dedup=value("dedup", DedupRate(0, 0)),
+        history=value("history", History()),
+        store=value("store", None),
+        backlogs=tuple(read[name] for name in backlog_parts),
+        consumers=read["consumers"],
+        problems=problems,
     )
