@@ -16,8 +16,9 @@ def add_dashboard_command(commands: Any) -> None:
     """The `dashboard` command."""
     dashboard = commands.add_parser(
         "dashboard",
-        help="serve a read-only status page on 127.0.0.1 (FIFO groups, dead letters, "
-        "scheduled deliveries, dedup hit rate)",
+        help="serve a read-only status page on 127.0.0.1 (store, subscriptions' backlog, "
+        "consumers, FIFO groups with the next command, dead letters, scheduled deliveries, "
+        "dedup hit rate, delay lateness)",
     )
     dashboard.add_argument(
         "--port", type=int, default=8760, help="port on 127.0.0.1 (default 8760; 0: any free)"

@@ -89,7 +89,7 @@ def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str
         + (
             "(TASKS_QUEUE not set)"
             if scheduled.queue is None
-            else f"{scheduled.waiting} waiting in {scheduled.queue.rsplit('/', 1)[-1]}"
+            else f"{scheduled.waiting_text} waiting in {scheduled.queue.rsplit('/', 1)[-1]}"
         )
     )
     rate = snapshot.dedup.hit_rate
@@ -97,6 +97,12 @@ def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str
         f"ingress deliveries: {snapshot.dedup.deliveries}, duplicates: "
         f"{snapshot.dedup.duplicates}" + ("" if rate is None else f" (dedup hit rate {rate:.1%})")
     )
+    # A part that could not be read says so instead of showing zeros (the page's cards do too).
+    lines += [
+        f"unavailable: {part}: {why}"
+        for part, why in snapshot.problems
+        if not part.startswith(("backlog", "consumers"))
+    ]
     return lines
 
 
