@@ -64,7 +64,7 @@ class Boundaries:
     def store(self, process: Process, op: str, apply: Callable[[], T], is_read: bool) -> T:
         self._enter(process)
         self._db.clock.use(process.clock)
-        if self._faults.store_down():
+        if self._faults.store_down(process.kind):
             raise StoreUnavailableError(f"{op}: the store is unreachable (outage)")
         crash = self._crash_draw(process, op)
         timeout = not is_read and self._faults.store_timeout()

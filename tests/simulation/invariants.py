@@ -142,7 +142,7 @@ def _fifo_order(f: Final) -> Iterator[Violation]:
             continue
         repeat = bool(by_number[(e.group, e.seq)])
         by_number[(e.group, e.seq)].append(e)
-        if e.lid not in legit or e.lid in f.relax.victims or not f.relax.checks_order:
+        if e.lid not in legit or e.lid in f.relax.victims or not f.relax.checks_order(e.group):
             continue
         if repeat and f.relax.effect_at_risk(str(e.lid)):
             # A replay of an effect a crash left unrecorded (excused below, as a repeat): in
@@ -161,7 +161,8 @@ def _fifo_order(f: Final) -> Iterator[Violation]:
         lids = sorted({str(e.lid) for e in runs})
         recorded = [e for e in runs if not f.relax.effect_at_risk(str(e.lid))]
         processes = [e.process for e in recorded]
-        if len(recorded) > 1 and not (f.relax.rollback and len(set(processes)) == len(processes)):
+        distinct = len(set(processes)) == len(processes)
+        if len(recorded) > 1 and not (f.relax.group_named(group) and distinct):
             yield Violation("2 fifo_order", lids[0], f"{group}#{seq} ran {len(runs)}x ({lids})")
 
 
@@ -179,16 +180,16 @@ def _never_early(f: Final) -> Iterator[Violation]:
 
 
 def _groups_finish(f: Final) -> Iterator[Violation]:
-    if not f.relax.checks_group_position:
-        return
     targets: dict[str, int] = {}
     for o in f.ledger.origins:
         if o.group is not None and o.seq is not None and not o.hostile:
             targets[o.group] = max(targets.get(o.group, 0), int(o.seq))
     for group, target in sorted(targets.items()):
-        state = f.groups[group]
-        if state.last_processed >= target:
+        if not f.relax.checks_group_position(group):
             continue
+        state = f.groups[group]
+        if state.last_processed >= target or (f.relax.rollback and _all_settled(f, group)):
+            continue  # after a store loss the stored position may lag: judged by its messages
         head = state.last_processed + 1
         alerts = [d for d in f.ledger.decisions if d.get("fifo_group") == group]
         letters = [d for d in f.ledger.dead_letters if d.group == group and d.seq == str(head)]
@@ -202,6 +203,13 @@ def _groups_finish(f: Final) -> Iterator[Violation]:
             None,
             f"{group} stopped at {state.last_processed} of {target} ({why})",
         )
+
+
+def _all_settled(f: Final, group: str) -> bool:
+    """Every legitimate message published in ``group`` had its effect or a dead letter."""
+    settled = {e.lid for e in f.ledger.effects} | {d.lid for d in f.ledger.dead_letters}
+    mine = {o.lid for o in f.ledger.origins if o.group == group and not o.hostile}
+    return mine <= settled
 
 
 def _waits_behind_pubsub_letter(f: Final, group: str, head: int) -> bool:
@@ -228,7 +236,7 @@ def _cancel_truthful(f: Final) -> Iterator[Violation]:
     finals, effects = _by_lid(f.ledger.finals), _by_lid(_effects(f.ledger))
     for answer in f.ledger.cancels:
         published = finals.get(answer.lid, [])
-        undone = f.relax.cancel_may_be_undone
+        undone = f.relax.cancel_may_be_undone(answer.lid)
         if not answer.already_delivered and (published or effects.get(answer.lid)) and not undone:
             yield Violation(
                 "5 cancel_truthful",

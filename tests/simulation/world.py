@@ -42,6 +42,8 @@ MAX_OPERATOR_ROUNDS = 60
 class Options:
     trace_limit: int | None = 400  # None: keep the whole trace (replaying one seed)
     only: tuple[Kind, ...] | None = None  # force the enabled fault kinds (shrinking)
+    enable: tuple[Kind, ...] = ()  # opt-in kinds (faults.EXTRA_KINDS) this run may draw
+    strict: bool = False  # a store loss excuses only messages an ALERT named (issue 24)
     max_events: int = 150_000
 
 
@@ -63,7 +65,12 @@ class World:
         self.seed = seed
         self.options = options
         self.rng = random.Random(f"run:{seed}")
-        self.plan = FaultPlan.draw(random.Random(f"faults:{seed}"), only=options.only)
+        self.plan = FaultPlan.draw(
+            random.Random(f"faults:{seed}"),
+            only=options.only,
+            enable=options.enable,
+            extra=random.Random(f"extra:{seed}"),
+        )
         self.workload = draw(random.Random(f"workload:{seed}"), self.plan)
         self.config = self.workload.config
         self._specs = {m.lid: m for m in self.workload.messages}
@@ -80,7 +87,6 @@ class World:
         )
         self.transient_is_toolkit_error = self.rng.random() < 0.5
         rollback = self.plan.has(Kind.STORE_ROLLBACK)
-        self.relax_operator = rollback
         self.db = Database(CallerClock(SimClock(self.loop)), keep_history=rollback)
         self.broker = PubSub(self.loop, self.rng, self.faults, self.trace)
         self.boundaries = Boundaries(self.loop, self.faults, self.db, self.broker, self.trace)
@@ -131,6 +137,11 @@ class World:
 
     def spec(self, lid: str | None) -> LogicalMessage | None:
         return self._specs.get(lid) if lid else None
+
+    @property
+    def relax_operator(self) -> bool:
+        """The operator may skip on an ALERT alone once the store has lost writes."""
+        return bool(self.ledger.rollbacks)
 
     def activity(self) -> None:
         self.last_activity = self.loop.now
@@ -202,7 +213,8 @@ class World:
 
     def _rollback(self, writes: int) -> None:
         lost = self.db.rollback(writes)
-        self.ledger.rollbacks.append(self.loop.now)
+        if lost:  # a rollback that lost nothing switches no check off
+            self.ledger.rollbacks.append(self.loop.now)
         self.faults.count("store_rollback_writes_lost", lost)
         self.trace.add(f"... {lost} writes lost")
 
@@ -229,7 +241,7 @@ class World:
                 self.drivers.start_sweeps(slot)
             quiescent = self._drive()
             states = {g: self.db.fifo_position(c.CONSUMER_ID, g) for g in self._groups()}
-        relax = Relaxation.for_schedule(self.ledger, rollback=self.plan.has(Kind.STORE_ROLLBACK))
+        relax = Relaxation.for_schedule(self.ledger, strict=self.options.strict)
         final = Final(
             self.ledger, self.workload.messages, states, relax, tuple(self.tasks.failed())
         )
