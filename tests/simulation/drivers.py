@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit.consumer.gate_rules import GateOutcome
-from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot
+from tests.simulation.faults import Kind
 from tests.simulation.process import Process, ProcessCrashed
 from tests.simulation.pubsub import Answer
 
@@ -41,6 +43,7 @@ class Drivers:
     def __init__(self, world: Any) -> None:
         self._w = world
         self._first_call: dict[str, float] = {}
+        self._retries: dict[str, int] = {}  # lid -> RetryLater raised so far
 
     # --- the user's handler ---------------------------------------------------------------
 
@@ -50,6 +53,7 @@ class Drivers:
         def handle(message: Message) -> None:
             w.boundaries.step(process, "before effect")
             lid = w.ledger.lid_of(message)
+            self._slow(process)
             now = w.loop.now
             failure = self._failure(lid, now)
             if failure is not None:
@@ -70,6 +74,7 @@ class Drivers:
             # A batch handler as the gate asks for one: all or nothing (one transaction) -
             # every message's failure is known before any effect, and the effects land at once.
             w.boundaries.step(process, "before effect")
+            self._slow(process)
             now = w.loop.now
             for message in messages:
                 lid = w.ledger.lid_of(message)
@@ -88,12 +93,27 @@ class Drivers:
 
         return handle_batch
 
+    def _slow(self, process: Process) -> None:
+        """slow_handler: some calls take longer than the dedup lease and the ack deadline."""
+        w = self._w
+        if w.plan.has(Kind.SLOW_HANDLER) and w.faults.active and w.rng.random() < 0.3:
+            longest = max(w.config.dedup_lease, w.config.final.ack_deadline)
+            seconds = w.rng.uniform(0.5, 2.5) * longest
+            w.faults.count("slow_handler_call")
+            w.trace.add(f"{process.name}: handler busy for {seconds:.0f}s")
+            process.clock.sleep(seconds)
+            process.check()
+
     def _failure(self, lid: str | None, now: float) -> Exception | None:
         """The exception the handler raises for ``lid`` now, if it fails."""
         w = self._w
         spec = w.spec(lid)
         if spec is not None and spec.poison:
             return PoisonError(f"{lid} is poison")
+        if spec is not None and self._retries.get(str(lid), 0) < spec.retry_later:
+            self._retries[str(lid)] = self._retries.get(str(lid), 0) + 1
+            w.faults.count("retry_later_raised")
+            return RetryLater(timedelta(seconds=spec.retry_delay), "the simulation asks")
         if w.faults.dependency_down():
             if w.transient_is_toolkit_error:
                 return TransientError("the handler's dependency is down")

@@ -56,6 +56,7 @@ DEFAULT_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAV
 EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in DEFAULT_KINDS)
 EXTRA_RATE = 0.5
 
+
 @dataclass(frozen=True)
 class Window:
     """``[start, end)`` in true seconds."""

@@ -20,6 +20,8 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.delay import cancel as cancelling
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.components import ORIGIN
+from tests.simulation.dimensions import RESERVED
+from tests.simulation.faults import Kind
 from tests.simulation.ledger import CancelAnswer
 from tests.simulation.process import ProcessCrashed
 from tests.simulation.workload import OUT_OF_RANGE_SEQ, LogicalMessage
@@ -34,6 +36,8 @@ class ProducerApp:
         self._world = world
         self._deliver_at: dict[str, Any] = {}  # lid -> the absolute due time fixed at first try
         self._reused: dict[str, str] = {}  # hostile lid -> the number it reuses
+        self._last: dict[str, str] = {}  # group -> its last lid (fifo_end)
+        self._timed_out: set[str] = set()  # renumber_far: first publishes made to time out
 
     def start(self) -> None:
         world = self._world
@@ -44,6 +48,9 @@ class ProducerApp:
                 self._at(m.publish_at + m.republish_after, m, republish=True, then=None)
             if m.cancel_at is not None:
                 world.loop.at(m.cancel_at, f"cancel {m.dedup_key}", lambda m=m: self._cancel(m, 0))
+            if m.late_cancel_at is not None:
+                label = f"cancel {m.dedup_key} (late)"
+                world.loop.at(m.late_cancel_at, label, lambda m=m: self._cancel(m, 0))
         for group in world.workload.groups:
             entries = []
             for m in world.workload.messages:
@@ -52,6 +59,8 @@ class ProducerApp:
                     if m.republish_after is not None:
                         entries.append((m.publish_at + m.republish_after, m, True))
             entries.sort(key=lambda e: (e[0], e[1].lid))
+            if entries and world.plan.has(Kind.FIFO_END):
+                self._last[group] = entries[-1][1].lid  # published with end_of_group=True
             self._chain(entries, 0)
 
     def _chain(self, entries: list[tuple[float, LogicalMessage, bool]], index: int) -> None:
@@ -86,6 +95,14 @@ class ProducerApp:
                 world.ledger.end(action, done=False)
             else:
                 world.ledger.end(action, done=True)
+                if m.retry_after_burst and m.lid not in self._timed_out:
+                    # renumber_far: Pub/Sub accepted it but the producer saw a timeout; its
+                    # retry comes after the burst published behind it (> 64 numbers later).
+                    self._timed_out.add(m.lid)
+                    world.trace.add(f"produce {m.lid}: timed out (accepted); retry after burst")
+                    world.loop.after(
+                        60.0, f"produce {m.lid} retry", lambda: self._publish(m, 2, None)
+                    )
                 if then is not None:
                     then()
                 return
@@ -94,10 +111,12 @@ class ProducerApp:
         )
 
     def _send(self, publisher: Any, process: Any, m: LogicalMessage) -> None:
-        if m.hostile in ("reused_seq", "out_of_range_seq"):
+        if m.hostile in ("reused_seq", "out_of_range_seq") or m.reserved:
             self._raw(process, m)
             return
         kwargs: dict[str, Any] = {"dedup_key": m.dedup_key, "fifo_group": m.group}
+        if m.group is not None and self._last.get(m.group) == m.lid:
+            kwargs["end_of_group"] = True
         if m.delay:
             kwargs["delay"] = timedelta(seconds=m.delay)
         if m.deliver_in:
@@ -105,11 +124,18 @@ class ProducerApp:
                 m.lid, process.clock.now() + timedelta(seconds=m.deliver_in)
             )
             kwargs["deliver_at"] = due
-        publisher.publish(m.data, None, **kwargs)
+        user = {f"u{i}": "x" for i in range(m.width)} or None
+        publisher.publish(m.data, user, **kwargs)
 
     def _raw(self, process: Any, m: LogicalMessage) -> None:
         """A hostile producer's publish straight to origin, numbered by itself."""
         world = self._world
+        if m.reserved:  # a plain message carrying attributes the toolkit reserves
+            attrs = {name: RESERVED[name] for name in m.reserved}
+            if m.dedup_key:
+                attrs[attr.DEDUP_KEY] = m.dedup_key
+            world.boundaries.publish(process, ORIGIN, OutboundMessage(m.data, attrs))
+            return
         if m.hostile == "out_of_range_seq":
             seq = OUT_OF_RANGE_SEQ
         else:

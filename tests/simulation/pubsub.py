@@ -110,6 +110,12 @@ class Subscription:
         if held is None:
             return  # acked (or dead-lettered) meanwhile
         held.attempts += 1
+        if self._broker.deadline_at_delivery:
+            self._broker.loop.after(
+                self.config.ack_deadline,
+                f"ack deadline {self.name} {message_id}",
+                lambda: self._expire(message_id, generation),
+            )
         answer = self._subscriber(held.message, held.attempts)
         if held is not self._held.get(message_id):
             return  # acked by another copy while this one ran
@@ -180,6 +186,7 @@ class PubSub:
         self._ids = 0
         self.listeners: list[PublishListener] = []
         self.crash_loops: list[str] = []  # messages given up on after CRASH_LOOP deliveries
+        self.deadline_at_delivery = False  # the ack deadline starts at delivery (slow handlers)
 
     def create_topic(self, topic: str) -> None:
         self._subscriptions.setdefault(topic, [])

@@ -21,6 +21,7 @@ from tests.simulation.alerts import capture
 from tests.simulation.boundaries import Boundaries
 from tests.simulation.clock import CallerClock, SimClock
 from tests.simulation.database import Database
+from tests.simulation.dimensions import reshape
 from tests.simulation.drivers import Drivers
 from tests.simulation.events import Event, EventLoop
 from tests.simulation.faults import FaultPlan, Faults, Kind
@@ -55,6 +56,7 @@ class Result:
     enabled: tuple[str, ...]
     events: int
     messages: int
+    shape: str = "process"  # how the consumer was driven (process | process_batch; +batch)
     trace: str = field(default="", repr=False)
 
 
@@ -71,11 +73,17 @@ class World:
             enable=options.enable,
             extra=random.Random(f"extra:{seed}"),
         )
-        self.workload = draw(random.Random(f"workload:{seed}"), self.plan)
+        self.workload = reshape(
+            draw(random.Random(f"workload:{seed}"), self.plan),
+            self.plan,
+            random.Random(f"reshape:{seed}"),
+        )
         self.config = self.workload.config
         self._specs = {m.lid: m for m in self.workload.messages}
         interleave = self.plan.interleave_rate if self.plan.has(Kind.INTERLEAVE) else 0.0
         self.loop = EventLoop(self.rng, interleave_rate=interleave)
+        if self.plan.has(Kind.DEEP_INTERLEAVE):
+            self.loop.max_depth = 3
         self.trace = Trace(lambda: self.loop.now, options.trace_limit)
         self.faults = Faults(self.plan, self.rng, lambda: self.loop.now)
         self.ledger = Ledger(
@@ -89,6 +97,8 @@ class World:
         rollback = self.plan.has(Kind.STORE_ROLLBACK)
         self.db = Database(CallerClock(SimClock(self.loop)), keep_history=rollback)
         self.broker = PubSub(self.loop, self.rng, self.faults, self.trace)
+        # slow_handler: the ack deadline runs from the delivery, also under a running handler
+        self.broker.deadline_at_delivery = self.plan.has(Kind.SLOW_HANDLER)
         self.boundaries = Boundaries(self.loop, self.faults, self.db, self.broker, self.trace)
         self.drivers = Drivers(self)
         self.tasks = CloudTasks(
@@ -202,6 +212,11 @@ class World:
                     f"ROLLBACK the store by {r.writes} writes",
                     lambda r=r: self._rollback(r.writes),
                 )
+        if self.plan.has(Kind.RESTART_EMPTY):
+            self.loop.at(self.plan.restart_at, "STORE RESTARTED EMPTY", self._restart)
+        if self.plan.has(Kind.RELAY_OUTAGE):
+            w = self.plan.relay_outage
+            self.loop.at(w.start, f"RELAY STORE OUTAGE for {(w.end - w.start) / 3600:.0f}h", _nop)
         if self.plan.has(Kind.STORE_OUTAGE):
             for w in self.plan.outages:
                 self.loop.at(w.start, f"STORE OUTAGE for {w.end - w.start:.1f}s", lambda: None)
@@ -217,6 +232,13 @@ class World:
             self.ledger.rollbacks.append(self.loop.now)
         self.faults.count("store_rollback_writes_lost", lost)
         self.trace.add(f"... {lost} writes lost")
+
+    def _restart(self) -> None:
+        lost = self.db.wipe()
+        if lost:  # a restart that lost nothing switches no check off
+            self.ledger.rollbacks.append(self.loop.now)
+        self.faults.count("store_restart_records_lost", lost)
+        self.trace.add(f"... {lost} records lost")
 
     def _drive(self) -> bool:
         """Run to quiescence, with operator rounds; False if the event budget ran out."""
@@ -261,11 +283,22 @@ class World:
             enabled=tuple(k.value for k in self.plan.enabled),
             events=self.loop.executed,
             messages=len(self.workload.messages),
+            shape=self.shape,
             trace=self.trace.render() if violations or self.options.trace_limit is None else "",
         )
 
+    @property
+    def shape(self) -> str:
+        """The consumer's shape: which processor call, and a batch handler or not."""
+        call = "process_batch" if self.plan.has(Kind.PROCESS_BATCH) else "process"
+        return call + ("+batch_handler" if self.config.batch > 1 else "")
+
     def _groups(self) -> list[str]:
         return sorted({g for g in (m.group for m in self.workload.messages) if g})
+
+
+def _nop() -> None:
+    return None
 
 
 def run_schedule(seed: int, options: Options | None = None) -> Result:
