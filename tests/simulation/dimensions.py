@@ -71,7 +71,7 @@ def reshape(workload: Workload, plan: FaultPlan, rng: random.Random) -> Workload
                 )
     if plan.has(Kind.RESERVED_ATTRS):
         for i, m in enumerate(messages):
-            if not m.group and not m.hostile and rng.random() < 0.2:
+            if not m.group and not m.hostile and not m.delayed and rng.random() < 0.2:
                 names = rng.sample(sorted(RESERVED), rng.randint(1, 3))
                 messages[i] = replace(m, reserved=tuple(names), expect=Expect.EITHER)
     if plan.has(Kind.RENUMBER_FAR):

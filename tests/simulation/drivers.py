@@ -165,6 +165,41 @@ class Drivers:
             self._w.ledger.reached_gate.setdefault(lid, started)
         return answer
 
+    def on_final_batch(self, items: list[tuple[Message, int]]) -> list[Answer]:
+        """process_batch shape: a group's deliveries handed over together, as ``Consumer``
+        hands a group's consecutive messages to ``MessageProcessor.process_batch``."""
+        w = self._w
+        slot = w.consumers.pick()
+        if slot is None:
+            return [Answer.LATER for _ in items]
+        self.poke(slot)
+        process, started = slot.process, w.loop.now
+        messages = [m for m, _ in items]
+        ids = ",".join(m.message_id for m in messages)
+        action = w.ledger.begin(f"consume batch {ids}")
+        try:
+            results = slot.app.processor.process_batch(messages)
+        except ProcessCrashed:
+            w.ledger.end(action, done=False)
+            return [Answer.NONE for _ in items]
+        except Exception as exc:
+            w.trace.add(f"{process.name}: batch {ids} -> raised {type(exc).__name__}: {exc}")
+            w.ledger.end(action, done=False)
+            return [Answer.NACK if process.alive else Answer.NONE for _ in items]
+        w.ledger.end(action, done=all(isinstance(r, str) for r in results))
+        w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
+        answers = []
+        for message, result in zip(messages, results, strict=True):
+            if isinstance(result, Exception):
+                answers.append(Answer.NACK if process.alive else Answer.NONE)
+                continue
+            acked = w.boundaries.ack(process)
+            answers.append(Answer.ACK if acked else Answer.NONE)
+            lid = w.ledger.lid_of(message)
+            if acked and lid is not None:
+                w.ledger.reached_gate.setdefault(lid, started)
+        return answers
+
     def execute_task(self, body: bytes, name: str) -> bool:
         slot = self._w.relays.pick()
         label = f"release {name[-8:]}"

@@ -134,13 +134,16 @@ class World:
             config=config.origin,
             dead_letter_topic=c.DEAD_LETTERS,
         )
-        broker.subscribe(
+        final = broker.subscribe(
             c.FINAL,
             "final",
             self.drivers.on_final,
             config=config.final,
             dead_letter_topic=c.DEAD_LETTERS,
         )
+        if self.plan.has(Kind.PROCESS_BATCH):
+            final.batch_subscriber = self.drivers.on_final_batch
+            final.batch = 1 + self.seed % 9  # 2-10 deliveries at once
         broker.listeners.append(self._on_publish)
 
     # --- what components ask the world ----------------------------------------------------
