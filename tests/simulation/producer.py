@@ -124,7 +124,11 @@ class ProducerApp:
                 m.lid, process.clock.now() + timedelta(seconds=m.deliver_in)
             )
             kwargs["deliver_at"] = due
-        user = {f"u{i}": "x" for i in range(m.width)} or None
+        user = None
+        if m.width:  # as many user attributes as the Publisher takes (its cap, 95, in all)
+            stamped = sum(1 for k in ("dedup_key", "fifo_group", "end_of_group") if kwargs.get(k))
+            stamped += bool(m.delayed) + bool(m.group)  # the due time; fifo_seq
+            user = {f"u{i}": "x" for i in range(m.width - stamped)}
         publisher.publish(m.data, user, **kwargs)
 
     def _raw(self, process: Any, m: LogicalMessage) -> None:
