@@ -189,8 +189,11 @@ def _groups_finish(f: Final) -> Iterator[Violation]:
         if not f.relax.checks_group_position(group):
             continue
         state = f.groups[group]
-        if state.last_processed >= target or (f.relax.rollback and _all_settled(f, group)):
-            continue  # after a store loss the stored position may lag: judged by its messages
+        ended = state.end_seq is not None and state.last_processed >= state.end_seq
+        if state.last_processed >= target or ended or (f.relax.rollback and _all_settled(f, group)):
+            # fifo_end: a copy numbered after the end is the producer's; after a store loss the
+            # stored position may lag: the group is judged by its messages
+            continue
         head = state.last_processed + 1
         alerts = [d for d in f.ledger.decisions if d.get("fifo_group") == group]
         letters = [d for d in f.ledger.dead_letters if d.group == group and d.seq == str(head)]

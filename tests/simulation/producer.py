@@ -36,7 +36,7 @@ class ProducerApp:
         self._world = world
         self._deliver_at: dict[str, Any] = {}  # lid -> the absolute due time fixed at first try
         self._reused: dict[str, str] = {}  # hostile lid -> the number it reuses
-        self._last: dict[str, str] = {}  # group -> its last lid (fifo_end)
+        self._ending: set[str] = set()  # fifo_end: lids whose next publish ends their group
         self._timed_out: set[str] = set()  # renumber_far: first publishes made to time out
 
     def start(self) -> None:
@@ -59,14 +59,15 @@ class ProducerApp:
                     if m.republish_after is not None:
                         entries.append((m.publish_at + m.republish_after, m, True))
             entries.sort(key=lambda e: (e[0], e[1].lid))
-            if entries and world.plan.has(Kind.FIFO_END):
-                self._last[group] = entries[-1][1].lid  # published with end_of_group=True
             self._chain(entries, 0)
 
     def _chain(self, entries: list[tuple[float, LogicalMessage, bool]], index: int) -> None:
         """Publish a group's entries one after the other (each after the previous returned)."""
         if index < len(entries):
             at, m, republish = entries[index]
+            once = sum(1 for e in entries if e[1].lid == m.lid) == 1  # same args every time
+            if index == len(entries) - 1 and once and self._world.plan.has(Kind.FIFO_END):
+                self._ending.add(m.lid)  # the group's last message: end_of_group=True
             self._at(at, m, republish=republish, then=lambda: self._chain(entries, index + 1))
 
     def _at(
@@ -115,7 +116,7 @@ class ProducerApp:
             self._raw(process, m)
             return
         kwargs: dict[str, Any] = {"dedup_key": m.dedup_key, "fifo_group": m.group}
-        if m.group is not None and self._last.get(m.group) == m.lid:
+        if m.lid in self._ending:
             kwargs["end_of_group"] = True
         if m.delay:
             kwargs["delay"] = timedelta(seconds=m.delay)
