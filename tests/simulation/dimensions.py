@@ -14,7 +14,9 @@ draws from its own stream of the seed, so the default workload of a seed never c
 * ``renumber_far`` - a group gets a burst of 66-80 small messages, and one message published
   before the burst has its first publish time out after Pub/Sub accepted it: its producer's
   retry comes after the burst, more than 64 numbers after the first copy;
-* ``scale`` - groups publish over hours (the lease-hold and retention paths).
+* ``scale`` - groups publish over hours (the lease-hold and retention paths);
+* ``process_batch`` - (the shape is wired in :mod:`.world`) a burst of 5-20 messages in one
+  group, and mostly a batch handler (3 or 5), so that runs from a group's head form.
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ def reshape(workload: Workload, plan: FaultPlan, rng: random.Random) -> Workload
     if plan.has(Kind.RENUMBER_FAR):
         messages = _renumber_far(messages, workload.groups, rng)
     config = workload.config
+    if plan.has(Kind.PROCESS_BATCH) and workload.groups:
+        # batches need traffic: a burst in one group, and mostly a batch handler
+        group = rng.choice(workload.groups)
+        messages += _burst(len(messages), group, rng.uniform(0, plan.heal_at), 5, 20, rng)
+        if rng.random() < 0.7:
+            config = replace(config, batch=rng.choice((3, 5)))
     if plan.has(Kind.DEEP_INTERLEAVE):
         config = replace(config, ingresses=3, relays=3, consumers=3)
     return replace(workload, messages=tuple(messages), config=config)
@@ -89,16 +97,22 @@ def _renumber_far(
     if not groups or not keyed:
         return messages
     straggler = rng.choice(keyed)
-    start = straggler.publish_at + 1.0
-    burst = [
-        LogicalMessage(
-            lid=f"L{len(messages) + n + 1}",
-            data=f"L{len(messages) + n + 1}:burst".encode(),
-            dedup_key=f"b{n}" if rng.random() < 0.5 else None,
-            group=straggler.group,
-            publish_at=start + n * 0.05,
-        )
-        for n in range(rng.randint(66, 80))
-    ]
+    burst = _burst(len(messages), str(straggler.group), straggler.publish_at + 1, 66, 80, rng)
     out = [replace(m, retry_after_burst=True) if m is straggler else m for m in messages]
     return out + burst
+
+
+def _burst(
+    after: int, group: str, start: float, least: int, most: int, rng: random.Random
+) -> list[LogicalMessage]:
+    """Small messages published in ``group`` 50 ms apart from ``start`` (half keyed)."""
+    return [
+        LogicalMessage(
+            lid=f"L{after + n + 1}",
+            data=f"L{after + n + 1}:burst".encode(),
+            dedup_key=f"b{after + n + 1}" if rng.random() < 0.5 else None,
+            group=group,
+            publish_at=start + n * 0.05,
+        )
+        for n in range(rng.randint(least, most))
+    ]
