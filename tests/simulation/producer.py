@@ -36,6 +36,7 @@ class ProducerApp:
         self._world = world
         self._deliver_at: dict[str, Any] = {}  # lid -> the absolute due time fixed at first try
         self._reused: dict[str, str] = {}  # hostile lid -> the number it reuses
+        self._batched: dict[str, list[LogicalMessage]] = {}  # publish_batch: first lid -> all
         self._ending: set[str] = set()  # fifo_end: lids whose next publish ends their group
         self._timed_out: set[str] = set()  # renumber_far: first publishes made to time out
 
@@ -65,10 +66,36 @@ class ProducerApp:
         """Publish a group's entries one after the other (each after the previous returned)."""
         if index < len(entries):
             at, m, republish = entries[index]
-            once = sum(1 for e in entries if e[1].lid == m.lid) == 1  # same args every time
-            if index == len(entries) - 1 and once and self._world.plan.has(Kind.FIFO_END):
-                self._ending.add(m.lid)  # the group's last message: end_of_group=True
-            self._at(at, m, republish=republish, then=lambda: self._chain(entries, index + 1))
+            batch = self._batch(entries, index)
+            last = entries[index + len(batch) - 1][1] if batch else m
+            once = sum(1 for e in entries if e[1].lid == last.lid) == 1  # same args every time
+            end = index + max(len(batch), 1) == len(entries)
+            if end and once and self._world.plan.has(Kind.FIFO_END):
+                self._ending.add(last.lid)  # the group's last message: end_of_group=True
+            following = index + max(len(batch), 1)
+            self._at(at, m, republish=republish, then=lambda: self._chain(entries, following))
+
+    def _batch(
+        self, entries: list[tuple[float, LogicalMessage, bool]], index: int
+    ) -> list[LogicalMessage]:
+        """publish_batch: the keyed entries due within 30 s from ``index`` (2-5), or []."""
+        if not self._world.plan.has(Kind.PUBLISH_BATCH):
+            return []
+
+        def simple(entry: tuple[float, LogicalMessage, bool]) -> bool:
+            _, m, republish = entry
+            plain = not (m.delayed or m.width or m.retry_after_burst or m.hostile)
+            return plain and not republish and m.dedup_key is not None
+
+        batch: list[LogicalMessage] = []
+        for entry in entries[index : index + 5]:
+            if not simple(entry) or entry[0] > entries[index][0] + 30.0:
+                break
+            batch.append(entry[1])
+        if len(batch) < 2:
+            return []
+        self._batched[batch[0].lid] = batch
+        return batch
 
     def _at(
         self, at: float, m: LogicalMessage, *, republish: bool, then: Callable[[], None] | None
@@ -114,6 +141,12 @@ class ProducerApp:
     def _send(self, publisher: Any, process: Any, m: LogicalMessage) -> None:
         if m.hostile in ("reused_seq", "out_of_range_seq") or m.reserved:
             self._raw(process, m)
+            return
+        batch = self._batched.get(m.lid)
+        if batch is not None:  # a failure retries the whole batch: new numbers for every item
+            items = [(x.data, {attr.DEDUP_KEY: str(x.dedup_key)}) for x in batch]
+            self._world.trace.add(f"publish_batch {[x.lid for x in batch]} in {m.group}")
+            publisher.publish_batch(str(m.group), items, end_of_group=batch[-1].lid in self._ending)
             return
         kwargs: dict[str, Any] = {"dedup_key": m.dedup_key, "fifo_group": m.group}
         if m.lid in self._ending:
