@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         args.start, args.seeds, workers=args.workers, only=only, enable=enable, strict=args.strict
     )
     section = "run" if only is None else "run_only"
-    write(section if not enable and not args.strict else "run_opt_in", figures)
+    section = "run_opt_in" if enable else "run_strict" if args.strict else section
+    write(section, figures)
     return 1 if figures["schedules_with_violations"] else 0
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from pubsub_toolkit.attributes import parse_time
 from tests.simulation.clock import to_seconds
 from tests.simulation.ledger import Effect, Ledger
+from tests.simulation.refusals import accepted_not_refused
 from tests.simulation.weaker_guarantees import Relaxation
 from tests.simulation.workload import Expect, LogicalMessage
 
@@ -68,7 +69,10 @@ def check(final: Final) -> list[Violation]:
         *_transient_not_poison(final),
         *_filler_never_handled(final),
         *(Violation("10 no_task_dropped", None, f"task {n} dropped") for n in final.dropped_tasks),
-        *_accepted_not_refused(final),
+        *(
+            Violation("12 accepted_not_refused", lid, detail)
+            for lid, detail in accepted_not_refused(final.ledger, final.messages)
+        ),
     ]
 
 
@@ -296,41 +300,4 @@ def _filler_never_handled(f: Final) -> Iterator[Violation]:
         if e.filler:
             yield Violation(
                 "9 filler_never_handled", e.lid, f"{e.group}#{e.seq} reached the handler"
-            )
-
-
-# Reasons that say "this message breaks the contract": never right for one the toolkit's own
-# Publisher accepted and that carries nothing a producer may not set (issue 24: a RetryLater
-# copy near the attribute cap), nor for a group that only went quiet for a while.
-REFUSALS = frozenset(
-    {
-        "empty_data",
-        "message_too_large",
-        "too_many_attributes",
-        "attribute_too_large",
-        "reserved_attribute",
-        "invalid_dedup_key",
-        "invalid_deliver_at",
-        "invalid_delay_seconds",
-        "conflicting_delay",
-        "invalid_fifo_group",
-        "invalid_fifo_seq",
-        "invalid_fifo_end",
-        "invalid_retry_attempt",
-        "task_too_large",
-        "malformed_task",
-        "fifo_state_expired",
-    }
-)
-
-
-def _accepted_not_refused(f: Final) -> Iterator[Violation]:
-    """12: a legitimate message is never dead-lettered as breaking the contract."""
-    specs = {m.lid: m for m in f.messages}
-    for letter in f.ledger.dead_letters:
-        spec = specs.get(str(letter.lid))
-        legit = spec is not None and not spec.hostile and not spec.reserved
-        if legit and letter.reason in REFUSALS and letter.source == "toolkit":
-            yield Violation(
-                "12 accepted_not_refused", letter.lid, f"dead-lettered as {letter.reason}"
             )
