@@ -47,7 +47,7 @@ class Kind(enum.StrEnum):
     RETRY_LATER = "retry_later"  # the handler raises RetryLater (some near the attribute cap)
     RESERVED_ATTRS = "reserved_attributes"  # producers set attributes the toolkit reserves
     PUBLISH_BATCH = "publish_batch"  # a group's messages through Publisher.publish_batch
-    SCALE = "scale"  # groups deep into their numbering (millions), living for hours
+    SCALE = "scale"  # groups publish over 20-120x longer: living for hours
 
 
 # The kinds a schedule draws by default (each with p = 0.4): what today's library passes.
