@@ -140,7 +140,7 @@ class Drivers:
             return Answer.NONE
         except Exception as exc:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
-            w.ledger.end(action, done=False)
+            w.ledger.end(action, done=False, error=process.alive)
             return Answer.NACK if process.alive else Answer.NONE
         w.ledger.end(action, done=True)
         w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
@@ -183,10 +183,14 @@ class Drivers:
             w.ledger.end(action, done=False)
             return [Answer.NONE for _ in items]
         except Exception as exc:
-            w.trace.add(f"{process.name}: batch {ids} -> raised {type(exc).__name__}: {exc}")
-            w.ledger.end(action, done=False)
+            # process_batch promises one result per message; a raise escapes Consumer's
+            # convoy worker, which leaves the group active (never run again): invariant 13.
+            what = f"{type(exc).__name__}: {exc}"
+            w.trace.add(f"{process.name}: batch {ids} -> raised {what}")
+            w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what}")
+            w.ledger.end(action, done=False, error=process.alive)
             return [Answer.NACK if process.alive else Answer.NONE for _ in items]
-        w.ledger.end(action, done=all(isinstance(r, str) for r in results))
+        w.ledger.end(action, done=all(isinstance(r, str) for r in results), error=True)
         w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
         answers = []
         for message, result in zip(messages, results, strict=True):
@@ -242,7 +246,7 @@ class Drivers:
         except Exception as exc:
             busy = True
             w.trace.add(f"{process.name}: sweep failed ({type(exc).__name__}: {exc})")
-            w.ledger.end(action, done=False)
+            w.ledger.end(action, done=False, error=process.alive)
         else:
             w.ledger.end(action, done=True)
         if busy:

@@ -70,6 +70,10 @@ def check(final: Final) -> list[Violation]:
         *_filler_never_handled(final),
         *(Violation("10 no_task_dropped", None, f"task {n} dropped") for n in final.dropped_tasks),
         *(
+            Violation("13 batch_answers_each", None, f"process_batch raised ({what})")
+            for what in final.ledger.batch_raised
+        ),
+        *(
             Violation("12 accepted_not_refused", lid, detail)
             for lid, detail in accepted_not_refused(final.ledger, final.messages)
         ),

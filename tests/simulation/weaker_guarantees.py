@@ -77,11 +77,13 @@ def _named(ledger: Ledger) -> tuple[frozenset[str], frozenset[str]]:
     """The logical messages and the groups an ALERT named (by key, by group, by data)."""
     lids: set[str] = set()
     groups: set[str] = set()
+    # a message without a dedup key is keyed by its origin message id
+    ids = {o.message_id: o.lid for o in ledger.origins if o.lid is not None}
     for d in _alerts(ledger):
         if d.get("fifo_group"):
             groups.add(str(d.get("fifo_group")))
-        key = d.get("dedup_key")
-        lid = ledger.keys.get(str(key).split("#")[0]) if key else None
+        key = str(d.get("dedup_key") or "").split("#")[0]
+        lid = ledger.keys.get(key) or ids.get(key)
         if lid is not None:
             lids.add(lid)
         data = d.get("data_base64")
@@ -110,6 +112,7 @@ class Relaxation:
     named_groups: frozenset[str] = frozenset()
     groups_of: tuple[tuple[str, str], ...] = ()  # lid -> its FIFO group
     strict: bool = False  # False: a store loss excuses every message, named or not (today's)
+    silent_risk: frozenset[str] = frozenset()  # effects at risk only by a live error
 
     @classmethod
     def for_schedule(cls, ledger: Ledger, *, strict: bool = False) -> Relaxation:
@@ -140,6 +143,9 @@ class Relaxation:
                 sorted({(o.lid, o.group) for o in ledger.origins if o.lid and o.group})
             ),
             strict=strict,
+            silent_risk=frozenset(
+                lid for kind, lid in ledger.error_risk - ledger.crash_risk if kind == "effect"
+            ),
         )
 
     def named(self, lid: str | None) -> bool:
@@ -165,9 +171,16 @@ class Relaxation:
         """The effect ran but the toolkit could not record it (the two-phase window)."""
         return ("effect", lid) in self.at_risk
 
+    def alerted(self, lid: str) -> bool:
+        """Did any ALERT name ``lid`` or its group (store loss or not)?"""
+        group = dict(self.groups_of).get(lid)
+        return lid in self.named_lids or (group is not None and group in self.named_groups)
+
     def repeat_excused(self, lid: str, processes: list[str]) -> bool:
-        """May ``lid``'s effect have run on each of ``processes`` (in order)?"""
-        if self.effect_at_risk(lid):
+        """May ``lid``'s effect have run on each of ``processes`` (in order)? The two-phase
+        window excuses a rerun after a crash; after an error the process lived through, only
+        if an ALERT said so ("effect done but not recorded")."""
+        if self.effect_at_risk(lid) and (lid not in self.silent_risk or self.alerted(lid)):
             return True
         return self.named(lid) and len(set(processes)) == len(processes)
 
