@@ -15,7 +15,9 @@ Numbered as in the issue and the README:
 and, from the defects the issue lists: 7 no false ALERT ("effect ran after our lease expired"
 without a takeover; "the store lost writes" in a schedule where it lost none); 8 a short
 failure of the handler's dependency never makes a message poison; 9 a FIFO filler never reaches
-the handler; 10 no task dropped by Cloud Tasks; 11 the run reaches quiescence (no crash loop).
+the handler; 10 no task dropped by Cloud Tasks; 11 the run reaches quiescence (no crash loop);
+and from issue 24: 12 a message the ``Publisher`` accepted is never refused later
+(:mod:`.refusals`); 13 ``process_batch`` answers each message and never raises.
 """
 
 from __future__ import annotations
