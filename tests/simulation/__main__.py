@@ -2,6 +2,8 @@
 
     python -m tests.simulation --seeds 10000 [--start 0] [--workers 2]
     python -m tests.simulation --seed 123
+    python -m tests.simulation --seeds 500 --enable store_restart_empty,long_pause [--strict]
+    python -m tests.simulation --seeds 500 --all     # every opt-in kind of issue 24
 
 Exit status 1 when any schedule breaks an invariant. Run with PYTHONHASHSEED=0 (``make sim``
 does) - the simulation never depends on set order, but a fixed hash seed makes sure of it.
@@ -12,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tests.simulation.faults import Kind
+from tests.simulation.faults import EXTRA_KINDS, Kind
 from tests.simulation.runner import replay, run_many, write
+from tests.simulation.world import Options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,14 +30,28 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="comma-separated fault kinds to enable in every schedule (e.g. cancel,interleave)",
     )
+    parser.add_argument(
+        "--enable",
+        default="",
+        help="comma-separated opt-in kinds drawn too (p = 0.5 each): "
+        + ",".join(k.value for k in EXTRA_KINDS),
+    )
+    parser.add_argument("--all", action="store_true", help="enable every opt-in kind")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="a store loss excuses only the messages and groups an ALERT named",
+    )
     args = parser.parse_args(argv)
     only = None if args.only is None else tuple(Kind(k) for k in args.only.split(",") if k)
+    enable = EXTRA_KINDS if args.all else tuple(Kind(k) for k in args.enable.split(",") if k)
     if args.seed is not None:
-        result, small = replay(args.seed)
+        result, small = replay(args.seed, Options(only=only, enable=enable, strict=args.strict))
         write(
             "replay",
             {
                 "seed": args.seed,
+                "shape": result.shape,
                 "events": result.events,
                 "faults_injected": dict(result.faults),
                 "violations": [str(v) for v in result.violations],
@@ -42,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         return 1 if result.violations else 0
-    figures = run_many(args.start, args.seeds, workers=args.workers, only=only)
-    write("run" if only is None else "run_only", figures)
+    figures = run_many(
+        args.start, args.seeds, workers=args.workers, only=only, enable=enable, strict=args.strict
+    )
+    section = "run" if only is None else "run_only"
+    section = "run_opt_in" if enable else "run_strict" if args.strict else section
+    write(section, figures)
     return 1 if figures["schedules_with_violations"] else 0
 
 

@@ -7,7 +7,8 @@ effect and its ack (:meth:`step`, :meth:`ack`). Each boundary is:
 1. a dead process does nothing (:class:`~tests.simulation.process.ProcessCrashed`);
 2. a yield point - another due event may run here (races);
 3. the faults drawn for it: crash before, crash after, a store outage (refused, not applied),
-   a timeout after commit (applied, then ``StoreUnavailableError``), a publish that fails or
+   a timeout after commit (applied, then ``StoreUnavailableError``), an error reply to a
+   write (``store_error_reply``: refused, not applied, a plain exception), a publish that fails or
    times out after the topic accepted it (``TransientError``, as ``PubSubSink`` raises).
 """
 
@@ -28,6 +29,10 @@ from tests.simulation.tasks import CloudTasks, TasksView
 from tests.simulation.tracing import Trace
 
 T = TypeVar("T")
+
+
+class StoreErrorReply(Exception):
+    """A store's error reply to a write (Redis READONLY, OOM), as redis-py's ResponseError."""
 
 
 class Boundaries:
@@ -64,9 +69,13 @@ class Boundaries:
     def store(self, process: Process, op: str, apply: Callable[[], T], is_read: bool) -> T:
         self._enter(process)
         self._db.clock.use(process.clock)
-        if self._faults.store_down():
+        if self._faults.store_down(process.kind):
             raise StoreUnavailableError(f"{op}: the store is unreachable (outage)")
         crash = self._crash_draw(process, op)
+        if not is_read and self._faults.store_error_reply():
+            # Redis answers a write with an error reply (a replica after failover, maxmemory):
+            # not a connection error, so redis-py raises ResponseError - not the toolkit's.
+            raise StoreErrorReply(f"{op}: READONLY You can't write against a read only replica.")
         timeout = not is_read and self._faults.store_timeout()
         result = apply()
         if not is_read:

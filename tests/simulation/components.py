@@ -32,6 +32,7 @@ from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.producer.publisher import Publisher
 from tests.simulation.clock import SimClock
+from tests.simulation.faults import Kind
 from tests.simulation.process import Process
 
 ORIGIN = "projects/sim/topics/origin"
@@ -168,7 +169,11 @@ def build_consumer(world: Any, process: Process) -> ConsumerApp:
         if world.config.gate_dead_letters
         else None
     )
-    processor = MessageProcessor(handler=handler, dedup=dedup, gate=gate, dead_letters=dead_letters)
+    # retry_later: a plain message's RetryLater goes through the delay path (Cloud Tasks).
+    retries = b.scheduler(process, world.tasks) if world.plan.has(Kind.RETRY_LATER) else None
+    processor = MessageProcessor(
+        handler=handler, dedup=dedup, gate=gate, dead_letters=dead_letters, scheduler=retries
+    )
     return ConsumerApp(processor, gate)
 
 

@@ -100,6 +100,21 @@ class Database:
                 setattr(store, name, _restore(value))
         return lost
 
+    def wipe(self) -> int:
+        """The database restarts empty (no persistence): every record and counter is gone
+        (the FIFO store's version numbers are never reissued: a conservative model). Returns
+        how many records were lost."""
+        lost = 0
+        for store in self._stores():
+            for name, value in list(vars(store).items()):
+                if isinstance(value, dict):
+                    lost += len(value)
+                    setattr(store, name, {})
+        if self._keep_history:
+            self._history.clear()
+            self._history.append(self._snapshot())
+        return lost
+
     def _stores(self) -> tuple[object, ...]:
         return (self.dedup, self.fifo, self.counter)
 

@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit.consumer.gate_rules import GateOutcome
-from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot
+from tests.simulation.faults import Kind
 from tests.simulation.process import Process, ProcessCrashed
 from tests.simulation.pubsub import Answer
 
@@ -41,6 +43,7 @@ class Drivers:
     def __init__(self, world: Any) -> None:
         self._w = world
         self._first_call: dict[str, float] = {}
+        self._retries: dict[str, int] = {}  # lid -> RetryLater raised so far
 
     # --- the user's handler ---------------------------------------------------------------
 
@@ -50,6 +53,7 @@ class Drivers:
         def handle(message: Message) -> None:
             w.boundaries.step(process, "before effect")
             lid = w.ledger.lid_of(message)
+            self._slow(process)
             now = w.loop.now
             failure = self._failure(lid, now)
             if failure is not None:
@@ -70,6 +74,7 @@ class Drivers:
             # A batch handler as the gate asks for one: all or nothing (one transaction) -
             # every message's failure is known before any effect, and the effects land at once.
             w.boundaries.step(process, "before effect")
+            self._slow(process)
             now = w.loop.now
             for message in messages:
                 lid = w.ledger.lid_of(message)
@@ -88,12 +93,27 @@ class Drivers:
 
         return handle_batch
 
+    def _slow(self, process: Process) -> None:
+        """slow_handler: some calls take longer than the dedup lease and the ack deadline."""
+        w = self._w
+        if w.plan.has(Kind.SLOW_HANDLER) and w.faults.active and w.rng.random() < 0.3:
+            longest = max(w.config.dedup_lease, w.config.final.ack_deadline)
+            seconds = w.rng.uniform(0.5, 2.5) * longest
+            w.faults.count("slow_handler_call")
+            w.trace.add(f"{process.name}: handler busy for {seconds:.0f}s")
+            process.clock.sleep(seconds)
+            process.check()
+
     def _failure(self, lid: str | None, now: float) -> Exception | None:
         """The exception the handler raises for ``lid`` now, if it fails."""
         w = self._w
         spec = w.spec(lid)
         if spec is not None and spec.poison:
             return PoisonError(f"{lid} is poison")
+        if spec is not None and self._retries.get(str(lid), 0) < spec.retry_later:
+            self._retries[str(lid)] = self._retries.get(str(lid), 0) + 1
+            w.faults.count("retry_later_raised")
+            return RetryLater(timedelta(seconds=spec.retry_delay), "the simulation asks")
         if w.faults.dependency_down():
             if w.transient_is_toolkit_error:
                 return TransientError("the handler's dependency is down")
@@ -120,7 +140,7 @@ class Drivers:
             return Answer.NONE
         except Exception as exc:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
-            w.ledger.end(action, done=False)
+            w.ledger.end(action, done=False, error=process.alive)
             return Answer.NACK if process.alive else Answer.NONE
         w.ledger.end(action, done=True)
         w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
@@ -144,6 +164,45 @@ class Drivers:
         if answer is Answer.ACK and lid is not None:
             self._w.ledger.reached_gate.setdefault(lid, started)
         return answer
+
+    def on_final_batch(self, items: list[tuple[Message, int]]) -> list[Answer]:
+        """process_batch shape: a group's deliveries handed over together, as ``Consumer``
+        hands a group's consecutive messages to ``MessageProcessor.process_batch``."""
+        w = self._w
+        slot = w.consumers.pick()
+        if slot is None:
+            return [Answer.LATER for _ in items]
+        self.poke(slot)
+        process, started = slot.process, w.loop.now
+        messages = [m for m, _ in items]
+        ids = ",".join(m.message_id for m in messages)
+        action = w.ledger.begin(f"consume batch {ids}")
+        try:
+            results = slot.app.processor.process_batch(messages)
+        except ProcessCrashed:
+            w.ledger.end(action, done=False)
+            return [Answer.NONE for _ in items]
+        except Exception as exc:
+            # process_batch promises one result per message; a raise escapes Consumer's
+            # convoy worker, which leaves the group active (never run again): invariant 13.
+            what = f"{type(exc).__name__}: {exc}"
+            w.trace.add(f"{process.name}: batch {ids} -> raised {what}")
+            w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what}")
+            w.ledger.end(action, done=False, error=process.alive)
+            return [Answer.NACK if process.alive else Answer.NONE for _ in items]
+        w.ledger.end(action, done=all(isinstance(r, str) for r in results), error=True)
+        w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
+        answers = []
+        for message, result in zip(messages, results, strict=True):
+            if isinstance(result, Exception):
+                answers.append(Answer.NACK if process.alive else Answer.NONE)
+                continue
+            acked = w.boundaries.ack(process)
+            answers.append(Answer.ACK if acked else Answer.NONE)
+            lid = w.ledger.lid_of(message)
+            if acked and lid is not None:
+                w.ledger.reached_gate.setdefault(lid, started)
+        return answers
 
     def execute_task(self, body: bytes, name: str) -> bool:
         slot = self._w.relays.pick()
@@ -187,7 +246,7 @@ class Drivers:
         except Exception as exc:
             busy = True
             w.trace.add(f"{process.name}: sweep failed ({type(exc).__name__}: {exc})")
-            w.ledger.end(action, done=False)
+            w.ledger.end(action, done=False, error=process.alive)
         else:
             w.ledger.end(action, done=True)
         if busy:

@@ -56,6 +56,7 @@ class EventLoop:
         self.interleave_rate = interleave_rate
         self.window = window
         self.executed = 0
+        self.max_depth = 1  # how deep events nest (deep_interleave: 3, four actors overlap)
         self.on_event: Callable[[Event], None] | None = None
 
     # --- scheduling ----------------------------------------------------------------------
@@ -92,7 +93,11 @@ class EventLoop:
 
     def yield_point(self) -> None:
         """A component is between two steps: maybe let one other due event run here."""
-        if self._depth != 1 or not self._heap or self._rng.random() >= self.interleave_rate:
+        if (
+            not 1 <= self._depth <= self.max_depth
+            or not self._heap
+            or self._rng.random() >= self.interleave_rate
+        ):
             return
         if self._heap[0].at <= self.now + self.window:
             self._execute(self._pop())
@@ -101,7 +106,12 @@ class EventLoop:
         """A component waits ``seconds``: time passes, and a few due events run meanwhile."""
         until = self.now + seconds
         ran = 0
-        while self._depth == 1 and ran < _SLEEP_EVENTS and self._heap and self._heap[0].at <= until:
+        while (
+            1 <= self._depth <= self.max_depth
+            and ran < _SLEEP_EVENTS
+            and self._heap
+            and self._heap[0].at <= until
+        ):
             self._execute(self._pop())
             ran += 1
         self.now = max(self.now, until)

@@ -34,6 +34,28 @@ class Kind(enum.StrEnum):
     CANCEL = "cancel"  # cancel() of a delayed message at any moment
     HOSTILE = "hostile_producer"  # raw publishes breaking the rules (reused fifo_seq, ...)
     INTERLEAVE = "interleave"  # another due event runs between two steps of a component
+    # --- issue 24: opt-in dimensions (off unless enabled: ``--enable KIND,...`` / ``--all``) ---
+    PROCESS_BATCH = "process_batch"  # shape: the final subscription hands over batches
+    SLOW_HANDLER = "slow_handler"  # the handler takes virtual time: beyond leases, deadlines
+    DEEP_INTERLEAVE = "deep_interleave"  # up to 4 actors overlap (nesting 3 deep), pools of 3
+    RESTART_EMPTY = "store_restart_empty"  # the store restarts empty, counters included
+    LONG_PAUSE = "long_pause"  # a group's producer pauses longer than every TTL (days)
+    LATE_CANCEL = "late_cancel"  # cancel() again, long after the release (past the TTL)
+    RELAY_OUTAGE = "relay_store_outage"  # the relay's store down longer than Tasks' retries
+    RENUMBER_FAR = "renumber_far"  # a retry renumbered more than 64 numbers after its copy
+    FIFO_END = "fifo_end"  # the producer marks each group's last message (end_of_group)
+    RETRY_LATER = "retry_later"  # the handler raises RetryLater (some near the attribute cap)
+    RESERVED_ATTRS = "reserved_attributes"  # producers set attributes the toolkit reserves
+    PUBLISH_BATCH = "publish_batch"  # a group's messages through Publisher.publish_batch
+    SCALE = "scale"  # groups publish over 20-120x longer: living for hours
+    STORE_ERROR_REPLY = "store_error_reply"  # a write refused: READONLY / OOM (not applied)
+
+
+# The kinds a schedule draws by default (each with p = 0.4): what today's library passes.
+DEFAULT_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAVE) + 1]
+# Opt-in kinds: each drawn with p = 0.5 when enabled (``Options.enable``), from its own stream.
+EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in DEFAULT_KINDS)
+EXTRA_RATE = 0.5
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,8 @@ class FaultPlan:
     outages: tuple[Window, ...]
     rollbacks: tuple[Rollback, ...]
     dependency_outages: tuple[Window, ...]
+    restart_at: float = 0.0  # RESTART_EMPTY: when the store comes back empty
+    relay_outage: Window = Window(0.0, 0.0)  # RELAY_OUTAGE: the relays' store calls fail
 
     def has(self, kind: Kind) -> bool:
         return kind in self.enabled
@@ -82,11 +106,27 @@ class FaultPlan:
         return replace(self, enabled=tuple(k for k in self.enabled if k not in removed))
 
     @classmethod
-    def draw(cls, rng: random.Random, *, only: Iterable[Kind] | None = None) -> FaultPlan:
-        """A plan from ``rng``; ``only`` forces the enabled kinds (None: each kind with p=0.4)."""
+    def draw(
+        cls,
+        rng: random.Random,
+        *,
+        only: Iterable[Kind] | None = None,
+        enable: Iterable[Kind] = (),
+        extra: random.Random | None = None,
+    ) -> FaultPlan:
+        """A plan from ``rng``; ``only`` forces the enabled kinds (None: each default kind with
+        p=0.4, and each kind of ``enable`` with p=0.5, drawn from ``extra``: the default
+        draws stay the same whatever is enabled)."""
         heal_at = rng.uniform(60, 240)
-        drawn = [k for k in Kind if rng.random() < 0.4]
+        drawn = [k for k in DEFAULT_KINDS if rng.random() < 0.4]
+        extra = extra or random.Random(0)
+        wanted = tuple(enable)
+        drawn += [k for k in EXTRA_KINDS if extra.random() < EXTRA_RATE and k in wanted]
         enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
+        restart_at = extra.uniform(5, heal_at)
+        outage_start = extra.uniform(0, heal_at)
+        # Cloud Tasks' retry budget in tasks.py is ~86 h (100 attempts, backoff capped at 1 h).
+        outage_hours = extra.uniform(90, 120)
 
         def windows(count: int, longest: float) -> tuple[Window, ...]:
             starts = sorted(rng.uniform(0, heal_at - longest) for _ in range(count))
@@ -109,6 +149,8 @@ class FaultPlan:
                 for _ in range(rng.randint(1, 2))
             ),
             dependency_outages=windows(rng.randint(1, 2), 30.0),
+            restart_at=restart_at,
+            relay_outage=Window(outage_start, outage_start + outage_hours * 3600),
         )
 
 
@@ -140,12 +182,18 @@ class Faults:
             return None
         return "before" if self._rng.random() < 0.5 else "after"
 
+    def store_error_reply(self) -> bool:
+        return self._roll(Kind.STORE_ERROR_REPLY, self.plan.store_timeout_rate)
+
     def store_timeout(self) -> bool:
         return self._roll(Kind.STORE_TIMEOUT, self.plan.store_timeout_rate)
 
-    def store_down(self) -> bool:
+    def store_down(self, kind: str = "") -> bool:
+        """Is the store unreachable now (for a process of ``kind``)?"""
         now = self._now()
         down = self.plan.has(Kind.STORE_OUTAGE) and any(w.covers(now) for w in self.plan.outages)
+        if kind == "relay" and self.plan.has(Kind.RELAY_OUTAGE):
+            down = down or self.plan.relay_outage.covers(now)
         if down:
             self.count("store_outage_call_refused")
         return down

@@ -123,6 +123,9 @@ class Ledger:
         default_factory=dict
     )  # lid -> start of the call first acked
     rollbacks: list[float] = field(default_factory=list)  # when the store lost writes
+    error_risk: set[tuple[str, str]] = field(default_factory=set)  # at risk: a live error
+    crash_risk: set[tuple[str, str]] = field(default_factory=set)  # at risk: a crash
+    batch_raised: list[str] = field(default_factory=list)  # process_batch calls that raised
     _actions: list[_Action] = field(default_factory=list)
     _numbers: int = 0
     _seen: dict[tuple[Any, ...], int] = field(default_factory=dict)
@@ -135,7 +138,7 @@ class Ledger:
             try:
                 data = base64.b64decode(json.loads(data)["data_base64"])
             except (ValueError, KeyError, TypeError):
-                return None
+                data = message.data  # a producer's forged attribute: the data is its own
         head, sep, _ = data.partition(b":")
         if sep and head.startswith(b"L") and head[1:].isdigit():
             return head.decode()
@@ -150,11 +153,14 @@ class Ledger:
         self._actions.append(action)
         return action
 
-    def end(self, action: _Action, *, done: bool) -> None:
-        """Close ``action``; its outputs are at risk unless it ended with "done"."""
+    def end(self, action: _Action, *, done: bool, error: bool = False) -> None:
+        """Close ``action``; its outputs are at risk unless it ended with "done". ``error``:
+        it ended by an exception its process lived through (which could log an ALERT), not
+        by a crash (which cannot)."""
         self._actions.remove(action)
         if not done:
             self.at_risk.update(action.outputs)
+            (self.error_risk if error else self.crash_risk).update(action.outputs)
 
     def _output(self, kind: str, lid: str | None) -> int:
         if not self._actions or lid is None:

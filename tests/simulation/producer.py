@@ -20,6 +20,8 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.delay import cancel as cancelling
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.components import ORIGIN
+from tests.simulation.dimensions import RESERVED
+from tests.simulation.faults import Kind
 from tests.simulation.ledger import CancelAnswer
 from tests.simulation.process import ProcessCrashed
 from tests.simulation.workload import OUT_OF_RANGE_SEQ, LogicalMessage
@@ -34,6 +36,9 @@ class ProducerApp:
         self._world = world
         self._deliver_at: dict[str, Any] = {}  # lid -> the absolute due time fixed at first try
         self._reused: dict[str, str] = {}  # hostile lid -> the number it reuses
+        self._batched: dict[str, list[LogicalMessage]] = {}  # publish_batch: first lid -> all
+        self._ending: set[str] = set()  # fifo_end: lids whose next publish ends their group
+        self._timed_out: set[str] = set()  # renumber_far: first publishes made to time out
 
     def start(self) -> None:
         world = self._world
@@ -44,6 +49,9 @@ class ProducerApp:
                 self._at(m.publish_at + m.republish_after, m, republish=True, then=None)
             if m.cancel_at is not None:
                 world.loop.at(m.cancel_at, f"cancel {m.dedup_key}", lambda m=m: self._cancel(m, 0))
+            if m.late_cancel_at is not None:
+                label = f"cancel {m.dedup_key} (late)"
+                world.loop.at(m.late_cancel_at, label, lambda m=m: self._cancel(m, 0))
         for group in world.workload.groups:
             entries = []
             for m in world.workload.messages:
@@ -58,7 +66,36 @@ class ProducerApp:
         """Publish a group's entries one after the other (each after the previous returned)."""
         if index < len(entries):
             at, m, republish = entries[index]
-            self._at(at, m, republish=republish, then=lambda: self._chain(entries, index + 1))
+            batch = self._batch(entries, index)
+            last = entries[index + len(batch) - 1][1] if batch else m
+            once = sum(1 for e in entries if e[1].lid == last.lid) == 1  # same args every time
+            end = index + max(len(batch), 1) == len(entries)
+            if end and once and self._world.plan.has(Kind.FIFO_END):
+                self._ending.add(last.lid)  # the group's last message: end_of_group=True
+            following = index + max(len(batch), 1)
+            self._at(at, m, republish=republish, then=lambda: self._chain(entries, following))
+
+    def _batch(
+        self, entries: list[tuple[float, LogicalMessage, bool]], index: int
+    ) -> list[LogicalMessage]:
+        """publish_batch: the keyed entries due within 30 s from ``index`` (2-5), or []."""
+        if not self._world.plan.has(Kind.PUBLISH_BATCH):
+            return []
+
+        def simple(entry: tuple[float, LogicalMessage, bool]) -> bool:
+            _, m, republish = entry
+            plain = not (m.delayed or m.width or m.retry_after_burst or m.hostile)
+            return plain and not republish and m.dedup_key is not None
+
+        batch: list[LogicalMessage] = []
+        for entry in entries[index : index + 5]:
+            if not simple(entry) or entry[0] > entries[index][0] + 30.0:
+                break
+            batch.append(entry[1])
+        if len(batch) < 2:
+            return []
+        self._batched[batch[0].lid] = batch
+        return batch
 
     def _at(
         self, at: float, m: LogicalMessage, *, republish: bool, then: Callable[[], None] | None
@@ -86,6 +123,14 @@ class ProducerApp:
                 world.ledger.end(action, done=False)
             else:
                 world.ledger.end(action, done=True)
+                if m.retry_after_burst and m.lid not in self._timed_out:
+                    # renumber_far: Pub/Sub accepted it but the producer saw a timeout; its
+                    # retry comes after the burst published behind it (> 64 numbers later).
+                    self._timed_out.add(m.lid)
+                    world.trace.add(f"produce {m.lid}: timed out (accepted); retry after burst")
+                    world.loop.after(
+                        60.0, f"produce {m.lid} retry", lambda: self._publish(m, 2, None)
+                    )
                 if then is not None:
                     then()
                 return
@@ -94,10 +139,18 @@ class ProducerApp:
         )
 
     def _send(self, publisher: Any, process: Any, m: LogicalMessage) -> None:
-        if m.hostile in ("reused_seq", "out_of_range_seq"):
+        if m.hostile in ("reused_seq", "out_of_range_seq") or m.reserved:
             self._raw(process, m)
             return
+        batch = self._batched.get(m.lid)
+        if batch is not None:  # a failure retries the whole batch: new numbers for every item
+            items = [(x.data, {attr.DEDUP_KEY: str(x.dedup_key)}) for x in batch]
+            self._world.trace.add(f"publish_batch {[x.lid for x in batch]} in {m.group}")
+            publisher.publish_batch(str(m.group), items, end_of_group=batch[-1].lid in self._ending)
+            return
         kwargs: dict[str, Any] = {"dedup_key": m.dedup_key, "fifo_group": m.group}
+        if m.lid in self._ending:
+            kwargs["end_of_group"] = True
         if m.delay:
             kwargs["delay"] = timedelta(seconds=m.delay)
         if m.deliver_in:
@@ -105,11 +158,22 @@ class ProducerApp:
                 m.lid, process.clock.now() + timedelta(seconds=m.deliver_in)
             )
             kwargs["deliver_at"] = due
-        publisher.publish(m.data, None, **kwargs)
+        user = None
+        if m.width:  # as many user attributes as the Publisher takes (its cap, 95, in all)
+            stamped = sum(1 for k in ("dedup_key", "fifo_group", "end_of_group") if kwargs.get(k))
+            stamped += bool(m.delayed) + bool(m.group)  # the due time; fifo_seq
+            user = {f"u{i}": "x" for i in range(m.width - stamped)}
+        publisher.publish(m.data, user, **kwargs)
 
     def _raw(self, process: Any, m: LogicalMessage) -> None:
         """A hostile producer's publish straight to origin, numbered by itself."""
         world = self._world
+        if m.reserved:  # a plain message carrying attributes the toolkit reserves
+            attrs = {name: RESERVED[name] for name in m.reserved}
+            if m.dedup_key:
+                attrs[attr.DEDUP_KEY] = m.dedup_key
+            world.boundaries.publish(process, ORIGIN, OutboundMessage(m.data, attrs))
+            return
         if m.hostile == "out_of_range_seq":
             seq = OUT_OF_RANGE_SEQ
         else:

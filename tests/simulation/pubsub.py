@@ -58,9 +58,14 @@ class _Held:
     message: Message
     attempts: int = 0
     generation: int = 0  # bumped at each redelivery; answers of older copies are stale
+    due: float = 0.0  # when its next delivery is scheduled
+    delivered: int = -1  # the generation last delivered
+    pulled: int = -1  # the generation delivered early, as a batch companion
 
 
 Subscriber = Callable[[Message, int], Answer]
+BatchSubscriber = Callable[[list[tuple[Message, int]]], list[Answer]]
+BATCH_WINDOW = 10.0  # a companion due within this many seconds joins a batch (flow control)
 PublishListener = Callable[[str, Message], None]
 
 
@@ -81,6 +86,9 @@ class Subscription:
         self._subscriber = subscriber
         self._dead_letter_topic = dead_letter_topic
         self._held: dict[str, _Held] = {}
+        # process_batch shape: a group's ready messages are handed over together
+        self.batch_subscriber: BatchSubscriber | None = None
+        self.batch = 1
 
     @property
     def backlog(self) -> int:
@@ -92,6 +100,9 @@ class Subscription:
 
     def _schedule(self, message_id: str, generation: int, delay: float) -> None:
         loop, faults = self._broker.loop, self._broker.faults
+        held = self._held.get(message_id)
+        if held is not None:
+            held.due = loop.now + delay
         loop.after(
             delay,
             f"deliver {self.name} {message_id}",
@@ -109,8 +120,56 @@ class Subscription:
         held = self._held.get(message_id)
         if held is None:
             return  # acked (or dead-lettered) meanwhile
-        held.attempts += 1
+        if held.pulled == generation:
+            held.pulled = -1
+            return  # already delivered in a batch, at this generation
+        mates = self._companions(held)
+        if mates:
+            self._deliver_batch([(message_id, held), *mates])
+            return
+        self._out(message_id, held)
         answer = self._subscriber(held.message, held.attempts)
+        self._settle(message_id, held, generation, answer)
+
+    def _out(self, message_id: str, held: _Held) -> None:
+        held.attempts += 1
+        held.delivered = held.generation
+        if self._broker.deadline_at_delivery:
+            generation = held.generation
+            self._broker.loop.after(
+                self.config.ack_deadline,
+                f"ack deadline {self.name} {message_id}",
+                lambda: self._expire(message_id, generation),
+            )
+
+    def _companions(self, held: _Held) -> list[tuple[str, _Held]]:
+        """process_batch shape: other messages of ``held``'s group due within the window."""
+        group = held.message.attributes.get("fifo_group")
+        if self.batch_subscriber is None or not group:
+            return []
+        soon = self._broker.loop.now + BATCH_WINDOW
+        return [
+            (mid, h)
+            for mid, h in self._held.items()
+            if h is not held
+            and h.message.attributes.get("fifo_group") == group
+            and h.delivered != h.generation
+            and h.due <= soon
+        ][: self.batch - 1]
+
+    def _deliver_batch(self, items: list[tuple[str, _Held]]) -> None:
+        generations = [h.generation for _, h in items]
+        for n, (mid, h) in enumerate(items):
+            if n:
+                h.pulled = h.generation
+            self._out(mid, h)
+        assert self.batch_subscriber is not None
+        answers = self.batch_subscriber([(h.message, h.attempts) for _, h in items])
+        for (mid, h), generation, answer in zip(items, generations, answers, strict=True):
+            self._settle(mid, h, generation, answer)
+
+    def _settle(self, message_id: str, held: _Held, generation: int, answer: Answer) -> None:
+        """Apply a subscriber's answer to one delivery."""
         if held is not self._held.get(message_id):
             return  # acked by another copy while this one ran
         if answer is Answer.ACK:
@@ -180,6 +239,7 @@ class PubSub:
         self._ids = 0
         self.listeners: list[PublishListener] = []
         self.crash_loops: list[str] = []  # messages given up on after CRASH_LOOP deliveries
+        self.deadline_at_delivery = False  # the ack deadline starts at delivery (slow handlers)
 
     def create_topic(self, topic: str) -> None:
         self._subscriptions.setdefault(topic, [])

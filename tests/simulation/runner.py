@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
-import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,12 @@ SHRUNK_PER_INVARIANT = 3  # failing seeds shrunk (and kept) per invariant in a b
 CHUNK = 25
 
 
-def _summary(seed: int, only: tuple[Kind, ...] | None = None) -> dict[str, Any]:
-    result = run_schedule(seed, Options(only=only))
+def _summary(seed: int, options: Options) -> dict[str, Any]:
+    result = run_schedule(seed, options)
     out: dict[str, Any] = {
         "seed": seed,
+        "shape": result.shape,
+        "enabled": list(result.enabled),
         "faults": dict(result.faults),
         "events": result.events,
         "invariants": sorted({v.invariant for v in result.violations}),
@@ -43,10 +45,8 @@ def _summary(seed: int, only: tuple[Kind, ...] | None = None) -> dict[str, Any]:
     return out
 
 
-def _results(
-    seeds: Iterable[int], workers: int, only: tuple[Kind, ...] | None
-) -> Iterator[dict[str, Any]]:
-    summary = functools.partial(_summary, only=only)
+def _results(seeds: Iterable[int], workers: int, options: Options) -> Iterator[dict[str, Any]]:
+    summary = functools.partial(_summary, options=options)
     if workers <= 1:
         yield from map(summary, seeds)
         return
@@ -61,17 +61,28 @@ def run_many(
     workers: int = 2,
     quiet: bool = False,
     only: tuple[Kind, ...] | None = None,
+    enable: tuple[Kind, ...] = (),
+    strict: bool = False,
 ) -> dict[str, Any]:
-    """Run ``count`` schedules from seed ``start`` (``only``: just these fault kinds);
-    returns (and prints) the figures."""
+    """Run ``count`` schedules from seed ``start`` (``only``: just these fault kinds;
+    ``enable``: opt-in kinds drawn too; ``strict``: see ``Options``); returns (and prints)
+    the figures."""
+    options = Options(only=only, enable=enable, strict=strict)
     began = time.monotonic()
     faults: Counter[str] = Counter()
+    shapes: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    failing_by_kind: Counter[str] = Counter()
     by_invariant: Counter[str] = Counter()
     failing: dict[str, list[int]] = {}
     events = schedules = 0
     examples: dict[int, list[str]] = {}
-    for summary in _results(range(start, start + count), workers, only):
+    for summary in _results(range(start, start + count), workers, options):
         schedules += 1
+        shapes[summary["shape"]] += 1
+        kinds.update(summary["enabled"])
+        if summary["invariants"]:
+            failing_by_kind.update(summary["enabled"])
         events += summary["events"]
         faults.update(summary["faults"])
         for invariant in summary["invariants"]:
@@ -86,6 +97,11 @@ def run_many(
         "first_seed": start,
         "workers": workers,
         "only_fault_kinds": None if only is None else [k.value for k in only],
+        "enabled_opt_in_kinds": [k.value for k in enable],
+        "strict": strict,
+        "schedules_by_shape": dict(sorted(shapes.items())),
+        "schedules_by_fault_kind": dict(sorted(kinds.items())),
+        "failing_schedules_by_fault_kind": dict(sorted(failing_by_kind.items())),
         "schedules_with_violations": len(failed),
         "violations_by_invariant": dict(sorted(by_invariant.items())),
         "faults_injected": dict(sorted(faults.items())),
@@ -93,20 +109,17 @@ def run_many(
         "wall_seconds": round(wall, 2),
         "schedules_per_second": round(schedules / wall, 1) if wall else None,
         "failing_seeds": {k: sorted(v)[:20] for k, v in sorted(failing.items())},
-        "shrunk": _shrunk_examples(failing, only),
+        "shrunk": _shrunk_examples(failing, options),
     }
     if not quiet:
         _print_run(figures, examples)
     return figures
 
 
-def _shrunk_examples(
-    failing: dict[str, list[int]], only: tuple[Kind, ...] | None
-) -> list[dict[str, Any]]:
+def _shrunk_examples(failing: dict[str, list[int]], options: Options) -> list[dict[str, Any]]:
     out = []
     for invariant, seeds in sorted(failing.items()):
         for seed in sorted(seeds)[:SHRUNK_PER_INVARIANT]:
-            options = Options(only=only)
             small = shrink(run_schedule(seed, options), options, invariant=invariant)
             mine = [str(v) for v in small.violations if v.invariant == invariant]
             out.append(
@@ -137,17 +150,19 @@ def _print_run(figures: dict[str, Any], examples: dict[int, list[str]]) -> None:
         print("replay one with its whole trace: make sim SEED=<seed>")
 
 
-def replay(seed: int) -> tuple[Result, Result | None]:
+def replay(seed: int, options: Options | None = None) -> tuple[Result, Result | None]:
     """Run ``seed`` with its whole trace; also shrunk when it fails. Prints both."""
-    result = run_schedule(seed, Options(trace_limit=None))
+    options = replace(options or Options(), trace_limit=None)
+    result = run_schedule(seed, options)
     print(result.trace)
     print(f"\nseed {seed}: {result.messages} messages, {result.events} events")
-    print(f"faults enabled: {list(result.enabled)}; injected: {dict(result.faults)}")
+    print(f"shape {result.shape}; faults enabled: {list(result.enabled)}")
+    print(f"injected: {dict(result.faults)}")
     for v in result.violations:
         print(f"VIOLATION {v}")
     small = None
     if result.violations:
-        small = shrink(result, Options(trace_limit=None))
+        small = shrink(result, options)
         print(f"\nshrunk: the same seed with only {list(small.enabled)} still fails:")
         for v in small.violations:
             print(f"VIOLATION {v}")
@@ -166,12 +181,6 @@ def write(section: str, figures: dict[str, Any], path: Path = RESULTS) -> None:
         except ValueError:
             doc = {}
     doc[section] = figures
-    doc["library"] = _library()
+    doc.pop("library", None)  # was a machine path; the results name no paths
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-
-
-def _library() -> str:
-    import pubsub_toolkit
-
-    return os.path.dirname(pubsub_toolkit.__file__)

@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 from tests.conftest import repo_root
+from tests.simulation.faults import DEFAULT_KINDS, EXTRA_KINDS
 from tests.simulation.runner import run_many
-from tests.simulation.world import Options, run_schedule
+from tests.simulation.world import Options, World, run_schedule
 
 SCHEDULES = 2_000
 REPLAY_SEED = 7
@@ -57,3 +58,22 @@ def test_a_seed_replays_identically_under_another_hash_seed() -> None:
         for hash_seed in ("1", "2")
     }
     assert digests == {_digest(REPLAY_SEED)}
+
+
+def test_opt_in_kinds_leave_the_default_draws_alone() -> None:
+    """Enabling issue 24's dimensions never changes what a seed draws by default: the same
+    default fault kinds, the same workload (plus what the dimensions add)."""
+    for seed in range(50):
+        plain = World(seed, Options())
+        wide = World(seed, Options(enable=EXTRA_KINDS))
+        assert [k for k in wide.plan.enabled if k in DEFAULT_KINDS] == list(plain.plan.enabled)
+        assert wide.plan.heal_at == plain.plan.heal_at
+        lids = {m.lid for m in plain.workload.messages}
+        assert lids <= {m.lid for m in wide.workload.messages}
+
+
+def test_an_opt_in_seed_replays_identically() -> None:
+    options = Options(trace_limit=None, enable=EXTRA_KINDS)
+    runs = [run_schedule(REPLAY_SEED, options) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert runs[0].trace == runs[1].trace

@@ -66,12 +66,41 @@ import base64
 from dataclasses import dataclass
 
 from pubsub_toolkit.message import Message
-from tests.simulation.ledger import DeadLetter, Ledger
+from tests.simulation.ledger import DeadLetter, Decision, Ledger
+
+
+def _alerts(ledger: Ledger) -> list[Decision]:
+    return [d for d in ledger.decisions if "ALERT" in d.text or d.get("alert")]
+
+
+def _named(ledger: Ledger) -> tuple[frozenset[str], frozenset[str]]:
+    """The logical messages and the groups an ALERT named (by key, by group, by data)."""
+    lids: set[str] = set()
+    groups: set[str] = set()
+    # a message without a dedup key is keyed by its origin message id
+    ids = {o.message_id: o.lid for o in ledger.origins if o.lid is not None}
+    for d in _alerts(ledger):
+        if d.get("fifo_group"):
+            groups.add(str(d.get("fifo_group")))
+        key = str(d.get("dedup_key") or "").split("#")[0]
+        lid = ledger.keys.get(key) or ids.get(key)
+        if lid is not None:
+            lids.add(lid)
+        data = d.get("data_base64")
+        if data:
+            named = ledger.lid_of(Message(base64.b64decode(data), {}))
+            if named is not None:
+                lids.add(named)
+    return frozenset(lids), frozenset(groups)
 
 
 @dataclass(frozen=True)
 class Relaxation:
-    """What one schedule's checker may accept (see the module docstring)."""
+    """What one schedule's checker may accept (see the module docstring).
+
+    ``rollback`` is true only when the store actually lost a write (a planned rollback that
+    lost nothing switches no check off), and each excuse of weaker guarantee 1 applies to a
+    message only where an ALERT named it or its group (``named``)."""
 
     rollback: bool
     at_risk: frozenset[tuple[str, str]]
@@ -79,9 +108,14 @@ class Relaxation:
     last_rollback: float
     victims: frozenset[str] = frozenset()
     handed_over: frozenset[str] = frozenset()
+    named_lids: frozenset[str] = frozenset()
+    named_groups: frozenset[str] = frozenset()
+    groups_of: tuple[tuple[str, str], ...] = ()  # lid -> its FIFO group
+    strict: bool = False  # False: a store loss excuses every message, named or not (today's)
+    silent_risk: frozenset[str] = frozenset()  # effects at risk only by a live error
 
     @classmethod
-    def for_schedule(cls, ledger: Ledger, *, rollback: bool) -> Relaxation:
+    def for_schedule(cls, ledger: Ledger, *, strict: bool = False) -> Relaxation:
         stolen = {(o.group, o.seq) for o in ledger.origins if o.hostile and o.group}
         victims = {
             o.lid
@@ -95,39 +129,69 @@ class Relaxation:
             for d in ledger.decisions
             if d.outcome == "reissued_unkept"
         }
+        lids, groups = _named(ledger)
         return cls(
             victims=frozenset(victims),
             handed_over=frozenset(lid for lid in handed_over if lid is not None),
-            rollback=rollback,
+            rollback=bool(ledger.rollbacks),
             at_risk=frozenset(ledger.at_risk),
             reached_gate=tuple(sorted(ledger.reached_gate.items())),
             last_rollback=max(ledger.rollbacks, default=float("-inf")),
+            named_lids=lids,
+            named_groups=groups,
+            groups_of=tuple(
+                sorted({(o.lid, o.group) for o in ledger.origins if o.lid and o.group})
+            ),
+            strict=strict,
+            silent_risk=frozenset(
+                lid for kind, lid in ledger.error_risk - ledger.crash_risk if kind == "effect"
+            ),
         )
 
+    def named(self, lid: str | None) -> bool:
+        """Did an ALERT name ``lid`` or its group (and did the store lose writes at all)?"""
+        if not self.rollback or lid is None:
+            return False
+        if not self.strict:
+            return True
+        group = dict(self.groups_of).get(lid)
+        return lid in self.named_lids or (group is not None and group in self.named_groups)
+
+    def group_named(self, group: str) -> bool:
+        return self.rollback and (not self.strict or group in self.named_groups)
+
     def may_be_lost(self, lid: str) -> bool:
-        """Acked by the consumer before the store lost writes: the rollback's residue."""
+        """Acked by the consumer before the store lost writes - the rollback's residue -
+        and named by an ALERT; or handed to the operator whole."""
         reached = dict(self.reached_gate).get(lid)
         before = reached is not None and reached <= self.last_rollback
-        return self.rollback and (before or lid in self.handed_over)
+        return self.rollback and ((before and self.named(lid)) or lid in self.handed_over)
 
     def effect_at_risk(self, lid: str) -> bool:
         """The effect ran but the toolkit could not record it (the two-phase window)."""
         return ("effect", lid) in self.at_risk
 
+    def alerted(self, lid: str) -> bool:
+        """Did any ALERT name ``lid`` or its group (store loss or not)?"""
+        group = dict(self.groups_of).get(lid)
+        return lid in self.named_lids or (group is not None and group in self.named_groups)
+
     def repeat_excused(self, lid: str, processes: list[str]) -> bool:
-        """May ``lid``'s effect have run on each of ``processes`` (in order)?"""
-        if self.effect_at_risk(lid):
+        """May ``lid``'s effect have run on each of ``processes`` (in order)? The two-phase
+        window excuses a rerun after a crash; after an error the process lived through, only
+        if an ALERT said so ("effect done but not recorded")."""
+        if self.effect_at_risk(lid) and (lid not in self.silent_risk or self.alerted(lid)):
             return True
-        return self.rollback and len(set(processes)) == len(processes)
+        return self.named(lid) and len(set(processes)) == len(processes)
 
     def dead_letter_may_repeat(self, lid: str, reason: str) -> bool:
         # A victim may lose more than one of its numbers (each copy is dead-lettered once).
         victim = lid in self.victims and reason == "fifo_sequence_reused"
-        return self.rollback or victim or (f"dead_letter:{reason}", lid) in self.at_risk
+        return self.named(lid) or victim or (f"dead_letter:{reason}", lid) in self.at_risk
 
     def counts_as_both(self, lid: str, letter: DeadLetter) -> bool:
         """Does this dead letter next to ``lid``'s effect break "never both"?"""
-        excused = self.rollback or self.effect_at_risk(lid) or lid in self.victims
+        excused = self.named(lid) or self.effect_at_risk(lid) or lid in self.victims
         return not excused and letter.source != "pubsub"
 
     def early_tolerance(self, releaser_ahead: float) -> float:
@@ -135,21 +199,21 @@ class Relaxation:
         ``releaser_ahead`` seconds ahead."""
         return releaser_ahead + 1e-6
 
-    @property
-    def checks_order(self) -> bool:
-        return not self.rollback
+    def checks_order(self, group: str) -> bool:
+        return not self.group_named(group)
 
-    @property
-    def cancel_may_be_undone(self) -> bool:
-        return self.rollback
+    def cancel_may_be_undone(self, lid: str) -> bool:
+        return self.named(lid)
 
     @property
     def checks_alarms(self) -> bool:
         return not self.rollback
 
-    @property
-    def checks_group_position(self) -> bool:
-        return not self.rollback
+    def checks_group_position(self, group: str) -> bool:
+        """Liveness is checked after every heal, but after a store loss not for a group an
+        ALERT named (strict) or for any group (default); there by its messages (the stored
+        position may lag)."""
+        return not self.group_named(group)
 
     @property
     def operator_skips_unexplained_gaps(self) -> bool:

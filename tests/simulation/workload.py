@@ -46,6 +46,13 @@ class LogicalMessage:
     hostile: str | None = None  # reused_seq | out_of_range_seq | key_reuse
     expect: Expect = Expect.EFFECT
     reasons: tuple[str, ...] = ()  # the acceptable reasons when DEAD_LETTER
+    # --- opt-in dimensions (:mod:`.dimensions`) ---
+    late_cancel_at: float | None = None  # cancel() again, a TTL after its release
+    retry_later: int = 0  # the handler raises RetryLater on this many first tries
+    retry_delay: float = 0.0  # ... asking for this many seconds
+    width: int = 0  # fill its attributes to this many in all (the Publisher's cap, 95)
+    reserved: tuple[str, ...] = ()  # attributes the toolkit reserves, set by its producer
+    retry_after_burst: bool = False  # its first publish times out; retried after a burst
 
     @property
     def delayed(self) -> bool:

@@ -21,6 +21,7 @@ from tests.simulation.alerts import capture
 from tests.simulation.boundaries import Boundaries
 from tests.simulation.clock import CallerClock, SimClock
 from tests.simulation.database import Database
+from tests.simulation.dimensions import reshape
 from tests.simulation.drivers import Drivers
 from tests.simulation.events import Event, EventLoop
 from tests.simulation.faults import FaultPlan, Faults, Kind
@@ -42,6 +43,8 @@ MAX_OPERATOR_ROUNDS = 60
 class Options:
     trace_limit: int | None = 400  # None: keep the whole trace (replaying one seed)
     only: tuple[Kind, ...] | None = None  # force the enabled fault kinds (shrinking)
+    enable: tuple[Kind, ...] = ()  # opt-in kinds (faults.EXTRA_KINDS) this run may draw
+    strict: bool = False  # a store loss excuses only messages an ALERT named (issue 24)
     max_events: int = 150_000
 
 
@@ -53,6 +56,7 @@ class Result:
     enabled: tuple[str, ...]
     events: int
     messages: int
+    shape: str = "process"  # how the consumer was driven (process | process_batch; +batch)
     trace: str = field(default="", repr=False)
 
 
@@ -63,12 +67,23 @@ class World:
         self.seed = seed
         self.options = options
         self.rng = random.Random(f"run:{seed}")
-        self.plan = FaultPlan.draw(random.Random(f"faults:{seed}"), only=options.only)
-        self.workload = draw(random.Random(f"workload:{seed}"), self.plan)
+        self.plan = FaultPlan.draw(
+            random.Random(f"faults:{seed}"),
+            only=options.only,
+            enable=options.enable,
+            extra=random.Random(f"extra:{seed}"),
+        )
+        self.workload = reshape(
+            draw(random.Random(f"workload:{seed}"), self.plan),
+            self.plan,
+            random.Random(f"reshape:{seed}"),
+        )
         self.config = self.workload.config
         self._specs = {m.lid: m for m in self.workload.messages}
         interleave = self.plan.interleave_rate if self.plan.has(Kind.INTERLEAVE) else 0.0
         self.loop = EventLoop(self.rng, interleave_rate=interleave)
+        if self.plan.has(Kind.DEEP_INTERLEAVE):
+            self.loop.max_depth = 3
         self.trace = Trace(lambda: self.loop.now, options.trace_limit)
         self.faults = Faults(self.plan, self.rng, lambda: self.loop.now)
         self.ledger = Ledger(
@@ -80,9 +95,10 @@ class World:
         )
         self.transient_is_toolkit_error = self.rng.random() < 0.5
         rollback = self.plan.has(Kind.STORE_ROLLBACK)
-        self.relax_operator = rollback
         self.db = Database(CallerClock(SimClock(self.loop)), keep_history=rollback)
         self.broker = PubSub(self.loop, self.rng, self.faults, self.trace)
+        # slow_handler: the ack deadline runs from the delivery, also under a running handler
+        self.broker.deadline_at_delivery = self.plan.has(Kind.SLOW_HANDLER)
         self.boundaries = Boundaries(self.loop, self.faults, self.db, self.broker, self.trace)
         self.drivers = Drivers(self)
         self.tasks = CloudTasks(
@@ -118,19 +134,27 @@ class World:
             config=config.origin,
             dead_letter_topic=c.DEAD_LETTERS,
         )
-        broker.subscribe(
+        final = broker.subscribe(
             c.FINAL,
             "final",
             self.drivers.on_final,
             config=config.final,
             dead_letter_topic=c.DEAD_LETTERS,
         )
+        if self.plan.has(Kind.PROCESS_BATCH):
+            final.batch_subscriber = self.drivers.on_final_batch
+            final.batch = 1 + self.seed % 9  # 2-10 deliveries at once
         broker.listeners.append(self._on_publish)
 
     # --- what components ask the world ----------------------------------------------------
 
     def spec(self, lid: str | None) -> LogicalMessage | None:
         return self._specs.get(lid) if lid else None
+
+    @property
+    def relax_operator(self) -> bool:
+        """The operator may skip on an ALERT alone once the store has lost writes."""
+        return bool(self.ledger.rollbacks)
 
     def activity(self) -> None:
         self.last_activity = self.loop.now
@@ -191,6 +215,11 @@ class World:
                     f"ROLLBACK the store by {r.writes} writes",
                     lambda r=r: self._rollback(r.writes),
                 )
+        if self.plan.has(Kind.RESTART_EMPTY):
+            self.loop.at(self.plan.restart_at, "STORE RESTARTED EMPTY", self._restart)
+        if self.plan.has(Kind.RELAY_OUTAGE):
+            w = self.plan.relay_outage
+            self.loop.at(w.start, f"RELAY STORE OUTAGE for {(w.end - w.start) / 3600:.0f}h", _nop)
         if self.plan.has(Kind.STORE_OUTAGE):
             for w in self.plan.outages:
                 self.loop.at(w.start, f"STORE OUTAGE for {w.end - w.start:.1f}s", lambda: None)
@@ -202,9 +231,17 @@ class World:
 
     def _rollback(self, writes: int) -> None:
         lost = self.db.rollback(writes)
-        self.ledger.rollbacks.append(self.loop.now)
+        if lost:  # a rollback that lost nothing switches no check off
+            self.ledger.rollbacks.append(self.loop.now)
         self.faults.count("store_rollback_writes_lost", lost)
         self.trace.add(f"... {lost} writes lost")
+
+    def _restart(self) -> None:
+        lost = self.db.wipe()
+        if lost:  # a restart that lost nothing switches no check off
+            self.ledger.rollbacks.append(self.loop.now)
+        self.faults.count("store_restart_records_lost", lost)
+        self.trace.add(f"... {lost} records lost")
 
     def _drive(self) -> bool:
         """Run to quiescence, with operator rounds; False if the event budget ran out."""
@@ -229,7 +266,7 @@ class World:
                 self.drivers.start_sweeps(slot)
             quiescent = self._drive()
             states = {g: self.db.fifo_position(c.CONSUMER_ID, g) for g in self._groups()}
-        relax = Relaxation.for_schedule(self.ledger, rollback=self.plan.has(Kind.STORE_ROLLBACK))
+        relax = Relaxation.for_schedule(self.ledger, strict=self.options.strict)
         final = Final(
             self.ledger, self.workload.messages, states, relax, tuple(self.tasks.failed())
         )
@@ -249,11 +286,22 @@ class World:
             enabled=tuple(k.value for k in self.plan.enabled),
             events=self.loop.executed,
             messages=len(self.workload.messages),
+            shape=self.shape,
             trace=self.trace.render() if violations or self.options.trace_limit is None else "",
         )
 
+    @property
+    def shape(self) -> str:
+        """The consumer's shape: which processor call, and a batch handler or not."""
+        call = "process_batch" if self.plan.has(Kind.PROCESS_BATCH) else "process"
+        return call + ("+batch_handler" if self.config.batch > 1 else "")
+
     def _groups(self) -> list[str]:
         return sorted({g for g in (m.group for m in self.workload.messages) if g})
+
+
+def _nop() -> None:
+    return None
 
 
 def run_schedule(seed: int, options: Options | None = None) -> Result:

@@ -1,0 +1,118 @@
+"""The opt-in dimensions of issue 24 that reshape a schedule's workload or deployment.
+
+Each runs only when its kind (:data:`tests.simulation.faults.EXTRA_KINDS`) is in the plan, and
+draws from its own stream of the seed, so the default workload of a seed never changes:
+
+* ``long_pause`` - in each group, the messages from some point on are published after a pause
+  longer than every TTL (the dedup TTL and the completed group's retention: 8 days);
+* ``late_cancel`` - ``cancel()`` of a delivered delayed message, again, a TTL after its release;
+* ``fifo_end`` - each group's last message is published with ``end_of_group=True``;
+* ``retry_later`` - the handler raises ``RetryLater`` on some messages' first tries; some of
+  them carry as many user attributes as the ``Publisher`` accepts (95 in all);
+* ``reserved_attributes`` - a producer sets attributes the toolkit reserves on a plain message
+  (``dlq_*``, ``error_*``, ``retry_*``, ``fifo_filler``);
+* ``renumber_far`` - a group gets a burst of 66-80 small messages, and one message published
+  before the burst has its first publish time out after Pub/Sub accepted it: its producer's
+  retry comes after the burst, more than 64 numbers after the first copy;
+* ``scale`` - groups publish over hours (the lease-hold and retention paths);
+* ``process_batch`` - (the shape is wired in :mod:`.world`) a burst of 5-20 messages in one
+  group, and mostly a batch handler (3 or 5), so that runs from a group's head form.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from tests.simulation.components import TTL
+from tests.simulation.faults import FaultPlan, Kind
+from tests.simulation.workload import Expect, LogicalMessage, Workload
+
+RESERVED = {
+    "dlq_wrapped": "json",
+    "error_reason": "forged",
+    "error_detail": "a producer's own",
+    "retry_attempt": "7",
+    "fifo_filler": "true",
+}
+PUBLISHER_CAP = 95  # attributes the Publisher accepts in all (room left for the toolkit's)
+
+
+def reshape(workload: Workload, plan: FaultPlan, rng: random.Random) -> Workload:
+    """``workload`` with the plan's opt-in dimensions applied (unchanged without them)."""
+    messages = list(workload.messages)
+    ttl = TTL.total_seconds()
+    if plan.has(Kind.SCALE):
+        messages = [
+            replace(m, publish_at=m.publish_at * rng.uniform(20, 120)) if m.group else m
+            for m in messages
+        ]
+    if plan.has(Kind.LONG_PAUSE):
+        for group in workload.groups:
+            mine = [i for i, m in enumerate(messages) if m.group == group and not m.hostile]
+            mine.sort(key=lambda i: messages[i].publish_at)
+            if len(mine) < 2:
+                continue
+            cut = rng.randint(1, len(mine) - 1)
+            pause = ttl + rng.uniform(3600, 2 * 86_400)
+            for i in mine[cut:]:
+                messages[i] = replace(messages[i], publish_at=messages[i].publish_at + pause)
+    if plan.has(Kind.LATE_CANCEL):
+        for i, m in enumerate(messages):
+            span = m.delay or m.deliver_in or 0.0
+            plain = m.dedup_key and not m.group and not m.hostile
+            if plain and 0 < span < 365 * 86_400 and rng.random() < 0.5:
+                late = m.publish_at + span + ttl + rng.uniform(3600, 86_400)
+                messages[i] = replace(m, late_cancel_at=late)
+    if plan.has(Kind.RETRY_LATER):
+        for i, m in enumerate(messages):
+            if not m.hostile and not m.poison and rng.random() < 0.25:
+                width = PUBLISHER_CAP if rng.random() < 0.5 else 0
+                messages[i] = replace(
+                    m, retry_later=rng.randint(1, 2), retry_delay=rng.uniform(1, 120), width=width
+                )
+    if plan.has(Kind.RESERVED_ATTRS):
+        for i, m in enumerate(messages):
+            if not m.group and not m.hostile and not m.delayed and rng.random() < 0.2:
+                names = rng.sample(sorted(RESERVED), rng.randint(1, 3))
+                messages[i] = replace(m, reserved=tuple(names), expect=Expect.EITHER)
+    if plan.has(Kind.RENUMBER_FAR):
+        messages = _renumber_far(messages, workload.groups, rng)
+    config = workload.config
+    if plan.has(Kind.PROCESS_BATCH) and workload.groups:
+        # batches need traffic: a burst in one group, and mostly a batch handler
+        group = rng.choice(workload.groups)
+        messages += _burst(len(messages), group, rng.uniform(0, plan.heal_at), 5, 20, rng)
+        if rng.random() < 0.7:
+            config = replace(config, batch=rng.choice((3, 5)))
+    if plan.has(Kind.DEEP_INTERLEAVE):
+        config = replace(config, ingresses=3, relays=3, consumers=3)
+    return replace(workload, messages=tuple(messages), config=config)
+
+
+def _renumber_far(
+    messages: list[LogicalMessage], groups: tuple[str, ...], rng: random.Random
+) -> list[LogicalMessage]:
+    keyed = [m for m in messages if m.group and m.dedup_key and not m.hostile and not m.delayed]
+    if not groups or not keyed:
+        return messages
+    straggler = rng.choice(keyed)
+    burst = _burst(len(messages), str(straggler.group), straggler.publish_at + 1, 66, 80, rng)
+    out = [replace(m, retry_after_burst=True) if m is straggler else m for m in messages]
+    return out + burst
+
+
+def _burst(
+    after: int, group: str, start: float, least: int, most: int, rng: random.Random
+) -> list[LogicalMessage]:
+    """Small messages published in ``group`` 50 ms apart from ``start`` (half keyed)."""
+    return [
+        LogicalMessage(
+            lid=f"L{after + n + 1}",
+            data=f"L{after + n + 1}:burst".encode(),
+            dedup_key=f"b{after + n + 1}" if rng.random() < 0.5 else None,
+            group=group,
+            publish_at=start + n * 0.05,
+        )
+        for n in range(rng.randint(least, most))
+    ]
