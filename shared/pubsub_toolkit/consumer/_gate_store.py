@@ -8,6 +8,7 @@ read or wrote per group, and the messages it parked; when a read goes back
 (:func:`~.gate_rules.repaired`), parks again the copies it still has, says with an ALERT what
 it could not restore, and keeps - as reused numbers - copies parked at numbers the group had
 already passed. The gate (:mod:`.gate`) reads and writes only through it.
+
 """
 
 from __future__ import annotations
@@ -138,7 +139,11 @@ class SeenStore:
         """``state``, remembered for ``group`` unless this process saw it further along."""
         if group is not None:
             seen = self._witness.get(group)
-            if seen is None or state.last_processed >= seen.last_processed:
+            if (
+                seen is None
+                or state.epoch > seen.epoch
+                or (state.epoch == seen.epoch and state.last_processed >= seen.last_processed)
+            ):
                 self._witness.put(group, state)
         return state
 
@@ -165,24 +170,31 @@ class SeenStore:
         where it was, fence every lease, and say what could not be restored."""
         last = max(seen.last_processed, state.last_processed)
         lost = rules.lost_parked(seen, state)
-        restored = []
+        # The store's sequence began after this one: copies parked in this one never run.
+        ended = bool(seen.epoch) and state.epoch > seen.epoch
+        restored, reissued = [], list[tuple[int, Message]]()
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
-            if copy is not None:
+            if copy is not None and ended:
+                reissued.append((seq, copy))
+            elif copy is not None:
                 self._store.park(self._consumer, group, seq, copy)
                 restored.append(seq)
-        lost = [s for s in lost if s not in restored]
+        lost = [s for s in lost if s not in restored and s not in dict(reissued)]
         repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
         # Copies parked at numbers the group had already passed (a reissued number parked
         # after the loss) can never run: they were acked when parked, so each is kept (dead-
         # lettered, once per copy) BEFORE the repaired state stops listing it - a failure or a
         # crash in between leaves the old state, and the next read repairs (and keeps) again.
-        passed = [s for s in sorted(state.parked) if state.last_processed < s <= last]
-        reissued: list[tuple[int, Message]] = []
+        # Unless the store's sequence is this one, its copies belong to an older sequence.
+        same = not seen.epoch or seen.epoch == state.epoch
+        passed = [s for s in sorted(state.parked) if not same or state.last_processed < s <= last]
+        passed = [] if ended else passed
         for seq in passed:
             copy = self._store.parked_message(self._consumer, group, seq)
-            if copy is not None and not seen.records(seq, key_digest(rules.message_key(copy))):
+            digest = None if copy is None else key_digest(rules.message_key(copy))
+            if copy is not None and not (same and seen.records(seq, str(digest))):
                 reissued.append((seq, copy))
         self._decide(
             "store_rollback",
@@ -190,7 +202,11 @@ class SeenStore:
             state.head,
             "ALERT: the store lost writes: "
             + (
-                f"last processed went back from {seen.last_processed} to "
+                f"a new sequence (epoch {state.epoch}) began on a record that had lost the one "
+                f"seen here (epoch {seen.epoch}, at {seen.last_processed}): that one's end and "
+                "last keys carried over"
+                if ended
+                else f"last processed went back from {seen.last_processed} to "
                 f"{state.last_processed}; restored to {last}"
                 if state.last_processed < seen.last_processed
                 else f"last processed {state.last_processed}, {last} seen here"

@@ -68,6 +68,7 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
 from pubsub_toolkit.consumer._held_leases import Claim, HeldLeases
+from pubsub_toolkit.consumer._sequences import Sequences
 from pubsub_toolkit.consumer.gate_rules import (
     REASON_AFTER_END,
     REASON_LATE_AFTER_SKIP,
@@ -195,6 +196,11 @@ class FifoGate:
         )
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
+        # A counter that started again (a new epoch) starts the group's sequence again.
+        self._sequences = Sequences(
+            self._seen, store, consumer, clock, self._decision, self._dead_letter, self.policy.lease
+        )
+        self._sequences.held = lambda group: self._held.holds(group)  # noqa: PLW0108 - late bound: see use_lease_hold
 
     @property
     def store(self) -> FifoStore:
@@ -208,8 +214,12 @@ class FifoGate:
         digest = key_digest(message_key(message))
         stored_copy = False
         for _ in range(MAX_CAS_ROUNDS):
-            state = self._seen.load(group)
-            now = self._clock.now()
+            met = self._sequences.meet(group, self._seen.load(group), message, seq)
+            if not isinstance(met, GroupState):
+                if met is None:
+                    continue  # the record moved: decide again
+                return met
+            state, now = met, self._clock.now()
             if state.key_of(seq) is not None and not state.records(seq, digest):
                 return self._reused(message, group, seq, state)
             if seq <= state.last_processed:
@@ -809,6 +819,7 @@ class FifoGate:
             not attr.is_filler(message)
             and not attr.is_end_of_group(message)
             and not state.complete
+            and rules.same_sequence(state, message)
             and ran_earlier(state, seq, message) is None
             and state.key_of(seq) in (None, digest)
             # (A message without any identity - a hand-made one - has no duplicate to miss.)

@@ -4,7 +4,8 @@
 :mod:`pubsub_toolkit.attributes` so producers never spell attribute names by hand:
 
 * ``fifo_group`` -> ``fifo_group`` + ``fifo_seq`` (the next number from a
-  :class:`~pubsub_toolkit.stores.counters.base.SequenceCounter`) + the Pub/Sub ordering key;
+  :class:`~pubsub_toolkit.stores.counters.base.SequenceCounter`) + ``fifo_epoch`` (the
+  counter's epoch, when it records one) + the Pub/Sub ordering key;
 * ``end_of_group=True`` -> ``fifo_end="true"``: this is the group's last message (the consumer
   then records the group as complete and dead-letters any later number);
 * ``dedup_key`` -> ``dedup_key``;
@@ -16,6 +17,11 @@ ingress would dead-letter raises ValueError here instead, and does not leave a g
 group. A publish that fails *after* the reservation does leave one (the number is never
 reused): the exception propagates, and the consumer gate's gap timeout handles the gap (see
 :mod:`pubsub_toolkit.stores.counters.base`).
+
+A counter whose store lost writes without losing the key (a failover to a replica that was
+behind) hands out numbers again in the same epoch. A Publisher remembers the highest number it
+handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
+nothing published - a block that does not lie above it.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from datetime import UTC, datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
+from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.envelope import parse_envelope
-from pubsub_toolkit.errors import ContractViolation
+from pubsub_toolkit.errors import ContractViolation, StoreUnavailableError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import MessageSink
-from pubsub_toolkit.stores.counters.base import SequenceCounter
+from pubsub_toolkit.stores.counters.base import FIFO_EPOCH, SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +47,7 @@ _OWNED_BY_PUBLISHER = {
     attr.FIFO_GROUP: "fifo_group=",
     attr.FIFO_SEQ: "fifo_group=",
     attr.FIFO_END: "end_of_group=True",
+    FIFO_EPOCH: "fifo_group=",
 }
 
 
@@ -57,6 +65,8 @@ class Publisher:
         self._sink = tracing.traced(sink, hop="producer")
         self._topic = topic
         self._counter = counter
+        # group -> (epoch, the highest number handed out in it): never a block below it again.
+        self._handed: Witness[str, tuple[int, int]] = Witness()
 
     def publish(
         self,
@@ -91,8 +101,8 @@ class Publisher:
         _check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
         _validate(data, stamped)
-        block = counter.reserve(fifo_group)
-        return self._publish_numbered(data, stamped, fifo_group, block.first)
+        block = self._reserve(counter, fifo_group, 1)
+        return self._publish_numbered(data, stamped, block, block.first)
 
     def publish_batch(
         self,
@@ -125,14 +135,46 @@ class Publisher:
             prepared.append((data, stamped))
         if not prepared:
             return []
-        block = counter.reserve(group, len(prepared))
+        block = self._reserve(counter, group, len(prepared))
         return [
-            self._publish_numbered(data, stamped, group, seq)
+            self._publish_numbered(data, stamped, block, seq)
             for seq, (data, stamped) in zip(block.numbers(), prepared, strict=True)
         ]
 
-    def _publish_numbered(self, data: bytes, stamped: dict[str, str], group: str, seq: int) -> str:
-        message = OutboundMessage(data, {**stamped, attr.FIFO_SEQ: str(seq)}, ordering_key=group)
+    def _reserve(self, counter: SequenceCounter, group: str, count: int) -> SequenceBlock:
+        """A block from ``counter``, refused if it does not lie above every number this
+        Publisher handed out in the group's epoch (the counter's store lost writes)."""
+        # Read BEFORE the reservation: every block recorded by then was handed out before this
+        # one was asked for, so a healthy counter gives more (a concurrent one may give less).
+        epoch, handed = self._handed.get(group) or (None, 0)
+        block = counter.reserve(group, count)
+        if block.epoch == epoch and block.first <= handed:
+            logger.error(
+                "ALERT: the counter of group %r handed out %d..%d, but this Publisher already "
+                "published up to %d in epoch %d: its store lost writes; nothing published",
+                group,
+                block.first,
+                block.last,
+                handed,
+                block.epoch,
+            )
+            raise StoreUnavailableError(
+                f"group {group!r}: the counter went back to {block.first} (at least {handed} "
+                "was handed out): its store lost writes"
+            )
+        self._handed.put(
+            group, (block.epoch, max(block.last, handed if epoch == block.epoch else 0))
+        )
+        return block
+
+    def _publish_numbered(
+        self, data: bytes, stamped: dict[str, str], block: SequenceBlock, seq: int
+    ) -> str:
+        group = block.group
+        numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
+        if block.epoch:
+            numbered[FIFO_EPOCH] = str(block.epoch)
+        message = OutboundMessage(data, numbered, ordering_key=group)
         try:
             return self._sink.publish(self._topic, message)
         except Exception:
@@ -221,6 +263,7 @@ def _validate(data: bytes, stamped: Mapping[str, str]) -> None:
     probe = dict(stamped)
     if attr.FIFO_GROUP in probe:
         probe[attr.FIFO_SEQ] = "1"
+        probe[FIFO_EPOCH] = "1"
     try:
         # The placeholder id stands in for the message_id Pub/Sub will assign.
         parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
