@@ -147,3 +147,32 @@ def test_an_old_copy_after_the_restart_is_a_duplicate_and_one_that_never_ran_is_
     assert stack.deliver(old[2]) is GateOutcome.DEAD_LETTERED
     assert stack.handled == ["a-1", "a-2", "b-1"]
     assert stack.dead_lettered() == [("a-3", "fifo_sequence_restarted")]
+
+
+def test_the_message_in_flight_when_redis_restarts_empty_runs_once(redis_url: str) -> None:
+    """Defect 3: Redis restarts empty while a handler runs (40 ms, far within its lease). The
+    repair fenced the run's own lease, its advance was refused as "the handler outlived its
+    lease", and the redelivery ran the message a second time in the same process. The repair
+    keeps this process's own live lease: the advance is recorded, the redelivery is a
+    duplicate."""
+    restarted: list[str] = []
+
+    def restart_during(message: Message) -> None:
+        if message.attributes["dedup_key"] == "k-3" and not restarted:
+            restarted.append("k-3")
+            stack.restart_empty()
+
+    stack = Stack(redis_url, during_handler=restart_during)
+    stack.publish("k-1", "k-2", "k-3")
+    messages = [
+        Message(o.data, dict(o.attributes), message_id="m") for o in stack.published.on(ORIGIN)
+    ]
+    assert [stack.gate.deliver(m, GROUP, i) for i, m in enumerate(messages, 1)][-1].outcome is (
+        GateOutcome.PROCESSED
+    )
+    assert stack.deliver(messages[2]) is GateOutcome.DUPLICATE  # a redelivery of #3
+    assert stack.handled == ["k-1", "k-2", "k-3"]
+    stack.publish("k-4")
+    assert stack.deliver_new()[-1] is GateOutcome.PROCESSED
+    assert stack.handled == ["k-1", "k-2", "k-3", "k-4"]
+    assert stack.dead_lettered() == []

@@ -9,6 +9,10 @@ read or wrote per group, and the messages it parked; when a read goes back
 it could not restore, and keeps - as reused numbers - copies parked at numbers the group had
 already passed. The gate (:mod:`.gate`) reads and writes only through it.
 
+The repair fences every lease - except the live one this process took itself for a run still
+under way: that run's lease moves to the repaired record under a new token
+(:meth:`SeenStore.lease_now` tells the run), so its advance is recorded instead of being
+refused as if it had outlived its lease, and the message does not run a second time.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from pubsub_toolkit._witness import Witness
@@ -66,9 +71,13 @@ class SeenStore:
         decide: Decide,
         keep_reissued: KeepReissued,
         date: Callable[[GroupState], GroupState] = lambda state: state,
+        held: Callable[[str], bool] = lambda group: False,
     ) -> None:
-        """``date`` stamps every state before it is written (the gate's idle-record expiry)."""
+        """``date`` stamps every state before it is written (the gate's idle-record expiry);
+        ``held`` says whether this process holds a group's lease idle between deliveries (not
+        a run under way: a repair fences it like any other)."""
         self._date = date
+        self._held = held
         self._store = store
         self._consumer = consumer
         self._clock = clock
@@ -77,6 +86,10 @@ class SeenStore:
         self._witness: Witness[str, GroupState] = Witness()
         # The messages this process parked: a store that loses them can be given them back.
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
+        # The lease token this process last took per group, and the token a repair moved a
+        # live one of them to: a run that holds the first goes on under the second.
+        self._own_leases: Witness[str, int] = Witness()
+        self._moved_leases: Witness[tuple[str, int], int] = Witness()
 
     def groups(self) -> list[str]:
         """The groups the store lists (those needing attention) - and those this process saw
@@ -133,7 +146,19 @@ class SeenStore:
         stored = self._store.save(self._consumer, group, self._date(state), expected)
         if stored is None:
             return None
+        if stored.lease_token != expected.lease_token and stored.lease_until is not None:
+            self._own_leases.put(group, stored.lease_token)  # a lease this process took
         return self.witnessed(stored, group)
+
+    def lease_now(self, group: str, token: int) -> int:
+        """The token a run that took lease ``token`` holds now: the same, unless a repair of
+        a store loss moved the lease (see the module docstring)."""
+        for _ in range(MAX_CAS_ROUNDS):
+            moved = self._moved_leases.get((group, token))
+            if moved is None:
+                return token
+            token = moved
+        return token
 
     def witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
         """``state``, remembered for ``group`` unless this process saw it further along."""
@@ -164,6 +189,18 @@ class SeenStore:
             data_base64=base64.b64encode(copy.data).decode(),
             attributes=dict(copy.attributes),
         )
+
+    def _keep_own_lease(
+        self, group: str, seen: GroupState, repaired: GroupState
+    ) -> tuple[GroupState, int | None]:
+        """``repaired`` still leased (under its new token) to this process's own live run, if
+        the lease ``seen`` records is one: (state, the run's token) - else (it, None)."""
+        own = self._own_leases.get(group)
+        if own is None or own != seen.lease_token or not seen.lease_live(self._clock.now()):
+            return repaired, None
+        if self._held(group):
+            return repaired, None  # held idle, no run under it: fenced like any other
+        return replace(repaired, lease_until=seen.lease_until), own
 
     def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
         """The store handed back an older state than this process wrote: put the group back
@@ -196,6 +233,7 @@ class SeenStore:
             digest = None if copy is None else key_digest(rules.message_key(copy))
             if copy is not None and not (same and seen.records(seq, str(digest))):
                 reissued.append((seq, copy))
+        repaired, kept = self._keep_own_lease(group, seen, repaired)
         self._decide(
             "store_rollback",
             group,
@@ -218,6 +256,7 @@ class SeenStore:
                 else ""
             )
             + (f"; parked again from this process's copies: {restored}" if restored else "")
+            + (f"; the run under this process's lease {kept} goes on" if kept else "")
             + (
                 f"; parked messages lost: {lost} (seek the subscription back to before they "
                 "were published, or skip them)"
@@ -242,6 +281,9 @@ class SeenStore:
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             return False  # someone wrote meanwhile: look again
+        if kept is not None:
+            self._moved_leases.put((group, kept), repaired.lease_token)
+            self._own_leases.put(group, repaired.lease_token)
         self._witness.put(group, repaired)
         for seq in passed:
             self._store.unpark(self._consumer, group, seq)

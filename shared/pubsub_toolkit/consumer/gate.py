@@ -193,6 +193,7 @@ class FifoGate:
             decide=self._decision,
             keep_reissued=self._reused,
             date=self._dated,
+            held=lambda group: self._held.holds(group),  # noqa: PLW0108 - late bound: see use_lease_hold
         )
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
@@ -200,7 +201,7 @@ class FifoGate:
         self._sequences = Sequences(
             self._seen, store, consumer, clock, self._decision, self._dead_letter, self.policy.lease
         )
-        self._sequences.held = lambda group: self._held.holds(group)  # noqa: PLW0108 - late bound: see use_lease_hold
+        self._sequences.held = lambda group: self._held.holds(group)  # noqa: PLW0108 - as above
 
     @property
     def store(self) -> FifoStore:
@@ -1173,6 +1174,8 @@ class FifoGate:
                 state, known = known, None
             else:
                 state = self._seen.load(group)
+            # A repair of a store loss may have moved this run's own lease to a new token.
+            token = self._seen.lease_now(group, token)
             if state.lease_token != token:
                 raise StaleClaimError(
                     f"{self.consumer}/{group}: lease {token} was taken over "
