@@ -26,6 +26,7 @@ from pubsub_toolkit.producer.publisher import Publisher
 from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from tests.support.sinks import RecordingSink
+from tests.support.waiting import wait_until
 
 ORIGIN = "projects/p/topics/origin"
 DLQ = "projects/p/topics/dlq"
@@ -176,3 +177,58 @@ def test_the_message_in_flight_when_redis_restarts_empty_runs_once(redis_url: st
     assert stack.deliver_new()[-1] is GateOutcome.PROCESSED
     assert stack.handled == ["k-1", "k-2", "k-3", "k-4"]
     assert stack.dead_lettered() == []
+
+
+def test_a_group_idle_past_the_retention_resumes_at_once(redis_url: str) -> None:
+    """Defect 4: the group's record expired after its idle retention, its counter did not: the
+    next number waited for #1 for ever (gap policy ``wait``). The counter now lives as long as
+    the group's record, so both are gone and the group resumes at 1, in a new epoch."""
+    retention = timedelta(milliseconds=300)
+    stack = Stack(redis_url, retention=retention)
+    stack.publish("first-1", "first-2")
+    assert set(stack.deliver_new()) == {GateOutcome.PROCESSED}
+    wait_until(
+        lambda: not list(stack.client.scan_iter(match=f"{stack.prefix}*")),
+        timeout=10,
+        what="the counter and the group's record to expire",
+    )
+    stack.publish("later-1")
+    assert stack.deliver_new() == [GateOutcome.PROCESSED]
+    assert stack.handled == ["first-1", "first-2", "later-1"]
+
+
+def test_the_counter_expires_no_later_than_the_idle_groups_record(stack: Stack) -> None:
+    """With the defaults (DEDUP_TTL) the counter's key carries an expiry, and it ends no
+    later than the group's record, which the consumer dates after the producer's last
+    reservation: they cannot outlive each other the wrong way round."""
+    stack.publish("k-1")
+    assert stack.deliver_new() == [GateOutcome.PROCESSED]
+    counter_ttl = stack.client.pttl(f"{stack.prefix}c:{GROUP}")
+    state_key = next(iter(stack.client.scan_iter(match=f"{stack.prefix}s:s:*")))
+    assert 0 < counter_ttl <= stack.client.pttl(state_key)
+
+
+def test_a_copy_parked_after_an_idle_save_does_not_expire_with_the_old_date(
+    redis_url: str,
+) -> None:
+    """Suspected with defect 4: an idle save dates the parked hash; a copy parked there before
+    the state that lists it is saved must not keep that date (it would be lost when it
+    fires, while the group waits for it)."""
+    from pubsub_toolkit.stores.fifo_state.base import GroupState
+
+    prefix = f"loss-{uuid.uuid4().hex[:12]}:"
+    store = RedisFifoStore.from_url(redis_url, prefix=prefix)
+    client = redis.Redis.from_url(redis_url)
+    state = store.save("c", GROUP, GroupState(last_processed=1), GroupState())
+    assert state is not None
+    # Another process parks #3 first; this process's idle save lands after (it had read #1).
+    store.park("c", GROUP, 3, Message(b"3", {"dedup_key": "k-3"}, message_id="m3"))
+    from datetime import UTC, datetime
+
+    idle = GroupState(last_processed=1, expire_at=datetime.now(UTC) + timedelta(days=1))
+    state = store.save("c", GROUP, idle, state)
+    assert state is not None
+    listed = GroupState(last_processed=1, parked=(3,), keys=((3, "d"),))
+    assert store.save("c", GROUP, listed, state) is not None
+    parked_key = next(iter(client.scan_iter(match=f"{prefix}p:*")))
+    assert client.pttl(parked_key) == -1  # kept for good while listed

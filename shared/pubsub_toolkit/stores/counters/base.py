@@ -28,6 +28,9 @@ writes): such a block is published without the attribute and the gate applies no
 A consumer record without an epoch (new, or from before epochs) adopts the first one it meets
 and keeps its position.
 
+**Lifetime.** A counter may expire after ``ttl`` without a reservation (Redis: the deployment's
+``DEDUP_TTL``), the same retention after which the consumer forgets an idle group: a group
+idle that long resumes at 1 in a new epoch, and the gate runs it from there.
 """
 
 from __future__ import annotations

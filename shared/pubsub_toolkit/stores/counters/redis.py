@@ -11,8 +11,10 @@ e: epoch}``: the script records the epoch (the server's ``TIME`` in microseconds
 creates the counter, so a counter that Redis lost and made again is a *newer* sequence, never
 its old numbers (:mod:`.base`). A counter written before epochs (a plain integer) becomes a
 hash at its next reservation, keeps its numbers and gets its epoch then (the consumer's record,
-which has none yet, adopts it and keeps its position).
-Counters carry no TTL.
+which has none yet, adopts it and keeps its position). Each reservation sets the
+key's expiry to ``ttl`` (the deployment's ``DEDUP_TTL``): a group idle that long starts again
+at 1 in a new epoch, together with the consumer's record of it, which expires after the same
+retention.
 
 Cluster-safe: each script and read touches one key, so the counter also runs on Redis
 Cluster / Memorystore for Redis Cluster with a ``redis.cluster.RedisCluster`` client
@@ -37,8 +39,10 @@ number is a gap, detectable as described in :mod:`pubsub_toolkit.stores.counters
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
+from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.stores._coalesce import Coalescer, Operation
 from pubsub_toolkit.stores._redis_calls import (
     connect,
@@ -55,7 +59,7 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "pubsub_toolkit:fifo:"
 
-# KEYS[1] = the counter; ARGV[1] = count. Returns
+# KEYS[1] = the counter; ARGV[1] = count, ARGV[2] = expiry in milliseconds. Returns
 # {highest number, epoch}. (replicate_commands: TIME before writes on Redis < 5; a no-op after.)
 _RESERVE = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -70,6 +74,7 @@ if kind ~= 'hash' then
   redis.call('HSET', KEYS[1], 'n', n, 'e', t[1] .. string.format('%06d', tonumber(t[2])))
 end
 local last = redis.call('HINCRBY', KEYS[1], 'n', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {last, redis.call('HGET', KEYS[1], 'e')}
 """
 # KEYS[1] = the counter: its highest number, from a hash or a counter written before epochs.
@@ -89,11 +94,17 @@ class RedisSequenceCounter:
         client: redis_lib.Redis | redis_lib.RedisCluster,
         *,
         prefix: str = DEFAULT_PREFIX,
+        ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
     ) -> None:
+        """``ttl``: how long a counter outlives its last reservation - the consumer's
+        ``DEDUP_TTL``, after which it forgets an idle group (never shorter)."""
+        if ttl <= timedelta(0):
+            raise ValueError(f"ttl must be positive, got {ttl}")
         self._redis_module = import_redis("the Redis sequence counter")
         self._client = client
         self._cluster = is_cluster_client(self._redis_module, client)
         self._prefix = prefix
+        self._ttl_ms = max(1, round(ttl.total_seconds() * 1000))
         self._coalescer = Coalescer(self._flush)
 
     @classmethod
@@ -102,16 +113,17 @@ class RedisSequenceCounter:
         url: str,
         *,
         prefix: str = DEFAULT_PREFIX,
+        ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
     ) -> RedisSequenceCounter:
         """Connect to ``url`` (``redis://host:port/db``) with short timeouts; a cluster node
         gets a cluster client."""
-        return cls(connect(url, needed_by="the Redis sequence counter"), prefix=prefix)
+        return cls(connect(url, needed_by="the Redis sequence counter"), prefix=prefix, ttl=ttl)
 
     def reserve(self, group: str, count: int = 1) -> SequenceBlock:
         check_reservation(group, count)
-        key = self._key(group)
+        key, ttl = self._key(group), self._ttl_ms
         last, epoch = self._call(
-            lambda: self._coalescer.run(lambda pipe: pipe.eval(_RESERVE, 1, key, count))
+            lambda: self._coalescer.run(lambda pipe: pipe.eval(_RESERVE, 1, key, count, ttl))
         )
         return SequenceBlock.ending_at(group, int(last), count, int(epoch))
 
