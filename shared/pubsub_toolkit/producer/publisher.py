@@ -18,6 +18,13 @@ group. A publish that fails *after* the reservation does leave one (the number i
 reused): the exception propagates, and the consumer gate's gap timeout handles the gap (see
 :mod:`pubsub_toolkit.stores.counters.base`).
 
+**A retry keeps its number.** A Publisher remembers the number it gave each ``dedup_key`` of a
+group (the last 10,000 keys): publishing the same key again in the same group - a retry after a
+timeout or a failed batch, the same Publisher object - reuses that number instead of taking a
+new one, so the consumer sees one message at one number (a duplicate if the first attempt got
+through, the gap filled if it did not) and never a renumbered copy far from the first. A key
+published again after the group's counter started again (a new epoch) gets a new number.
+
 A counter whose store lost writes without losing the key (a failover to a replica that was
 behind) hands out numbers again in the same epoch. A Publisher remembers the highest number it
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
@@ -67,6 +74,8 @@ class Publisher:
         self._counter = counter
         # group -> (epoch, the highest number handed out in it): never a block below it again.
         self._handed: Witness[str, tuple[int, int]] = Witness()
+        # (group, dedup_key) -> (epoch, number) given to it: a retry publishes there again.
+        self._numbered: Witness[tuple[str, str], tuple[int, int]] = Witness()
 
     def publish(
         self,
@@ -101,8 +110,8 @@ class Publisher:
         _check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
         _validate(data, stamped)
-        block = self._reserve(counter, fifo_group, 1)
-        return self._publish_numbered(data, stamped, block, block.first)
+        ((epoch, seq),) = self._numbers(counter, fifo_group, [stamped])
+        return self._publish_numbered(data, stamped, fifo_group, epoch, seq)
 
     def publish_batch(
         self,
@@ -135,11 +144,31 @@ class Publisher:
             prepared.append((data, stamped))
         if not prepared:
             return []
-        block = self._reserve(counter, group, len(prepared))
+        numbers = self._numbers(counter, group, [stamped for _data, stamped in prepared])
         return [
-            self._publish_numbered(data, stamped, block, seq)
-            for seq, (data, stamped) in zip(block.numbers(), prepared, strict=True)
+            self._publish_numbered(data, stamped, group, epoch, seq)
+            for (epoch, seq), (data, stamped) in zip(numbers, prepared, strict=True)
         ]
+
+    def _numbers(
+        self, counter: SequenceCounter, group: str, messages: list[dict[str, str]]
+    ) -> list[tuple[int, int]]:
+        """(epoch, number) for each message, in order: the number this Publisher gave its
+        dedup key before (a retry, while the group's counter is in the same epoch), else one
+        from ONE block reserved for all the others. Recorded before anything is published, so
+        a retry after a failed publish reuses it."""
+        latest = (self._handed.get(group) or (None, 0))[0]
+        keys = [m.get(attr.DEDUP_KEY) for m in messages]
+        known = [self._numbered.get((group, k)) if k else None for k in keys]
+        known = [n if n is not None and n[0] == latest else None for n in known]
+        fresh = sum(1 for n in known if n is None)
+        block = self._reserve(counter, group, fresh) if fresh else None
+        new = iter(()) if block is None else iter(block.numbers())
+        numbers = [n or (block.epoch if block else 0, next(new)) for n in known]
+        for key, number in zip(keys, numbers, strict=True):
+            if key:
+                self._numbered.put((group, key), number)
+        return numbers
 
     def _reserve(self, counter: SequenceCounter, group: str, count: int) -> SequenceBlock:
         """A block from ``counter``, refused if it does not lie above every number this
@@ -168,12 +197,11 @@ class Publisher:
         return block
 
     def _publish_numbered(
-        self, data: bytes, stamped: dict[str, str], block: SequenceBlock, seq: int
+        self, data: bytes, stamped: dict[str, str], group: str, epoch: int, seq: int
     ) -> str:
-        group = block.group
         numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
-        if block.epoch:
-            numbered[FIFO_EPOCH] = str(block.epoch)
+        if epoch:
+            numbered[FIFO_EPOCH] = str(epoch)
         message = OutboundMessage(data, numbered, ordering_key=group)
         try:
             return self._sink.publish(self._topic, message)
