@@ -53,7 +53,10 @@ class Sequences:
         decide: Decide,
         dead_letter: DeadLetter,
         lease: timedelta,
+        held: Callable[[str], bool],
     ) -> None:
+        """``held(group)``: whether this process holds the group's lease idle between
+        deliveries (no run of the old sequence is under way then)."""
         self._seen = seen
         self._store = store
         self._consumer = consumer
@@ -61,9 +64,7 @@ class Sequences:
         self._decide = decide
         self._dead_letter = dead_letter
         self._lease = lease
-        # Whether this process holds the group's lease idle between deliveries (the gate's
-        # HeldLeases): no run of the old sequence is under way then.
-        self.held: Callable[[str], bool] = lambda group: False
+        self._held = held
 
     def meet(
         self, group: str, state: GroupState, message: Message, seq: int
@@ -115,7 +116,7 @@ class Sequences:
 
     def _restart(self, group: str, state: GroupState, epoch: int) -> GroupState | None:
         now = self._clock.now()
-        if state.lease_live(now) and not self.held(group):
+        if state.lease_live(now) and not self._held(group):
             self._decide(
                 "sequence_waits",
                 group,

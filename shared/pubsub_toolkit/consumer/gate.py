@@ -193,15 +193,21 @@ class FifoGate:
             decide=self._decision,
             keep_reissued=self._reused,
             date=self._dated,
-            held=lambda group: self._held.holds(group),  # noqa: PLW0108 - late bound: see use_lease_hold
+            held=self._holds,
         )
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
         # A counter that started again (a new epoch) starts the group's sequence again.
         self._sequences = Sequences(
-            self._seen, store, consumer, clock, self._decision, self._dead_letter, self.policy.lease
+            self._seen,
+            store,
+            consumer,
+            clock,
+            self._decision,
+            self._dead_letter,
+            self.policy.lease,
+            self._holds,
         )
-        self._sequences.held = lambda group: self._held.holds(group)  # noqa: PLW0108 - as above
 
     @property
     def store(self) -> FifoStore:
@@ -503,6 +509,10 @@ class FifoGate:
                 self._held.hold(group, state.lease_token)
             return renewed
         return None
+
+    def _holds(self, group: str) -> bool:
+        # Read at each call: use_lease_hold replaces self._held.
+        return self._held.holds(group)
 
     def _release(self, group: str, token: int) -> None:
         try:
