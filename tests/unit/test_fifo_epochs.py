@@ -137,3 +137,41 @@ def test_copies_parked_in_the_old_sequence_are_dead_lettered_when_it_restarts() 
         for m in stack.dead_letters.on(DLQ)
     ]
     assert reasons == [("c", "fifo_sequence_restarted"), ("b", "fifo_sequence_restarted")]
+
+
+def test_a_new_sequence_begun_on_a_lost_record_still_knows_what_ran_before_it() -> None:
+    """The store lost the group, and its counter: another process (no memory of the group)
+    adopts the new epoch on the empty record and parks its #2. This process still remembers
+    that the key it ran at the old #1 ran: the producer's retry of it, renumbered #1 in the
+    new sequence, is a filler - not a second run - and the new #2 runs after it."""
+    store = MemoryFifoStore()
+    handled: list[str] = []
+    log = DecisionLog("consumer-a")
+
+    def gate() -> FifoGate:
+        return FifoGate(
+            store,
+            consumer="consumer-a",
+            handler=lambda m: handled.append(m.attributes["dedup_key"]),
+            dead_letters=DeadLetterer(RecordingSink(), DLQ, log),
+            clock=ManualClock(),
+            log=log,
+        )
+
+    this, other = gate(), gate()
+    sink = RecordingSink()
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish(
+        b"k", fifo_group="g", dedup_key="k"
+    )
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish_batch(
+        "g", [(b"k", {"dedup_key": "k"}), (b"n", {"dedup_key": "n"})]
+    )
+    first, retry, new = (
+        Message(o.data, dict(o.attributes), message_id="m") for o in sink.on(ORIGIN)
+    )
+    assert this.deliver(first, "g", 1).outcome is GateOutcome.PROCESSED
+    store._states.clear()  # the store lost the group
+    store._parked.clear()
+    assert other.deliver(new, "g", 2).outcome is GateOutcome.PARKED
+    assert this.deliver(retry, "g", 1).outcome is GateOutcome.FILLED
+    assert handled == ["k", "n"]
