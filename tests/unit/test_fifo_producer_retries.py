@@ -108,3 +108,13 @@ def test_a_retry_of_a_message_that_ran_long_before_the_groups_end_is_no_dead_let
     pipeline.consume()
     assert pipeline.handled.count("order-A") == 1
     assert pipeline.dead_lettered() == []
+
+
+def test_a_key_reused_for_other_content_is_a_new_message_at_a_new_number() -> None:
+    """Only a retry - same key, same content - keeps its number: a key reused for another
+    message gets its own (the consumer side dead-letters the mismatch, as before)."""
+    sink = RecordingSink()
+    publisher = Publisher(sink, ORIGIN, counter=MemorySequenceCounter())
+    for data in (b"A", b"A", b"B"):
+        publisher.publish(data, fifo_group="g", dedup_key="order-A")
+    assert [m.attributes["fifo_seq"] for m in sink.on(ORIGIN)] == ["1", "1", "2"]

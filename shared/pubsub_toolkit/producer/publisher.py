@@ -19,16 +19,20 @@ reused): the exception propagates, and the consumer gate's gap timeout handles t
 :mod:`pubsub_toolkit.stores.counters.base`).
 
 **A retry keeps its number.** A Publisher remembers the number it gave each ``dedup_key`` of a
-group (the last 10,000 keys): publishing the same key again in the same group - a retry after a
-timeout or a failed batch, the same Publisher object - reuses that number instead of taking a
-new one, so the consumer sees one message at one number (a duplicate if the first attempt got
-through, the gap filled if it did not) and never a renumbered copy far from the first. A key
-published again after the group's counter started again (a new epoch) gets a new number.
+group with its content (the last 10,000): the same message published again in the group - a
+retry after a timeout or a failed batch, through the same Publisher object - reuses that
+number, so the consumer sees one message at one number (a duplicate if the first attempt got
+through, the gap filled if it did not), never a renumbered copy far from the first. A key
+reused for other content, or published again after the group's counter started again (a new
+epoch), gets a new number.
 
 A counter whose store lost writes without losing the key (a failover to a replica that was
 behind) hands out numbers again in the same epoch. A Publisher remembers the highest number it
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
+
+(About 300 lines: the contract stamping and the numbering - blocks, retries, a counter that
+went back - share the Publisher's memory of what it handed out.)
 """
 
 from __future__ import annotations
@@ -74,8 +78,8 @@ class Publisher:
         self._counter = counter
         # group -> (epoch, the highest number handed out in it): never a block below it again.
         self._handed: Witness[str, tuple[int, int]] = Witness()
-        # (group, dedup_key) -> (epoch, number) given to it: a retry publishes there again.
-        self._numbered: Witness[tuple[str, str], tuple[int, int]] = Witness()
+        # (group, dedup_key, content) -> (epoch, number) given to it: a retry goes there again.
+        self._numbered: Witness[tuple[str, str, str], tuple[int, int]] = Witness()
 
     def publish(
         self,
@@ -110,7 +114,7 @@ class Publisher:
         _check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
         _validate(data, stamped)
-        ((epoch, seq),) = self._numbers(counter, fifo_group, [stamped])
+        ((epoch, seq),) = self._numbers(counter, fifo_group, [(data, stamped)])
         return self._publish_numbered(data, stamped, fifo_group, epoch, seq)
 
     def publish_batch(
@@ -144,22 +148,26 @@ class Publisher:
             prepared.append((data, stamped))
         if not prepared:
             return []
-        numbers = self._numbers(counter, group, [stamped for _data, stamped in prepared])
+        numbers = self._numbers(counter, group, prepared)
         return [
             self._publish_numbered(data, stamped, group, epoch, seq)
             for (epoch, seq), (data, stamped) in zip(numbers, prepared, strict=True)
         ]
 
     def _numbers(
-        self, counter: SequenceCounter, group: str, messages: list[dict[str, str]]
+        self, counter: SequenceCounter, group: str, messages: list[tuple[bytes, dict[str, str]]]
     ) -> list[tuple[int, int]]:
         """(epoch, number) for each message, in order: the number this Publisher gave its
-        dedup key before (a retry, while the group's counter is in the same epoch), else one
-        from ONE block reserved for all the others. Recorded before anything is published, so
-        a retry after a failed publish reuses it."""
+        dedup key and content before (a retry, while the group's counter is in the same
+        epoch; a key reused for other content is a new message), else one from ONE block
+        reserved for all the others. Recorded before anything is published, so a retry after
+        a failed publish reuses it."""
         latest = (self._handed.get(group) or (None, 0))[0]
-        keys = [m.get(attr.DEDUP_KEY) for m in messages]
-        known = [self._numbered.get((group, k)) if k else None for k in keys]
+        keys = [
+            (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
+            for data, m in messages
+        ]
+        known = [self._numbered.get((group, *k)) if k else None for k in keys]
         known = [n if n is not None and n[0] == latest else None for n in known]
         fresh = sum(1 for n in known if n is None)
         block = self._reserve(counter, group, fresh) if fresh else None
@@ -167,7 +175,7 @@ class Publisher:
         numbers = [n or (block.epoch if block else 0, next(new)) for n in known]
         for key, number in zip(keys, numbers, strict=True):
             if key:
-                self._numbered.put((group, key), number)
+                self._numbered.put((group, *key), number)
         return numbers
 
     def _reserve(self, counter: SequenceCounter, group: str, count: int) -> SequenceBlock:
