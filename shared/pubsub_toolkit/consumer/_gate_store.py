@@ -8,6 +8,11 @@ read or wrote per group, and the messages it parked; when a read goes back
 (:func:`~.gate_rules.repaired`), parks again the copies it still has, says with an ALERT what
 it could not restore, and keeps - as reused numbers - copies parked at numbers the group had
 already passed. The gate (:mod:`.gate`) reads and writes only through it.
+
+The repair fences every lease - except the live one this process took itself for a run still
+under way: that run's lease moves to the repaired record under a new token
+(:meth:`SeenStore.lease_now` tells the run), so its advance is recorded instead of being
+refused as if it had outlived its lease, and the message does not run a second time.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from pubsub_toolkit._witness import Witness
@@ -65,9 +71,13 @@ class SeenStore:
         decide: Decide,
         keep_reissued: KeepReissued,
         date: Callable[[GroupState], GroupState] = lambda state: state,
+        held: Callable[[str], bool] = lambda group: False,
     ) -> None:
-        """``date`` stamps every state before it is written (the gate's idle-record expiry)."""
+        """``date`` stamps every state before it is written (the gate's idle-record expiry);
+        ``held`` says whether this process holds a group's lease idle between deliveries (not
+        a run under way: a repair fences it like any other)."""
         self._date = date
+        self._held = held
         self._store = store
         self._consumer = consumer
         self._clock = clock
@@ -76,6 +86,10 @@ class SeenStore:
         self._witness: Witness[str, GroupState] = Witness()
         # The messages this process parked: a store that loses them can be given them back.
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
+        # The lease token this process last took per group, and the token a repair moved a
+        # live one of them to: a run that holds the first goes on under the second.
+        self._own_leases: Witness[str, int] = Witness()
+        self._moved_leases: Witness[tuple[str, int], int] = Witness()
 
     def groups(self) -> list[str]:
         """The groups the store lists (those needing attention) - and those this process saw
@@ -132,13 +146,29 @@ class SeenStore:
         stored = self._store.save(self._consumer, group, self._date(state), expected)
         if stored is None:
             return None
+        if stored.lease_token != expected.lease_token and stored.lease_until is not None:
+            self._own_leases.put(group, stored.lease_token)  # a lease this process took
         return self.witnessed(stored, group)
+
+    def lease_now(self, group: str, token: int) -> int:
+        """The token a run that took lease ``token`` holds now: the same, unless a repair of
+        a store loss moved the lease (see the module docstring)."""
+        for _ in range(MAX_CAS_ROUNDS):
+            moved = self._moved_leases.get((group, token))
+            if moved is None:
+                return token
+            token = moved
+        return token
 
     def witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
         """``state``, remembered for ``group`` unless this process saw it further along."""
         if group is not None:
             seen = self._witness.get(group)
-            if seen is None or state.last_processed >= seen.last_processed:
+            if (
+                seen is None
+                or state.epoch > seen.epoch
+                or (state.epoch == seen.epoch and state.last_processed >= seen.last_processed)
+            ):
                 self._witness.put(group, state)
         return state
 
@@ -160,37 +190,61 @@ class SeenStore:
             attributes=dict(copy.attributes),
         )
 
+    def _keep_own_lease(
+        self, group: str, seen: GroupState, repaired: GroupState
+    ) -> tuple[GroupState, int | None]:
+        """``repaired`` still leased (under its new token) to this process's own live run, if
+        the lease ``seen`` records is one: (state, the run's token) - else (it, None)."""
+        own = self._own_leases.get(group)
+        if own is None or own != seen.lease_token or not seen.lease_live(self._clock.now()):
+            return repaired, None
+        if self._held(group):
+            return repaired, None  # held idle, no run under it: fenced like any other
+        return replace(repaired, lease_until=seen.lease_until), own
+
     def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
         """The store handed back an older state than this process wrote: put the group back
         where it was, fence every lease, and say what could not be restored."""
         last = max(seen.last_processed, state.last_processed)
         lost = rules.lost_parked(seen, state)
-        restored = []
+        # The store's sequence began after this one: copies parked in this one never run.
+        ended = bool(seen.epoch) and state.epoch > seen.epoch
+        restored, reissued = [], list[tuple[int, Message]]()
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
-            if copy is not None:
+            if copy is not None and ended:
+                reissued.append((seq, copy))
+            elif copy is not None:
                 self._store.park(self._consumer, group, seq, copy)
                 restored.append(seq)
-        lost = [s for s in lost if s not in restored]
+        lost = [s for s in lost if s not in restored and s not in dict(reissued)]
         repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
         # Copies parked at numbers the group had already passed (a reissued number parked
         # after the loss) can never run: they were acked when parked, so each is kept (dead-
         # lettered, once per copy) BEFORE the repaired state stops listing it - a failure or a
         # crash in between leaves the old state, and the next read repairs (and keeps) again.
-        passed = [s for s in sorted(state.parked) if state.last_processed < s <= last]
-        reissued: list[tuple[int, Message]] = []
+        # Unless the store's sequence is this one, its copies belong to an older sequence.
+        same = not seen.epoch or seen.epoch == state.epoch
+        passed = [s for s in sorted(state.parked) if not same or state.last_processed < s <= last]
+        passed = [] if ended else passed
         for seq in passed:
             copy = self._store.parked_message(self._consumer, group, seq)
-            if copy is not None and not seen.records(seq, key_digest(rules.message_key(copy))):
+            digest = None if copy is None else key_digest(rules.message_key(copy))
+            if copy is not None and not (same and seen.records(seq, str(digest))):
                 reissued.append((seq, copy))
+        repaired, kept = self._keep_own_lease(group, seen, repaired)
         self._decide(
             "store_rollback",
             group,
             state.head,
             "ALERT: the store lost writes: "
             + (
-                f"last processed went back from {seen.last_processed} to "
+                f"a new sequence (epoch {state.epoch}) began on a record that had lost the one "
+                f"seen here (epoch {seen.epoch}, at {seen.last_processed}): that one's end and "
+                "last keys carried over"
+                if ended
+                else f"last processed went back from {seen.last_processed} to "
                 f"{state.last_processed}; restored to {last}"
                 if state.last_processed < seen.last_processed
                 else f"last processed {state.last_processed}, {last} seen here"
@@ -202,6 +256,7 @@ class SeenStore:
                 else ""
             )
             + (f"; parked again from this process's copies: {restored}" if restored else "")
+            + (f"; the run under this process's lease {kept} goes on" if kept else "")
             + (
                 f"; parked messages lost: {lost} (seek the subscription back to before they "
                 "were published, or skip them)"
@@ -226,6 +281,9 @@ class SeenStore:
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             return False  # someone wrote meanwhile: look again
+        if kept is not None:
+            self._moved_leases.put((group, kept), repaired.lease_token)
+            self._own_leases.put(group, repaired.lease_token)
         self._witness.put(group, repaired)
         for seq in passed:
             self._store.unpark(self._consumer, group, seq)

@@ -68,6 +68,7 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
 from pubsub_toolkit.consumer._held_leases import Claim, HeldLeases
+from pubsub_toolkit.consumer._sequences import Sequences
 from pubsub_toolkit.consumer.gate_rules import (
     REASON_AFTER_END,
     REASON_LATE_AFTER_SKIP,
@@ -192,9 +193,21 @@ class FifoGate:
             decide=self._decision,
             keep_reissued=self._reused,
             date=self._dated,
+            held=self._holds,
         )
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
+        # A counter that started again (a new epoch) starts the group's sequence again.
+        self._sequences = Sequences(
+            self._seen,
+            store,
+            consumer,
+            clock,
+            self._decision,
+            self._dead_letter,
+            self.policy.lease,
+            self._holds,
+        )
 
     @property
     def store(self) -> FifoStore:
@@ -208,8 +221,12 @@ class FifoGate:
         digest = key_digest(message_key(message))
         stored_copy = False
         for _ in range(MAX_CAS_ROUNDS):
-            state = self._seen.load(group)
-            now = self._clock.now()
+            met = self._sequences.meet(group, self._seen.load(group), message, seq)
+            if not isinstance(met, GroupState):
+                if met is None:
+                    continue  # the record moved: decide again
+                return met
+            state, now = met, self._clock.now()
             if state.key_of(seq) is not None and not state.records(seq, digest):
                 return self._reused(message, group, seq, state)
             if seq <= state.last_processed:
@@ -492,6 +509,10 @@ class FifoGate:
                 self._held.hold(group, state.lease_token)
             return renewed
         return None
+
+    def _holds(self, group: str) -> bool:
+        # Read at each call: use_lease_hold replaces self._held.
+        return self._held.holds(group)
 
     def _release(self, group: str, token: int) -> None:
         try:
@@ -809,6 +830,7 @@ class FifoGate:
             not attr.is_filler(message)
             and not attr.is_end_of_group(message)
             and not state.complete
+            and rules.same_sequence(state, message)
             and ran_earlier(state, seq, message) is None
             and state.key_of(seq) in (None, digest)
             # (A message without any identity - a hand-made one - has no duplicate to miss.)
@@ -1162,6 +1184,8 @@ class FifoGate:
                 state, known = known, None
             else:
                 state = self._seen.load(group)
+            # A repair of a store loss may have moved this run's own lease to a new token.
+            token = self._seen.lease_now(group, token)
             if state.lease_token != token:
                 raise StaleClaimError(
                     f"{self.consumer}/{group}: lease {token} was taken over "

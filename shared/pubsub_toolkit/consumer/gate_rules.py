@@ -18,9 +18,12 @@ the group waits for):
 * :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back;
 * :func:`ended`, :func:`after_end`, :func:`without_after_end` - the end of a group: the number
   marked ``fifo_end`` behind it, the group is complete, its record a tombstone that expires,
-  and a later number is refused (``fifo_after_end``) unless it is a copy of a message that ran.
+  and a later number is refused (``fifo_after_end``) unless it is a copy of a message that ran;
+* :func:`message_epoch`, :func:`restarted`, :func:`ran_in_prior` - the counter's epochs: a
+  newer one starts the group's sequence again, a copy of an older one is a duplicate if its
+  sequence passed it, else dead-lettered (``fifo_sequence_restarted``).
 
-(About 350 lines: one small function per state change the gate makes, kept in one module so
+(About 420 lines: one small function per state change the gate makes, kept in one module so
 every rule over a ``GroupState`` is read - and tested - side by side.)
 """
 
@@ -34,7 +37,9 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.counters.base import FIFO_EPOCH
 from pubsub_toolkit.stores.fifo_state.base import (
+    KEY_WINDOW,
     POISON_MARK,
     GroupState,
     key_digest,
@@ -48,6 +53,10 @@ REASON_LATE_AFTER_SKIP = "fifo_late_after_skip"
 REASON_SEQUENCE_REUSED = "fifo_sequence_reused"
 REASON_AFTER_END = "fifo_after_end"
 REASON_STATE_EXPIRED = "fifo_state_expired"
+REASON_SEQUENCE_RESTARTED = "fifo_sequence_restarted"
+# Earlier sequences (epochs) a record remembers the position of, to tell their late copies.
+PRIOR_SEQUENCES = 16
+_MAX_EPOCH_DIGITS = 18  # microseconds: until the year 33658
 # FIFO_LEASE_HOLD_SECONDS when unset, for a streaming consumer (see GatePolicy.lease_hold).
 STREAMING_LEASE_HOLD = timedelta(seconds=2)
 
@@ -139,6 +148,11 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
     lost: that is no going back."""
     if seen.expired(now):
         return False
+    if seen.epoch and state.epoch != seen.epoch:
+        # A newer sequence that began from this one is no going back; one that began on a
+        # record that had lost this one (the store lost it, then a process adopted the new
+        # epoch on the empty record) is: this process still knows what ran there.
+        return state.epoch < seen.epoch or not succeeds(state, seen)
     lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
     return (
         state.last_processed < seen.last_processed
@@ -148,11 +162,19 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
     )
 
 
+def succeeds(state: GroupState, seen: GroupState) -> bool:
+    """True when ``state``'s sequence began after ``seen``'s had reached where it is now."""
+    ran = seen.last_processed
+    return not (ran or seen.keys) or any(e == seen.epoch and last >= ran for e, last in state.prior)
+
+
 def rewritten_number(seen: GroupState, state: GroupState) -> int | None:
     """A number both passed where the store records only other messages than the one this
     process saw there: the store lost that run and the number went to another message (its
     counter rolled back too). The position alone cannot show it - the reissue brought it back
     to where it was - but the run this process remembers must still count (``ran_earlier``)."""
+    if seen.epoch and seen.epoch != state.epoch:
+        return None  # other sequences: their numbers are not the same numbers
     passed = min(seen.last_processed, state.last_processed)
     for seq, digest in seen.keys:
         theirs = {plain_digest(d) for s, d in state.keys if s == seq}
@@ -382,6 +404,8 @@ def without_lost_parked(state: GroupState, seq: int) -> GroupState:
 
 def lost_parked(seen: GroupState, state: GroupState) -> list[int]:
     """Numbers this process saw parked ahead of the group that the store no longer lists."""
+    if seen.epoch and seen.epoch != state.epoch:
+        return [s for s in seen.parked if s > seen.last_processed]
     last = max(seen.last_processed, state.last_processed)
     return [s for s in seen.parked if s > last and s not in state.parked]
 
@@ -390,7 +414,30 @@ def repaired(
     seen: GroupState, state: GroupState, *, restored: list[int], now: datetime
 ) -> GroupState:
     """The group put back where this process saw it (``seen``) after the store handed back an
-    older ``state``: every lease fenced, ``restored`` parked again."""
+    older ``state``: every lease fenced, ``restored`` parked again. (A store that lost the
+    start of this process's newer sequence gets that sequence back as this process saw it.)"""
+    fenced = max(seen.lease_token, state.lease_token) + 1
+    if seen.epoch and state.epoch > seen.epoch:
+        # The store's new sequence began on a record that had lost this one: it keeps going,
+        # and learns this one's position and last keys (a renumbered retry of one is known).
+        carried = restarted(seen, state.epoch)
+        positions = dict(sorted([*carried.prior, *state.prior], key=lambda p: p[1]))
+        return replace(
+            state,
+            prior=tuple(sorted(positions.items(), reverse=True))[:PRIOR_SEQUENCES],
+            keys=tuple(sorted({*state.keys, *carried.keys})),
+            lease_token=fenced,
+            lease_until=None,
+        )
+    if seen.epoch and seen.epoch != state.epoch:
+        parked = tuple(sorted(restored))
+        return replace(
+            seen,
+            parked=parked,
+            gap_since=now if parked and seen.head not in parked else None,
+            lease_token=max(seen.lease_token, state.lease_token) + 1,
+            lease_until=None,
+        )
     last = max(seen.last_processed, state.last_processed)
     parked = tuple(sorted({*(s for s in state.parked if s > last), *restored}))
     return replace(
@@ -430,3 +477,44 @@ def merged_keys(seen: GroupState, state: GroupState) -> tuple[tuple[int, str], .
         if (s not in numbers or s <= passed) and (s, plain_digest(d)) not in mine
     ]
     return tuple(sorted({*seen.keys, *theirs}))
+
+
+# --- epochs (see pubsub_toolkit.stores.counters.base) ---------------------------------------
+
+
+def message_epoch(message: Message) -> int | None:
+    """The counter epoch ``message`` was numbered in; None when it carries none (a counter
+    without epochs, a filler, a hand-made message) - or a malformed one (the caller logs it):
+    then no epoch rule applies, as before epochs."""
+    raw = message.attributes.get(FIFO_EPOCH)
+    if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > _MAX_EPOCH_DIGITS:
+        return None
+    return int(raw)
+
+
+def same_sequence(state: GroupState, message: Message) -> bool:
+    """True when no epoch rule separates ``message`` from the group's sequence."""
+    epoch = message_epoch(message)
+    return epoch is None or epoch == state.epoch
+
+
+def restarted(state: GroupState, epoch: int) -> GroupState:
+    """The group's sequence begun again in ``epoch`` (its counter started again at 1): the old
+    position remembered in ``prior``, the fencing token still growing, and the keys that ran
+    at the old sequence's last numbers kept at the numbers before 1 (the last at 0, and down
+    from there), so a producer's retry of one of them renumbered in the new sequence is still
+    recognised (:func:`ran_earlier`): the window of recent keys runs on across the restart."""
+    prior = ((state.epoch, state.last_processed), *state.prior)[:PRIOR_SEQUENCES]
+    last = state.last_processed
+    return GroupState(
+        epoch=epoch,
+        prior=prior,
+        lease_token=state.lease_token + 1,
+        keys=tuple(sorted((s - last, d) for s, d in state.keys if last - KEY_WINDOW < s <= last)),
+        version=state.version,
+    )
+
+
+def ran_in_prior(state: GroupState, epoch: int, seq: int) -> bool:
+    """True when ``seq`` of the earlier sequence ``epoch`` is behind that sequence's end."""
+    return any(e == epoch and seq <= last for e, last in state.prior)

@@ -4,7 +4,8 @@
 :mod:`pubsub_toolkit.attributes` so producers never spell attribute names by hand:
 
 * ``fifo_group`` -> ``fifo_group`` + ``fifo_seq`` (the next number from a
-  :class:`~pubsub_toolkit.stores.counters.base.SequenceCounter`) + the Pub/Sub ordering key;
+  :class:`~pubsub_toolkit.stores.counters.base.SequenceCounter`) + ``fifo_epoch`` (the
+  counter's epoch, when it records one) + the Pub/Sub ordering key;
 * ``end_of_group=True`` -> ``fifo_end="true"``: this is the group's last message (the consumer
   then records the group as complete and dead-letters any later number);
 * ``dedup_key`` -> ``dedup_key``;
@@ -16,6 +17,22 @@ ingress would dead-letter raises ValueError here instead, and does not leave a g
 group. A publish that fails *after* the reservation does leave one (the number is never
 reused): the exception propagates, and the consumer gate's gap timeout handles the gap (see
 :mod:`pubsub_toolkit.stores.counters.base`).
+
+**A retry keeps its number.** A Publisher remembers the number it gave each ``dedup_key`` of a
+group with its content (the last 10,000): the same message published again in the group - a
+retry after a timeout or a failed batch, through the same Publisher object - reuses that
+number, so the consumer sees one message at one number (a duplicate if the first attempt got
+through, the gap filled if it did not), never a renumbered copy far from the first. A key
+reused for other content, or published again after the group's counter started again (a new
+epoch), gets a new number.
+
+A counter whose store lost writes without losing the key (a failover to a replica that was
+behind) hands out numbers again in the same epoch. A Publisher remembers the highest number it
+handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
+nothing published - a block that does not lie above it.
+
+(About 300 lines: the contract stamping and the numbering - blocks, retries, a counter that
+went back - share the Publisher's memory of what it handed out.)
 """
 
 from __future__ import annotations
@@ -26,11 +43,12 @@ from datetime import UTC, datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
+from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.envelope import parse_envelope
-from pubsub_toolkit.errors import ContractViolation
+from pubsub_toolkit.errors import ContractViolation, StoreUnavailableError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import MessageSink
-from pubsub_toolkit.stores.counters.base import SequenceCounter
+from pubsub_toolkit.stores.counters.base import FIFO_EPOCH, SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +58,7 @@ _OWNED_BY_PUBLISHER = {
     attr.FIFO_GROUP: "fifo_group=",
     attr.FIFO_SEQ: "fifo_group=",
     attr.FIFO_END: "end_of_group=True",
+    FIFO_EPOCH: "fifo_group=",
 }
 
 
@@ -57,6 +76,10 @@ class Publisher:
         self._sink = tracing.traced(sink, hop="producer")
         self._topic = topic
         self._counter = counter
+        # group -> (epoch, the highest number handed out in it): never a block below it again.
+        self._handed: Witness[str, tuple[int, int]] = Witness()
+        # (group, dedup_key, content) -> (epoch, number) given to it: a retry goes there again.
+        self._numbered: Witness[tuple[str, str, str], tuple[int, int]] = Witness()
 
     def publish(
         self,
@@ -91,8 +114,8 @@ class Publisher:
         _check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
         _validate(data, stamped)
-        block = counter.reserve(fifo_group)
-        return self._publish_numbered(data, stamped, fifo_group, block.first)
+        ((epoch, seq),) = self._numbers(counter, fifo_group, [(data, stamped)])
+        return self._publish_numbered(data, stamped, fifo_group, epoch, seq)
 
     def publish_batch(
         self,
@@ -125,14 +148,69 @@ class Publisher:
             prepared.append((data, stamped))
         if not prepared:
             return []
-        block = counter.reserve(group, len(prepared))
+        numbers = self._numbers(counter, group, prepared)
         return [
-            self._publish_numbered(data, stamped, group, seq)
-            for seq, (data, stamped) in zip(block.numbers(), prepared, strict=True)
+            self._publish_numbered(data, stamped, group, epoch, seq)
+            for (epoch, seq), (data, stamped) in zip(numbers, prepared, strict=True)
         ]
 
-    def _publish_numbered(self, data: bytes, stamped: dict[str, str], group: str, seq: int) -> str:
-        message = OutboundMessage(data, {**stamped, attr.FIFO_SEQ: str(seq)}, ordering_key=group)
+    def _numbers(
+        self, counter: SequenceCounter, group: str, messages: list[tuple[bytes, dict[str, str]]]
+    ) -> list[tuple[int, int]]:
+        """(epoch, number) for each message, in order: the number this Publisher gave its
+        dedup key and content before (a retry, while the group's counter is in the same
+        epoch; a key reused for other content is a new message), else one from ONE block
+        reserved for all the others. Recorded before anything is published, so a retry after
+        a failed publish reuses it."""
+        latest = (self._handed.get(group) or (None, 0))[0]
+        keys = [
+            (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
+            for data, m in messages
+        ]
+        known = [self._numbered.get((group, *k)) if k else None for k in keys]
+        known = [n if n is not None and n[0] == latest else None for n in known]
+        fresh = sum(1 for n in known if n is None)
+        block = self._reserve(counter, group, fresh) if fresh else None
+        new = iter(()) if block is None else iter(block.numbers())
+        numbers = [n or (block.epoch if block else 0, next(new)) for n in known]
+        for key, number in zip(keys, numbers, strict=True):
+            if key:
+                self._numbered.put((group, *key), number)
+        return numbers
+
+    def _reserve(self, counter: SequenceCounter, group: str, count: int) -> SequenceBlock:
+        """A block from ``counter``, refused if it does not lie above every number this
+        Publisher handed out in the group's epoch (the counter's store lost writes)."""
+        # Read BEFORE the reservation: every block recorded by then was handed out before this
+        # one was asked for, so a healthy counter gives more (a concurrent one may give less).
+        epoch, handed = self._handed.get(group) or (None, 0)
+        block = counter.reserve(group, count)
+        if block.epoch == epoch and block.first <= handed:
+            logger.error(
+                "ALERT: the counter of group %r handed out %d..%d, but this Publisher already "
+                "published up to %d in epoch %d: its store lost writes; nothing published",
+                group,
+                block.first,
+                block.last,
+                handed,
+                block.epoch,
+            )
+            raise StoreUnavailableError(
+                f"group {group!r}: the counter went back to {block.first} (at least {handed} "
+                "was handed out): its store lost writes"
+            )
+        self._handed.put(
+            group, (block.epoch, max(block.last, handed if epoch == block.epoch else 0))
+        )
+        return block
+
+    def _publish_numbered(
+        self, data: bytes, stamped: dict[str, str], group: str, epoch: int, seq: int
+    ) -> str:
+        numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
+        if epoch:
+            numbered[FIFO_EPOCH] = str(epoch)
+        message = OutboundMessage(data, numbered, ordering_key=group)
         try:
             return self._sink.publish(self._topic, message)
         except Exception:
@@ -221,6 +299,7 @@ def _validate(data: bytes, stamped: Mapping[str, str]) -> None:
     probe = dict(stamped)
     if attr.FIFO_GROUP in probe:
         probe[attr.FIFO_SEQ] = "1"
+        probe[FIFO_EPOCH] = "1"
     try:
         # The placeholder id stands in for the message_id Pub/Sub will assign.
         parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))

@@ -16,12 +16,30 @@ gate sees ``fifo_seq > last + 1``, parks the early message, and when the gap is 
 group's gap timeout it raises an alert and follows the group's policy (wait, or skip with a
 tombstone). Counters therefore trade "no gaps" for "no hot transactions"; they never trade
 "no duplicates".
+
+**Epochs.** A counter that starts again at 1 (its store lost it: Redis restarted without
+persistence; or it expired with its group, see below) must not be taken for its old numbers.
+Each counter records an *epoch* when it is created - a number that grows with every new
+creation (the store's clock in microseconds) - and every block carries it; the Publisher
+stamps it on each message (:data:`FIFO_EPOCH`), and the consumer gate starts the group's
+sequence again when a newer epoch arrives instead of acking its numbers as old ones. Epoch 0
+means "not recorded" (a store without epochs: Firestore, which does not lose acknowledged
+writes): such a block is published without the attribute and the gate applies no epoch rule.
+A consumer record without an epoch (new, or from before epochs) adopts the first one it meets
+and keeps its position.
+
+**Lifetime.** A counter may expire after ``ttl`` without a reservation (Redis: the deployment's
+``DEDUP_TTL``), the same retention after which the consumer forgets an idle group: a group
+idle that long resumes at 1 in a new epoch, and the gate runs it from there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+# The message attribute that carries a block's epoch (set by the Publisher beside fifo_seq).
+FIFO_EPOCH = "fifo_epoch"
 
 
 @dataclass(frozen=True)
@@ -31,15 +49,17 @@ class SequenceBlock:
     group: str
     first: int
     last: int
+    # The counter's epoch (0: not recorded); not part of equality: a block is its numbers.
+    epoch: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.first < 1 or self.last < self.first:
             raise ValueError(f"invalid block {self.first}..{self.last}: need 1 <= first <= last")
 
     @classmethod
-    def ending_at(cls, group: str, last: int, count: int) -> SequenceBlock:
+    def ending_at(cls, group: str, last: int, count: int, epoch: int = 0) -> SequenceBlock:
         """The block of ``count`` numbers whose highest is ``last`` (an increment's result)."""
-        return cls(group, last - count + 1, last)
+        return cls(group, last - count + 1, last, epoch)
 
     @property
     def size(self) -> int:

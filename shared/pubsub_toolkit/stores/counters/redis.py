@@ -1,38 +1,55 @@
-"""Redis (Memorystore) sequence counter: one ``INCRBY`` per reservation.
+"""Redis (Memorystore) sequence counter: one small script per reservation.
 
-``INCRBY key count`` is atomic and returns the new highest number, so a block of any size is
-one round trip with no read and no transaction: ``first = result - count + 1``. Concurrent
-callers in one process share round trips through one pipeline (:mod:`pubsub_toolkit.dedup.
-coalesce`); each keeps its own ``INCRBY`` and so its own block.
+The script increments the counter (``HINCRBY``, atomic, returns the new highest number), so a
+block of any size is one round trip with no read and no transaction: ``first = result - count
++ 1``. Concurrent callers in one process share round trips through one pipeline
+(:mod:`pubsub_toolkit.dedup.coalesce`); each keeps its own call and so its own block.
 
 Keys are ``{prefix}{group}`` (Redis keys are binary-safe, so any group name works); the prefix
-is configurable to keep deployments and tests apart. Counters carry no TTL: a group's numbers
-must never restart.
+is configurable to keep deployments and tests apart. Each key is a hash ``{n: highest number,
+e: epoch}``: the script records the epoch (the server's ``TIME`` in microseconds) when it
+creates the counter, so a counter that Redis lost and made again is a *newer* sequence, never
+its old numbers (:mod:`.base`). A counter written before epochs (a plain integer) becomes a
+hash at its next reservation, keeps its numbers and gets its epoch then (the consumer's record,
+which has none yet, adopts it and keeps its position). Each reservation sets the
+key's expiry to ``ttl`` (the deployment's ``DEDUP_TTL``): a group idle that long starts again
+at 1 in a new epoch, together with the consumer's record of it, which expires after the same
+retention.
 
-Cluster-safe: ``INCRBY`` and ``GET`` touch one key each and the pipeline is not a
-transaction, so the counter also runs on Redis Cluster / Memorystore for Redis Cluster with a
-``redis.cluster.RedisCluster`` client (:meth:`RedisSequenceCounter.from_url` picks one when the
-server is a cluster node); the cluster pipeline sends each command to its key's shard.
+Cluster-safe: each script and read touches one key, so the counter also runs on Redis
+Cluster / Memorystore for Redis Cluster with a ``redis.cluster.RedisCluster`` client
+(:meth:`RedisSequenceCounter.from_url` picks one when the server is a cluster node); there
+each call goes to its key's shard on its own (a cluster pipeline carries no scripts).
 
 The counter fails closed: if Redis cannot be reached it raises StoreUnavailableError
 (transient), never a guessed number.
 
 **Durability matters here more than for dedup.** If Redis loses the key (a restart without
-persistence, a failover to a replica that had not caught up, an eviction under
-``maxmemory-policy allkeys-*``), numbers restart below ones already published and the consumer
-would see them as already processed. Run the counter on a Memorystore instance with persistence
-(AOF, ``appendfsync always`` for no loss window) and ``maxmemory-policy noeviction``, or use
-the Firestore counter. A reserved but unpublished number is a gap, detectable as described in
-:mod:`pubsub_toolkit.stores.counters.base`.
+persistence, an eviction under ``maxmemory-policy allkeys-*``), numbers restart at 1 in a new
+epoch: the consumer starts the group again there, and messages of the old sequence still in
+flight are dead-lettered (``fifo_sequence_restarted``). A failover to a replica that had not
+caught up is worse: the key survives with a lower number and the *same* epoch, so numbers are
+handed out again (the Publisher refuses a number below one it handed out itself; the gate
+dead-letters a reused number it still holds a key for). Run the counter on a Memorystore
+instance with persistence (AOF, ``appendfsync always`` for no loss window) and
+``maxmemory-policy noeviction``, or use the Firestore counter. A reserved but unpublished
+number is a gap, detectable as described in :mod:`pubsub_toolkit.stores.counters.base`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
+from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.stores._coalesce import Coalescer, Operation
-from pubsub_toolkit.stores._redis_calls import connect, fail_closed, import_redis
+from pubsub_toolkit.stores._redis_calls import (
+    connect,
+    fail_closed,
+    import_redis,
+    is_cluster_client,
+)
 from pubsub_toolkit.stores.counters.base import SequenceBlock, check_group, check_reservation
 
 if TYPE_CHECKING:
@@ -42,38 +59,90 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "pubsub_toolkit:fifo:"
 
+# KEYS[1] = the counter; ARGV[1] = count, ARGV[2] = expiry in milliseconds. Returns
+# {highest number, epoch}. (replicate_commands: TIME before writes on Redis < 5; a no-op after.)
+_RESERVE = """
+if redis.replicate_commands then redis.replicate_commands() end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' then
+  local n = 0
+  if kind == 'string' then
+    n = redis.call('GET', KEYS[1])
+    redis.call('DEL', KEYS[1])
+  end
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'n', n, 'e', t[1] .. string.format('%06d', tonumber(t[2])))
+end
+local last = redis.call('HINCRBY', KEYS[1], 'n', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {last, redis.call('HGET', KEYS[1], 'e')}
+"""
+# KEYS[1] = the counter: its highest number, from a hash or a counter written before epochs.
+_CURRENT = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'string' then return redis.call('GET', KEYS[1]) end
+if kind == 'hash' then return redis.call('HGET', KEYS[1], 'n') end
+return false
+"""
+
 
 class RedisSequenceCounter:
     """Per-group counters as Redis integers under ``{prefix}{group}``."""
 
     def __init__(
-        self, client: redis_lib.Redis | redis_lib.RedisCluster, *, prefix: str = DEFAULT_PREFIX
+        self,
+        client: redis_lib.Redis | redis_lib.RedisCluster,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
     ) -> None:
+        """``ttl``: how long a counter outlives its last reservation - the consumer's
+        ``DEDUP_TTL``, after which it forgets an idle group (never shorter)."""
+        if ttl <= timedelta(0):
+            raise ValueError(f"ttl must be positive, got {ttl}")
         self._redis_module = import_redis("the Redis sequence counter")
         self._client = client
+        self._cluster = is_cluster_client(self._redis_module, client)
         self._prefix = prefix
+        self._ttl_ms = max(1, round(ttl.total_seconds() * 1000))
         self._coalescer = Coalescer(self._flush)
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str = DEFAULT_PREFIX) -> RedisSequenceCounter:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        ttl: timedelta = timedelta(seconds=DEFAULT_TTL_SECONDS),
+    ) -> RedisSequenceCounter:
         """Connect to ``url`` (``redis://host:port/db``) with short timeouts; a cluster node
         gets a cluster client."""
-        return cls(connect(url, needed_by="the Redis sequence counter"), prefix=prefix)
+        return cls(connect(url, needed_by="the Redis sequence counter"), prefix=prefix, ttl=ttl)
 
     def reserve(self, group: str, count: int = 1) -> SequenceBlock:
         check_reservation(group, count)
-        key = self._key(group)
-        last = self._call(lambda: self._coalescer.run(lambda pipe: pipe.incrby(key, count)))
-        return SequenceBlock.ending_at(group, int(last), count)
+        key, ttl = self._key(group), self._ttl_ms
+        last, epoch = self._call(
+            lambda: self._coalescer.run(lambda pipe: pipe.eval(_RESERVE, 1, key, count, ttl))
+        )
+        return SequenceBlock.ending_at(group, int(last), count, int(epoch))
 
     def current(self, group: str) -> int:
         check_group(group)
         key = self._key(group)
-        raw = self._call(lambda: self._coalescer.run(lambda pipe: pipe.get(key)))
+        raw = self._call(lambda: self._coalescer.run(lambda pipe: pipe.eval(_CURRENT, 1, key)))
         return 0 if raw is None else int(raw)
 
     def _flush(self, operations: Sequence[Operation]) -> None:
-        # Not a MULTI transaction: every INCRBY is atomic alone and keeps its own result.
+        if self._cluster:
+            # A cluster pipeline cannot carry scripts: each goes to its key's shard alone.
+            for operation in operations:
+                try:
+                    operation.finish(result=operation.apply(self._client))
+                except Exception as exc:  # handed to its caller, who raises it (fail closed)
+                    operation.finish(error=exc)
+            return
+        # Not a MULTI transaction: every script is atomic alone and keeps its own result.
         pipe = self._client.pipeline(transaction=False)
         for operation in operations:
             operation.apply(pipe)

@@ -17,10 +17,16 @@ One small record per ``(consumer, group)`` holds everything the gate decides on:
 * ``keys`` - a short digest of the dedup key of each parked number and of the last
   ``KEY_WINDOW`` processed ones, so a *different* message carrying a number already taken
   (a producer reusing numbers, a counter rolled back by its store) is detected instead of
-  being acked as a duplicate;
+  being acked as a duplicate (after a sequence restart - see ``epoch`` - the old sequence's
+  last keys sit at 0 and below);
 * ``end_seq`` - set once the number the producer marked as the group's last (``fifo_end``)
   is behind the group: the group is **complete** (``last_processed`` stays at ``end_seq``, a
   later number is dead-lettered);
+* ``epoch`` - the epoch of the counter whose numbers the record follows (0: not recorded, see
+  :mod:`pubsub_toolkit.stores.counters.base`), and ``prior`` - ``(epoch, last_processed)`` of
+  the few sequences before it, newest first: a counter that started again (its store lost it,
+  or it expired with the idle group) is a new sequence, and a late copy of an old one is told
+  from it;
 * ``expire_at`` - when the store may delete the record (Redis ``PEXPIREAT``; Firestore's TTL
   policy on the state document's ``expire_at`` field; the memory store on its clock): a
   complete group's tombstone, and an **idle** group's record (nothing parked, not blocked),
@@ -37,7 +43,7 @@ so a sweep costs O(groups needing attention), not O(groups ever seen).
 Every change is a compare-and-set on the record's version, so two consumer processes can work
 the same subscription and only one advance of ``last`` ever wins.
 
-(About 320 lines: the record, its JSON codec and the two store protocols, kept in one module so
+(About 340 lines: the record, its JSON codec and the two store protocols, kept in one module so
 every backend reads one definition of them.)
 """
 
@@ -90,6 +96,8 @@ class GroupState:
     keys: tuple[tuple[int, str], ...] = ()
     end_seq: int | None = None
     expire_at: datetime | None = None
+    epoch: int = 0
+    prior: tuple[Range, ...] = ()  # (epoch, last_processed) of earlier sequences, newest first
     version: object = field(default=None, compare=False)
 
     @property
@@ -186,6 +194,8 @@ class GroupState:
                 "keys": [[s, d] for s, d in self.keys],
                 "end": self.end_seq,
                 "expire_at": _time(self.expire_at),
+                "epoch": self.epoch,
+                "prior": [list(p) for p in self.prior],
             },
             separators=(",", ":"),
         )
@@ -207,6 +217,9 @@ class GroupState:
             # .get: records written before groups could end have neither field.
             end_seq=None if doc.get("end") is None else int(doc["end"]),
             expire_at=_parse(doc.get("expire_at")),
+            # .get: records written before epochs have neither field.
+            epoch=int(doc.get("epoch", 0)),
+            prior=tuple((int(e), int(last)) for e, last in doc.get("prior", [])),
             version=version,
         )
 

@@ -12,7 +12,9 @@ A state with ``expire_at`` (a complete group's tombstone, an idle group's record
 script sets ``PEXPIREAT`` at that time on the state hash and on the parked hash (a copy left
 there by a crash goes with it), and takes the group out of the groups set once nothing needs
 attention (there is nothing to sweep, and a set member would outlive the expired hash for
-good). A state without ``expire_at`` is made persistent again (``PERSIST``) and listed. So the
+good). A state without ``expire_at`` is made persistent again (``PERSIST``, the state hash
+and the parked hash: a copy parked between an idle save and the save that lists it must not
+keep the idle date) and listed. So the
 groups set holds the groups the sweeper must visit (``base.listed``), not every group seen.
 
 The consumer is length-prefixed so ``("a:b", "c")`` and ``("a", "b:c")`` never share a key.
@@ -103,6 +105,7 @@ if ARGV[5] ~= '' then
   end
 else
   redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[3])
   redis.call('SADD', KEYS[2], ARGV[4])
 end
 return 1

@@ -1,0 +1,200 @@
+"""The FIFO gate meets a counter's epochs: a group whose counter started again is a new sequence.
+
+A sequence counter records an epoch when it is created (:mod:`pubsub_toolkit.stores.counters.
+base`) and the Publisher stamps it on each message (``fifo_epoch``). A counter that starts
+again at 1 - Redis restarted without persistence, or the counter expired with its idle group -
+has a newer epoch, and its numbers are new messages, not copies of the old ones. Before the gate
+judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
+
+* none, or the group's own: the usual rules decide (a record without an epoch - new, or from
+  before epochs - adopts the message's and keeps its position);
+* newer: the group's sequence starts again (:func:`~.gate_rules.restarted`) - once no number of
+  the old one is running; copies parked in the old one can never run now, so each is dead-
+  lettered ``fifo_sequence_restarted`` first, under a lease this worker takes for the purpose;
+* older: a late copy of an earlier sequence - a duplicate if that sequence had passed its
+  number, else dead-lettered ``fifo_sequence_restarted`` (it never ran, and never will).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.clock import Clock
+from pubsub_toolkit.consumer import gate_rules as rules
+from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
+from pubsub_toolkit.consumer.gate_rules import (
+    REASON_SEQUENCE_RESTARTED,
+    GateOutcome,
+    GateResult,
+)
+from pubsub_toolkit.errors import PermanentError, TransientError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.counters.base import FIFO_EPOCH
+from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
+
+# (message, group, seq, reason, detail): the gate's dead-lettering, once per copy.
+DeadLetter = Callable[[Message, str, int, str, str], None]
+
+
+class Sequences:
+    """The epoch rules of one gate (its store, its witness, its decision log)."""
+
+    def __init__(  # noqa: PLR0917 - the gate's own parts, one call site
+        self,
+        seen: SeenStore,
+        store: FifoStore,
+        consumer: str,
+        clock: Clock,
+        decide: Decide,
+        dead_letter: DeadLetter,
+        lease: timedelta,
+        held: Callable[[str], bool],
+    ) -> None:
+        """``held(group)``: whether this process holds the group's lease idle between
+        deliveries (no run of the old sequence is under way then)."""
+        self._seen = seen
+        self._store = store
+        self._consumer = consumer
+        self._clock = clock
+        self._decide = decide
+        self._dead_letter = dead_letter
+        self._lease = lease
+        self._held = held
+
+    def meet(
+        self, group: str, state: GroupState, message: Message, seq: int
+    ) -> GroupState | GateResult | None:
+        """The state to judge ``message`` against, a GateResult if it is settled here, or None
+        when the group's record moved meanwhile (read it again). Raises TransientError while a
+        number of the old sequence is running (the new one waits for it)."""
+        epoch = rules.message_epoch(message)
+        if epoch is None:
+            if message.attributes.get(FIFO_EPOCH) is not None:
+                self._decide(
+                    "epoch_ignored",
+                    group,
+                    seq,
+                    f"{FIFO_EPOCH}={message.attributes[FIFO_EPOCH]!r} is not an epoch "
+                    "(decimal digits): judged by its number alone",
+                    level=logging.WARNING,
+                )
+            return state
+        if epoch == state.epoch:
+            return state
+        if state.epoch == 0:
+            # A record from before epochs, or new, or started by a message without one (not
+            # the Publisher's): it follows this counter from here on, position unchanged.
+            # (Written with the record's next change.)
+            return replace(state, epoch=epoch)
+        if epoch > state.epoch:
+            return self._restart(group, state, epoch)
+        return self._older(group, state, message, seq, epoch)
+
+    def _older(
+        self, group: str, state: GroupState, message: Message, seq: int, epoch: int
+    ) -> GateResult:
+        if rules.ran_in_prior(state, epoch, seq) or attr.is_filler(message):
+            self._decide(
+                "duplicate",
+                group,
+                seq,
+                f"of an earlier sequence of the group (epoch {epoch}) that was past it",
+            )
+            return GateResult(GateOutcome.DUPLICATE, group, seq)
+        detail = (
+            f"{group}#{seq} belongs to an earlier sequence of the group (epoch {epoch}); its "
+            f"counter started again (epoch {state.epoch}) before this number ran"
+        )
+        self._decide("sequence_ended", group, seq, f"ALERT: {detail}", level=logging.ERROR)
+        self._dead_letter(message, group, seq, REASON_SEQUENCE_RESTARTED, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _restart(self, group: str, state: GroupState, epoch: int) -> GroupState | None:
+        now = self._clock.now()
+        if state.lease_live(now) and not self._held(group):
+            self._decide(
+                "sequence_waits",
+                group,
+                state.head,
+                f"the group's counter started again (epoch {epoch}) while #{state.head} of "
+                "the old sequence runs: deliver again later",
+            )
+            raise TransientError(f"{group}: the old sequence's #{state.head} is running")
+        if state.parked:
+            # Fenced first, so nobody runs a copy this worker is about to dead-letter.
+            fenced = replace(
+                state, lease_token=state.lease_token + 1, lease_until=now + self._lease
+            )
+            state_or_none = self._seen.save(group, fenced, state)
+            if state_or_none is None:
+                return None
+            return self._settle_and_restart(group, state_or_none, epoch)
+        new = self._seen.save(group, rules.restarted(state, epoch), state)
+        if new is not None:
+            self._said(group, state, epoch, [])
+        return new
+
+    def _settle_and_restart(self, group: str, fenced: GroupState, epoch: int) -> GroupState | None:
+        """Under this worker's lease: every copy parked in the old sequence dead-lettered and
+        unparked, then the new sequence written."""
+        state, settled = fenced, list[int]()
+        for _ in range(MAX_CAS_ROUNDS):
+            if state.lease_token != fenced.lease_token:
+                return None  # fenced in turn (a store-loss repair): decide again
+            for seq in sorted(set(state.parked) - set(settled)):
+                copy = self._store.parked_message(self._consumer, group, seq)
+                if copy is not None:
+                    self._keep(copy, group, seq, state)
+                self._store.unpark(self._consumer, group, seq)
+                settled.append(seq)
+            new = self._seen.save(group, rules.restarted(state, epoch), state)
+            if new is not None:
+                self._said(group, state, epoch, settled)
+                return new
+            state = self._seen.load(group)  # a copy parked meanwhile: settle it too
+        raise TransientError(f"{group}: the state kept changing while its sequence restarted")
+
+    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> None:
+        detail = (
+            f"{group}#{seq} was parked in the group's sequence of epoch {state.epoch}, which "
+            f"ended at {state.last_processed}: its counter started again, so this number will "
+            "never come"
+        )
+        try:
+            self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
+        except PermanentError:
+            # No dead-letter topic, and the copy was acked when parked: the operator gets it.
+            self._decide(
+                "restarted_unkept",
+                group,
+                seq,
+                f"ALERT: {detail}; there is no dead-letter topic to keep it: this line carries "
+                "its data and attributes",
+                level=logging.ERROR,
+                alert="sequence_restarted",
+                dedup_key=rules.message_key(copy),
+                data_base64=base64.b64encode(copy.data).decode(),
+                attributes=dict(copy.attributes),
+            )
+
+    def _said(self, group: str, old: GroupState, epoch: int, settled: list[int]) -> None:
+        text = (
+            f"the group's counter started again (epoch {old.epoch} -> {epoch}; expired with "
+            f"the idle group, or lost by its store): the old sequence ended at "
+            f"{old.last_processed}, the new one runs from 1"
+        )
+        if settled:
+            text = f"ALERT: {text}; copies parked in the old one dead-lettered: {settled}"
+        self._decide(
+            "sequence_restarted",
+            group,
+            1,
+            text,
+            level=logging.ERROR if settled else logging.WARNING,
+            **({"alert": "sequence_restarted"} if settled else {}),
+        )
