@@ -146,13 +146,14 @@ def _fifo_order(f: Final) -> Iterator[Violation]:
     # A copy Pub/Sub itself dead-lettered (weaker 5) leaves the message to a later copy.
     by_pubsub = {d.lid for d in f.ledger.dead_letters if d.source == "pubsub"}
     legit = {m.lid for m in f.messages if m.group and not m.hostile and m.lid not in by_pubsub}
-    by_number: dict[tuple[str, str], list[Effect]] = defaultdict(list)
+    by_number: dict[tuple[str, str | None, str], list[Effect]] = defaultdict(list)
     last: dict[str, Effect] = {}
     for e in sorted(_effects(f.ledger), key=lambda e: e.at):
         if e.group is None or e.seq is None:
             continue
-        repeat = bool(by_number[(e.group, e.seq)])
-        by_number[(e.group, e.seq)].append(e)
+        # A counter that started again (a new epoch) numbers new messages from 1 again.
+        repeat = bool(by_number[(e.group, e.epoch, e.seq)])
+        by_number[(e.group, e.epoch, e.seq)].append(e)
         if e.lid not in legit or e.lid in f.relax.victims or not f.relax.checks_order(e.group):
             continue
         if repeat and f.relax.effect_at_risk(str(e.lid)):
@@ -168,7 +169,7 @@ def _fifo_order(f: Final) -> Iterator[Violation]:
                 f"ran after {before.lid} in {e.group} but was published first",
             )
         last[e.group] = e
-    for (group, seq), runs in by_number.items():
+    for (group, _epoch, seq), runs in by_number.items():
         lids = sorted({str(e.lid) for e in runs})
         recorded = [e for e in runs if not f.relax.effect_at_risk(str(e.lid))]
         processes = [e.process for e in recorded]

@@ -56,6 +56,7 @@ class Effect:
     seq: str | None
     deliver_at: str | None
     filler: bool
+    epoch: str | None = None  # fifo_epoch: a counter that started again numbers anew
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class Ledger:
             a.get(attr.FIFO_SEQ),
             a.get(attr.DELIVER_AT),
             is_filler(message),
+            a.get("fifo_epoch"),
         )
         self.effects.append(effect)
         return effect
