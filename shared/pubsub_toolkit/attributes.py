@@ -55,6 +55,10 @@ DELIVER_AT = "deliver_at"
 DELAY_SECONDS = "delay_seconds"
 FIFO_GROUP = "fifo_group"
 FIFO_SEQ = "fifo_seq"
+# The epoch of the counter that gave fifo_seq (the Publisher sets it): a counter that a store
+# loss or its idle expiry started again numbers from 1 in a new epoch, which the gate tells
+# apart from the old numbers.
+FIFO_EPOCH = "fifo_epoch"
 CONTENT_SHA256 = "content_sha256"
 ORIGIN_MESSAGE_ID = "origin_message_id"
 ORIGIN_PUBLISH_TIME = "origin_publish_time"
@@ -95,6 +99,7 @@ TOOLKIT_STAMPED = frozenset(
         ERROR_REASON,
         ERROR_DETAIL,
         FIFO_SEQ,
+        FIFO_EPOCH,  # a retry numbered by a restarted counter is the same content
         REPLAY_ID,  # a replay is the same content as its original
         FIFO_FILLER,  # a filler stands for a number, not for content
         RETRY_ATTEMPT,  # a retry is the same content as the first attempt
@@ -354,11 +359,19 @@ def _shown(raw: str) -> str:
 # replay of it arriving later is kept (fifo_late_after_skip), never dropped.
 FILLER_DEAD_LETTERED = "dead_lettered:"
 FILLER_CANCELLED = "cancelled"
+# A producer's retry numbered again: its content runs at the first copy's number (named after
+# the prefix), and this one's number carries nothing.
+FILLER_RENUMBERED = "renumbered_copy_of:"
 
 
-def filler_message(group: str, seq: int | str, dedup_key: str, why: str) -> OutboundMessage:
-    """The marker for a number that carries no message (ingress and the relay send it)."""
+def filler_message(
+    group: str, seq: int | str, dedup_key: str, why: str, *, epoch: str | None = None
+) -> OutboundMessage:
+    """The marker for a number that carries no message (ingress and the relay send it), in the
+    counter epoch of the message it stands for."""
     attributes = {FIFO_GROUP: group, FIFO_SEQ: str(seq), DEDUP_KEY: dedup_key, FIFO_FILLER: why}
+    if epoch is not None:
+        attributes[FIFO_EPOCH] = epoch
     return OutboundMessage(b"", attributes, ordering_key=group)
 
 

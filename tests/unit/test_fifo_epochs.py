@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
@@ -14,7 +15,7 @@ from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.producer.publisher import Publisher
-from pubsub_toolkit.stores.counters.base import FIFO_EPOCH, SequenceBlock
+from pubsub_toolkit.stores.counters.base import SequenceBlock
 from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink

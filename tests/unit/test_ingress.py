@@ -259,14 +259,18 @@ def test_a_renumbered_producer_retry_becomes_a_filler_and_the_group_runs_on(
     assert outcomes[2] is IngressOutcome.DUPLICATE
     assert ingress.handle(fifo("k2", 3, b"k2")).outcome is IngressOutcome.DUPLICATE  # again
     final = sink.on(FINAL)
-    # The retry's copy goes on at its own number, once however often it is redelivered ...
-    assert [(m.attributes["dedup_key"], m.attributes["fifo_seq"]) for m in final] == [
-        ("k1", "1"),
-        ("k2", "2"),
-        ("k2", "3"),
-        ("k4", "4"),
+    # The retry's number goes on as a filler naming the first copy's, once however often the
+    # retry is redelivered ...
+    assert [
+        (m.attributes["dedup_key"], m.attributes["fifo_seq"], m.attributes.get("fifo_filler"))
+        for m in final
+    ] == [
+        ("k1", "1", None),
+        ("k2", "2", None),
+        ("k2", "3", "renumbered_copy_of:2"),
+        ("k4", "4", None),
     ]
-    # ... and the consumer's gate runs the lowest number holding k2, filling the other.
+    # ... and the consumer's gate runs k2 once, at its first number.
     handled: list[str] = []
     gate = FifoGate(
         MemoryFifoStore(),
@@ -362,3 +366,40 @@ def test_a_renumbered_retry_that_reaches_ingress_first_keeps_the_first_place(
             Message(message.data, message.attributes), "G", int(message.attributes["fifo_seq"])
         )
     assert handled == ["k1", "k2", "k3"]
+
+
+@pytest.mark.parametrize("distance", [63, 64, 71, 5000])
+def test_a_renumbered_retry_far_from_its_first_copy_runs_once(
+    ingress: Ingress, sink: RecordingSink, clock: ManualClock, distance: int
+) -> None:
+    """Issue 24, defect 1: order-A at #1, other messages, then A's retry (same key and data)
+    numbered ``distance`` later - past the gate's window of recent keys - runs once, at #1;
+    also when the retry comes after the group's end (it used to be dead-lettered
+    fifo_after_end as well)."""
+    from pubsub_toolkit.consumer.gate import FifoGate
+    from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
+
+    ingress.handle(fifo("order-A", 1, b"A"))
+    for seq in range(2, distance + 1):
+        end = {"fifo_end": "true"} if seq == distance else {}
+        ingress.handle(fifo(f"k{seq}", seq, b"x", **end))
+    retry = fifo("order-A", distance + 1, b"A")  # past the group's end, too
+    assert ingress.handle(retry).outcome is IngressOutcome.DUPLICATE
+    handled: list[str] = []
+    dead: list[str] = []
+    gate = FifoGate(
+        MemoryFifoStore(),
+        consumer="c",
+        handler=lambda m: handled.append(m.attributes["dedup_key"]),
+        clock=clock,
+    )
+    for message in sink.on(FINAL):
+        result = gate.deliver(
+            Message(message.data, message.attributes), "G", int(message.attributes["fifo_seq"])
+        )
+        if result.outcome.name == "DEAD_LETTERED":
+            dead.append(message.attributes["dedup_key"])
+    assert handled.count("order-A") == 1
+    assert handled[0] == "order-A"
+    assert dead == []
+    assert len(handled) == distance

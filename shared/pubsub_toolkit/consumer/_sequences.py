@@ -24,6 +24,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
@@ -34,7 +35,6 @@ from pubsub_toolkit.consumer.gate_rules import (
 )
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.counters.base import FIFO_EPOCH
 from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
 
 # (message, group, seq, reason, detail): the gate's dead-lettering, once per copy.

@@ -34,10 +34,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.counters.base import FIFO_EPOCH
 from pubsub_toolkit.stores.fifo_state.base import (
     KEY_WINDOW,
     POISON_MARK,

@@ -375,7 +375,13 @@ class MessageProcessor:
         if number is not None and self._dead_letters is not None:
             group, seq = number
             why = f"{attr.FILLER_DEAD_LETTERED}{exc.reason}"
-            filler = attr.filler_message(group, seq, f"{group}#{seq}:{message.message_id}", why)
+            filler = attr.filler_message(
+                group,
+                seq,
+                f"{group}#{seq}:{message.message_id}",
+                why,
+                epoch=message.attributes.get(attr.FIFO_EPOCH),
+            )
             # Before the dead letter: a crash in between redelivers the message, whose filler
             # is then a duplicate - the other order would dead-letter it twice.
             self.gate.deliver(

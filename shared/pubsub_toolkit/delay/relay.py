@@ -250,9 +250,9 @@ class Relay:
         self.log.decision(RelayOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
         group, raw_seq = attributes.get(attr.FIFO_GROUP), attributes.get(attr.FIFO_SEQ)
         if group and raw_seq:
-            self._sink.publish(
-                self._final_topic, attr.filler_message(group, raw_seq, key, attr.FILLER_CANCELLED)
-            )
+            epoch = attributes.get(attr.FIFO_EPOCH)
+            filler = attr.filler_message(group, raw_seq, key, attr.FILLER_CANCELLED, epoch=epoch)
+            self._sink.publish(self._final_topic, filler)
         return RelayResult(RelayOutcome.CANCELLED, key)
 
     def _hop(self, delayed: DelayedMessage) -> RelayResult:

@@ -67,6 +67,7 @@ from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.producer.sink import MessageSink
 from pubsub_toolkit.stores.dedup.base import DedupStore
+from pubsub_toolkit.stores.fifo_state.base import KEY_WINDOW
 from pubsub_toolkit.stores.stats.base import DELIVERIES
 
 INGRESS_NAMESPACE = "ingress"
@@ -217,11 +218,15 @@ class Ingress:
         """A duplicate at another number than its first copy (a producer's retry renumbered by
         the counter): its number must reach the consumer too, once.
 
-        Delivered or scheduled first copy: route this copy as well (scheduled if due later -
-        its task name carries the number). The consumer's gate runs the LOWEST number holding
-        the key and fills the others, so whichever copy reached ingress first, the message
-        runs once, at its first place in the group. A first copy that was dead-lettered or
-        cancelled: a filler saying so.
+        Delivered or scheduled first copy at a LOWER number: this number carries nothing (a
+        filler naming the first copy's), so the message runs once, at its first place - however
+        far apart the numbers are (the gate recognises a key only within its last
+        ``KEY_WINDOW`` numbers, and a retry can come thousands later). At a HIGHER number within
+        that window: route this copy as well (scheduled if due later - its task name carries
+        the number); the gate runs the lowest number holding the key and fills the other. Further
+        apart than the window, the gate could not tell, so this lower number is the filler and
+        the message runs at the first copy's place (the docs' weaker guarantee). A first copy
+        that was dead-lettered or cancelled: a filler saying so.
         """
         seq, group = envelope.fifo_seq, envelope.fifo_group
         if seq is None or group is None or seq == first.seq:
@@ -235,14 +240,17 @@ class Ingress:
                 dedup_key=envelope.dedup_key,
                 level=logging.WARNING,
             )
-        key = envelope.dedup_key
+        key, epoch = envelope.dedup_key, envelope.message.attributes.get(attr.FIFO_EPOCH)
 
         def forward() -> str:
             if first.outcome is IngressOutcome.DEAD_LETTERED:
                 why = f"{attr.FILLER_DEAD_LETTERED}{first.detail}"
-                return self._publish_filler(group, seq, key, why)
+                return self._publish_filler(group, seq, key, why, epoch)
             if first.outcome is IngressOutcome.CANCELLED:
-                return self._publish_filler(group, seq, key, attr.FILLER_CANCELLED)
+                return self._publish_filler(group, seq, key, attr.FILLER_CANCELLED, epoch)
+            if first.seq is not None and not 0 < first.seq - seq < KEY_WINDOW:
+                why = f"{attr.FILLER_RENUMBERED}{first.seq}"
+                return self._publish_filler(group, seq, key, why, epoch)
             return self._route(envelope, replay=False).to_result()
 
         self._processor.process(
@@ -252,10 +260,11 @@ class Ingress:
             context={"message_id": envelope.message.message_id},
         )
 
-    def _publish_filler(self, group: str, seq: int, dedup_key: str, why: str) -> str:
-        message_id = self._sink.publish(
-            self._final_topic, attr.filler_message(group, seq, dedup_key, why)
-        )
+    def _publish_filler(
+        self, group: str, seq: int, dedup_key: str, why: str, epoch: str | None
+    ) -> str:
+        filler = attr.filler_message(group, seq, dedup_key, why, epoch=epoch)
+        message_id = self._sink.publish(self._final_topic, filler)
         self.log.decision(
             "filler_forwarded",
             f"{group}#{seq} carries no message ({why})",
@@ -274,7 +283,11 @@ class Ingress:
         if number is not None:
             group, seq = number
             self._publish_filler(
-                group, seq, key or message.message_id, f"{attr.FILLER_DEAD_LETTERED}{reason}"
+                group,
+                seq,
+                key or message.message_id,
+                f"{attr.FILLER_DEAD_LETTERED}{reason}",
+                message.attributes.get(attr.FIFO_EPOCH),
             )
         return dead_id
 
@@ -352,7 +365,11 @@ class Ingress:
     def _fill_cancelled(self, envelope: Envelope) -> None:
         if envelope.fifo_group is not None and envelope.fifo_seq is not None:
             self._publish_filler(
-                envelope.fifo_group, envelope.fifo_seq, envelope.dedup_key, "cancelled"
+                envelope.fifo_group,
+                envelope.fifo_seq,
+                envelope.dedup_key,
+                attr.FILLER_CANCELLED,
+                envelope.message.attributes.get(attr.FIFO_EPOCH),
             )
 
     def _publish(self, outbound: OutboundMessage) -> str:

@@ -44,11 +44,12 @@ from datetime import UTC, datetime, timedelta
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit._witness import Witness
+from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.errors import ContractViolation, StoreUnavailableError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import MessageSink
-from pubsub_toolkit.stores.counters.base import FIFO_EPOCH, SequenceBlock, SequenceCounter
+from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 

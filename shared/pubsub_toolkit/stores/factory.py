@@ -18,7 +18,7 @@ import tempfile
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit._secrets import SecretReader, read_secret_manager
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -124,8 +124,15 @@ def fifo_store_from_settings(settings: Settings) -> FifoStore:
 
 
 def counter_from_settings(settings: Settings) -> SequenceCounter:
-    """The sequence counter (the producer side of FIFO) on ``settings.store_backend``."""
-    return backend_from_settings(settings).counter()
+    """The sequence counter (the producer side of FIFO) on ``settings.store_backend``; on Redis
+    it expires ``DEDUP_TTL`` after its last reservation, never after the group state it numbers
+    (an idle group then starts again at 1 in a new epoch instead of waiting for a lost #1)."""
+    backend = backend_from_settings(settings)
+    if settings.store_backend == "redis":
+        from pubsub_toolkit.stores.backends.redis import RedisBackend
+
+        return cast(RedisBackend, backend).counter(ttl=settings.dedup_ttl)
+    return backend.counter()
 
 
 def stats_store_from_settings(settings: Settings, *, scope: str = INGRESS_SCOPE) -> StatsStore:

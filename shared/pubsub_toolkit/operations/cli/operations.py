@@ -98,12 +98,8 @@ def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str
         f"{snapshot.dedup.duplicates}" + ("" if rate is None else f" (dedup hit rate {rate:.1%})")
     )
     # A part that could not be read says so instead of showing zeros (the page's cards do too).
-    lines += [
-        f"unavailable: {part}: {why}"
-        for part, why in snapshot.problems
-        if not part.startswith(("backlog", "consumers"))
-    ]
-    return lines
+    shown = [p for p in snapshot.problems if not p[0].startswith(("backlog", "consumers"))]
+    return lines + [f"unavailable: {part}: {why}" for part, why in shown]
 
 
 def cmd_fifo_skip(args: argparse.Namespace) -> int:

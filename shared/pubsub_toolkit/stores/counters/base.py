@@ -21,7 +21,7 @@ tombstone). Counters therefore trade "no gaps" for "no hot transactions"; they n
 persistence; or it expired with its group, see below) must not be taken for its old numbers.
 Each counter records an *epoch* when it is created - a number that grows with every new
 creation (the store's clock in microseconds) - and every block carries it; the Publisher
-stamps it on each message (:data:`FIFO_EPOCH`), and the consumer gate starts the group's
+stamps it on each message (``fifo_epoch``), and the consumer gate starts the group's
 sequence again when a newer epoch arrives instead of acking its numbers as old ones. Epoch 0
 means "not recorded" (a store without epochs: Firestore, which does not lose acknowledged
 writes): such a block is published without the attribute and the gate applies no epoch rule.
@@ -37,9 +37,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
-
-# The message attribute that carries a block's epoch (set by the Publisher beside fifo_seq).
-FIFO_EPOCH = "fifo_epoch"
 
 
 @dataclass(frozen=True)
