@@ -777,6 +777,15 @@ class FifoGate:
             state = self._handle_and_advance_batch(group, token, steps, known=state, found=found)
         except (StaleClaimError, StoreUnavailableError):
             raise  # as for one number: not the handler's failure
+        except RetryLater as exc:
+            # The handler's own decision for the whole batch, not a failure to narrow down:
+            # the head waits the delay (a counted attempt, as one by one) and the rest wait
+            # parked behind it - running them again one at a time now would ignore the delay.
+            head, message = steps[0]
+            state, stop = self._on_failure(
+                group, head, message, token=token, exc=exc, from_park=from_park
+            )
+            return state, stop or GateOutcome.DEAD_LETTERED, stop is not None
         except Exception as exc:
             self._decision(
                 "batch_failed",
