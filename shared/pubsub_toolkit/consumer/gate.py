@@ -782,10 +782,10 @@ class FifoGate:
             # the head waits the delay (a counted attempt, as one by one) and the rest wait
             # parked behind it - running them again one at a time now would ignore the delay.
             head, message = steps[0]
-            state, stop = self._on_failure(
+            state, waits = self._on_failure(
                 group, head, message, token=token, exc=exc, from_park=from_park
             )
-            return state, stop or GateOutcome.DEAD_LETTERED, stop is not None
+            return state, waits or GateOutcome.DEAD_LETTERED, waits is not None
         except Exception as exc:
             self._decision(
                 "batch_failed",
