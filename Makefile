@@ -27,8 +27,10 @@ system-deps: ## install what the machine lacks (redis-server, chromium, shellche
 $(VENV)/.installed: pyproject.toml local/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# The library and, beside it, the local stack's own distribution (local/), both editable.
-	$(PIP) install -q -e '.[dev]' -e ./local
+	# The library with every extra the suite exercises and, beside it, the local stack's own
+	# distribution (local/), both editable; the tools from pyproject's `dev` dependency group
+	# (--group needs pip >= 25.1, hence the upgrade above).
+	$(PIP) install -q -e '.[redis,secrets,tasks,relay,functions,dashboard,metrics,asyncio]' -e ./local --group dev
 	touch $@
 
 tests/e2e/node/node_modules/.installed: tests/e2e/node/package-lock.json

@@ -1,13 +1,16 @@
 """The distribution as a user's pip meets it: built, checked, installed into a fresh venv.
 
 One test, in ``make test`` (about a minute here): ``python -m build`` makes the sdist and, from
-it, the wheel; ``twine check --strict`` judges both as PyPI would; the wheel must hold the
-LICENSE, ``py.typed`` and every module of the source tree, and neither the local stack
-(``pubsub_toolkit_local``) nor the Cloud Tasks emulator. A fresh venv then installs the wheel
-with no extras: Flask, functions-framework, PyJWT, Redis and google-cloud-tasks must not come
-with it, and ``import pubsub_toolkit``, the public names and every public module must import.
-With ``[redis]`` added, examples/dedup_subscriber.py runs in that venv against the session's
-real redis-server and Pub/Sub emulator. pip uses the index the machine configures.
+it, the wheel; ``twine check --strict`` judges both as PyPI would; the long description (the
+page an index shows) has no link that leads nowhere there - every one is absolute or an in-page
+anchor - while every file the README links to exists in the checkout; the classifiers and
+keywords are in the metadata; the wheel must hold the LICENSE, ``py.typed`` and every module
+of the source tree, and neither the local stack (``pubsub_toolkit_local``) nor the Cloud Tasks
+emulator. A fresh venv then installs the wheel with no extras: Flask, functions-framework,
+PyJWT, Redis and google-cloud-tasks must not come with it, and ``import pubsub_toolkit``, the
+public names and every public module must import. With ``[redis]`` added,
+examples/dedup_subscriber.py runs in that venv against the session's real redis-server and
+Pub/Sub emulator. pip uses the index the machine configures.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ PACKAGE = "pubsub_toolkit"
 # Distributions the extras bring, which a plain install must not (their PyPI names).
 NOT_IN_CORE = ("flask", "functions-framework", "pyjwt", "redis", "google-cloud-tasks")
 FORBIDDEN_PATHS = ("pubsub_toolkit_local", "tasks_emulator")
+# Links that work on a package index page, where no checkout surrounds the README.
+INDEX_PAGE_LINKS = ("https://", "http://", "#")
 
 # Run inside the fresh venv: what is installed, where the package lives, what imports.
 PROBE = textwrap.dedent(
@@ -77,6 +82,11 @@ def run(
         f"{' '.join(argv)} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
     return done
+
+
+def link_targets(markdown: str) -> list[str]:
+    """The target of every inline Markdown link, ``[text](target)``."""
+    return re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", markdown)
 
 
 def source_modules() -> set[str]:
@@ -133,6 +143,16 @@ def test_the_wheel_builds_checks_and_installs_lean(
     assert [n for n in names if any(f in n for f in FORBIDDEN_PATHS)] == []
     assert {n for n in names if n.endswith(".py")} == source_modules()
     assert metadata["License-Expression"] == "Apache-2.0"
+    assert "Typing :: Typed" in (metadata.get_all("Classifier") or [])
+    assert "deduplication" in metadata["Keywords"].split(",")
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    index_page = metadata.get_payload()
+    assert "## Documentation" in index_page  # the README, whole
+    assert [t for t in link_targets(index_page) if not t.startswith(INDEX_PAGE_LINKS)] == []
+    readme_links = link_targets((repo_root() / "README.md").read_text())
+    assert len(readme_links) > 40  # the README's documentation links are all counted
+    relative = [t.split("#", 1)[0] for t in readme_links if not t.startswith(INDEX_PAGE_LINKS)]
+    assert [t for t in relative if not (repo_root() / t).is_file()] == []
     core = sorted(
         re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower()
         for r in metadata.get_all("Requires-Dist") or []
