@@ -121,7 +121,7 @@ sim-mutations: $(VENV)/.installed ## each defect fix reverted: how many schedule
 clean: ## remove build output and caches (keeps .venv)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache
 
-# The documentation site. mkdocs comes from .venv once the docs dependencies are in the dev extra
+# The documentation site. mkdocs comes from .venv once the docs dependencies are in the dev dependency group
 # (mkdocs, mkdocs-material, mkdocstrings-python); MKDOCS=path uses another install.
 # NO_MKDOCS_2_WARNING quiets mkdocs-material's end-of-life banner; strict warnings still fail.
 MKDOCS ?= $(VENV)/bin/mkdocs

@@ -284,12 +284,14 @@ def requirement_lines(path: Path) -> list[Requirement]:
 
 
 def pyproject_requirements() -> dict[str, Requirement]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = config["project"]
     declared = list(project["dependencies"])
-    for extra, deps in project["optional-dependencies"].items():
-        if extra != "dev":  # dev tools never ship; gunicorn is checked against dev below
-            declared += deps
-    declared += [d for d in project["optional-dependencies"]["dev"] if d.startswith("gunicorn")]
+    for deps in project["optional-dependencies"].values():
+        declared += deps
+    # The dev tools never ship; gunicorn is checked against the dev group's range too.
+    dev = config["dependency-groups"]["dev"]
+    declared += [d for d in dev if isinstance(d, str) and d.startswith("gunicorn")]
     return {canonicalize_name(Requirement(d).name): Requirement(d) for d in declared}
 
 
