@@ -80,7 +80,7 @@ def test_ingress_still_forwards_a_numbered_message_of_the_group() -> None:
 def test_the_consumer_dead_letters_a_group_without_a_number(attributes: dict[str, str]) -> None:
     """A message that never passed ingress (a plain client publishing to the consumer's topic)
     gets the same reason, and the handler never runs it unordered."""
-    sink, ran = RecordingSink(), []
+    sink, ran = RecordingSink(), list[Message]()
     processor = consumer(sink, ran)
     assert processor.process(Message(b"x", attributes, message_id="m1")) == "dead_lettered"
     assert ran == []
@@ -90,7 +90,7 @@ def test_the_consumer_dead_letters_a_group_without_a_number(attributes: dict[str
 
 
 def test_the_consumer_never_acks_it_unhandled_when_the_dead_letter_fails() -> None:
-    sink, ran = RecordingSink(), []
+    sink, ran = RecordingSink(), list[Message]()
     processor = consumer(sink, ran)
     sink.fail_next = 1
     message = Message(b"x", {attr.FIFO_GROUP: "order-42"}, message_id="m1")
