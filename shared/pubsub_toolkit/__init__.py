@@ -1,11 +1,13 @@
 """pubsub_toolkit: deduplication, delayed delivery and FIFO per group for Google Cloud Pub/Sub.
 
-The public surface, importable from here::
+The public surface, importable from here:
 
-    from pubsub_toolkit import idempotent                   # dedup for code you already have
-    from pubsub_toolkit import Publisher, PubSubSink        # publish, numbered per FIFO group
-    from pubsub_toolkit import Consumer, MessageProcessor   # consume: dedup + FIFO gate
-    from pubsub_toolkit import RedisBackend, Settings       # every store on one client
+```python
+from pubsub_toolkit import idempotent                   # dedup for code you already have
+from pubsub_toolkit import Publisher, PubSubSink        # publish, numbered per FIFO group
+from pubsub_toolkit import Consumer, MessageProcessor   # consume: dedup + FIFO gate
+from pubsub_toolkit import RedisBackend, Settings       # every store on one client
+```
 
 * publishing: :class:`Publisher`, :class:`PubSubSink`;
 * consuming: :func:`idempotent` (a decorator for a functions-framework function or a
@@ -20,12 +22,15 @@ The public surface, importable from here::
   :class:`TransientError` (redeliver), :class:`RetryLater` (deliver again after a delay of
   your choice), :class:`ConfigurationError` (a bad setting, named).
 
-Everything else is internal and may move: the packages, by role, are ``producer``,
-``ingress``, ``delay``, ``consumer``, ``dedup``, ``dead_letters``, ``operations`` and ``stores``
-(one subpackage per pluggable kind); the attribute contract is :mod:`pubsub_toolkit.attributes`,
-every error :mod:`pubsub_toolkit.errors`. Names load on first use (PEP 562), so
-``import pubsub_toolkit`` - which every submodule import runs first - costs nothing and never
-needs an extra.
+For what the top level leaves out, a few modules are public too, each for the names the Python
+API reference lists: :mod:`pubsub_toolkit.delay.cancel` and
+:mod:`pubsub_toolkit.delay.scheduler` (cancel a delayed message),
+:mod:`pubsub_toolkit.stores.factory` (stores from settings), :mod:`pubsub_toolkit.consumer.gate`,
+:mod:`pubsub_toolkit.dedup.idempotent` and :mod:`pubsub_toolkit.dedup.inbox` (a consumer loop of
+your own), :mod:`pubsub_toolkit.attributes` (the attribute contract),
+:mod:`pubsub_toolkit.errors` (every error) and :mod:`pubsub_toolkit.metrics`. Everything else is
+internal and may move. Names load on first use (PEP 562), so ``import pubsub_toolkit`` - which
+every submodule import runs first - costs nothing and never needs an extra.
 """
 
 from __future__ import annotations

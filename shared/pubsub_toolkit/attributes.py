@@ -181,6 +181,10 @@ REASON_CONFLICTING_DELAY = "conflicting_delay"
 REASON_INVALID_FIFO_GROUP = "invalid_fifo_group"
 REASON_INVALID_FIFO_SEQ = "invalid_fifo_seq"
 REASON_SEQ_WITHOUT_GROUP = "fifo_seq_without_group"
+# A group without a number would run unordered: refused, never numbered on arrival (push
+# delivery reaches ingress in no particular order, so a number given there is not the
+# producer's order) and never run as a plain message (ordering silently lost).
+REASON_GROUP_WITHOUT_SEQ = "fifo_group_without_seq"
 REASON_INVALID_FIFO_END = "invalid_fifo_end"
 REASON_END_WITHOUT_GROUP = "fifo_end_without_group"
 REASON_FINGERPRINT_MISMATCH = "fingerprint_mismatch"

@@ -8,6 +8,9 @@ canonical forms of :mod:`pubsub_toolkit.attributes`) and returns the
 rebuilt from stored state (the relay's task bodies), with Pub/Sub's own limits. A message that
 breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation` with a short
 ``reason`` code; callers dead-letter it and ack.
+
+(About 310 lines: every rule of the contract in one module, so that ingress, the relay and the
+consumer cannot drift apart.)
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pubsub_toolkit.attributes import (
     REASON_CONFLICTING_DELAY,
     REASON_EMPTY_DATA,
     REASON_END_WITHOUT_GROUP,
+    REASON_GROUP_WITHOUT_SEQ,
     REASON_INVALID_DEDUP_KEY,
     REASON_INVALID_DELAY,
     REASON_INVALID_FIFO_GROUP,
@@ -169,7 +173,7 @@ def check_publishable(
     task bodies): what Pub/Sub would refuse (more than ``max_attributes``, reserved names, key
     and value sizes, ``max_bytes`` in all, neither data nor attributes) and what the contract
     forbids (a blank ``dedup_key`` or ``fifo_group``, a ``fifo_seq`` or ``fifo_end`` without a
-    group, a ``fifo_end`` other than ``"true"``, and any
+    group, a group without a ``fifo_seq``, a ``fifo_end`` other than ``"true"``, and any
     ``fifo_seq``, ``deliver_at`` or ``delay_seconds`` not in its canonical form). Ingress's
     checks of a producer's message are the same rules, with room left for its own attributes.
     """
@@ -187,7 +191,8 @@ def check_delivered(attributes: Mapping[str, str]) -> None:
 
     What a consumer checks before it acts on those attributes - also of a message that never
     passed ingress (a user's own subscriber): a blank ``dedup_key`` (present, so never replaced
-    by the message id), a blank ``fifo_group``, a ``fifo_seq`` or ``fifo_end`` without a group.
+    by the message id), a blank ``fifo_group``, a ``fifo_seq`` or ``fifo_end`` without a group,
+    a group without a ``fifo_seq`` (never run unordered).
     The number and the end themselves are parsed where the gate uses them.
     """
     key = attributes.get(DEDUP_KEY)
@@ -198,6 +203,8 @@ def check_delivered(attributes: Mapping[str, str]) -> None:
         raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
     if group is None and FIFO_SEQ in attributes:
         raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
+    if group is not None and FIFO_SEQ not in attributes:
+        raise ContractViolation(REASON_GROUP_WITHOUT_SEQ, "fifo_group is set but fifo_seq is not")
     if group is None and parse_fifo_end(attributes.get(FIFO_END)):  # as ingress: value first
         raise ContractViolation(REASON_END_WITHOUT_GROUP, "fifo_end is set but fifo_group is not")
 
@@ -211,6 +218,8 @@ def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
     seq = None if raw_seq is None else parse_fifo_seq(raw_seq)
     if seq is not None and group is None:
         raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
+    if group is not None and seq is None:
+        raise ContractViolation(REASON_GROUP_WITHOUT_SEQ, "fifo_group is set but fifo_seq is not")
     end = parse_fifo_end(attrs.get(FIFO_END))
     if end and group is None:
         # An end of no group ends nothing: refused, so the producer learns its mark was lost.

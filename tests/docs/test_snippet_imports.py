@@ -1,35 +1,17 @@
 """Every ``from pubsub_toolkit... import ...`` in the README's and the docs' code blocks names
-something that exists, and so does every dotted ``pubsub_toolkit.x.y`` the prose puts in
-backticks: a module moved or a name renamed fails here, not in a user's editor."""
+something that exists - and something public: the top level's ``__all__``, or a name the Python
+API page lists for a public module - and so does every dotted ``pubsub_toolkit.x.y`` the prose
+puts in backticks: a module moved, a name renamed or an internal name in a how-to fails here,
+not in a user's editor."""
 
 from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PAGES = [
-    REPO / "README.md",
-    REPO / "examples" / "README.md",
-    *sorted((REPO / "docs").rglob("*.md")),
-]
-IMPORT = re.compile(r"^\s*from (pubsub_toolkit[\w.]*) import \(?([\w, ]+)\)?", re.MULTILINE)
-
-
-def snippet_imports() -> list[tuple[str, str, str]]:
-    found = []
-    for page in PAGES:
-        if not page.exists():
-            continue
-        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL):
-            for module, names in IMPORT.findall(block):
-                for name in (n.strip() for n in names.split(",")):
-                    if name:
-                        found.append((str(page.relative_to(REPO)), module, name))
-    return found
+from tests.docs.public_surface import PAGES, REPO, TOP, public_names, snippet_imports
 
 
 def test_the_pages_have_snippets_to_check() -> None:
@@ -37,9 +19,34 @@ def test_the_pages_have_snippets_to_check() -> None:
 
 
 @pytest.mark.parametrize(("page", "module", "name"), snippet_imports())
-def test_a_snippet_import_resolves(page: str, module: str, name: str) -> None:
+def test_a_snippet_import_resolves(page: str, module: str, name: str | None) -> None:
     imported = importlib.import_module(module)
-    assert hasattr(imported, name), f"{page}: {module} has no {name}"
+    assert name is None or hasattr(imported, name), f"{page}: {module} has no {name}"
+
+
+@pytest.mark.parametrize(("page", "module", "name"), snippet_imports())
+def test_a_snippet_imports_only_what_is_public(page: str, module: str, name: str | None) -> None:
+    public = public_names()
+    assert module in public, (
+        f"{page}: {module} is not a public module (the top level, or one the Python API page "
+        f"documents: {sorted(public)})"
+    )
+    assert name is None or name in public[module], f"{page}: {name} is not public in {module}" + (
+        f"; import it from {TOP}" if name in public[TOP] else ""
+    )
+
+
+def test_the_public_modules_are_importable_and_not_internal() -> None:
+    public = public_names()
+    assert TOP in public
+    for module, names in public.items():
+        assert not any(part.startswith("_") for part in module.split(".")), module
+        imported = importlib.import_module(module)
+        for name in names:
+            assert not name.startswith("_"), f"{module}.{name}"
+            assert hasattr(imported, name), f"{module} has no {name}"
+        # The package docstring (help(pubsub_toolkit)) names every public module.
+        assert module == TOP or module in (importlib.import_module(TOP).__doc__ or ""), module
 
 
 DOTTED = re.compile(r"`(pubsub_toolkit(?:\.\w+)+)")

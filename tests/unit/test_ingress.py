@@ -48,16 +48,15 @@ def ingress(sink: RecordingSink, clock: ManualClock) -> Ingress:
 def test_new_message_is_published_with_stamped_attributes(
     ingress: Ingress, sink: RecordingSink
 ) -> None:
-    result = ingress.handle(Message(b"hello", {"a": "1", "fifo_group": "g"}, message_id="7"))
+    sent = {"a": "1", "fifo_group": "g", "fifo_seq": "1"}
+    result = ingress.handle(Message(b"hello", sent, message_id="7"))
     assert result.outcome is IngressOutcome.PUBLISHED
     [out] = sink.on(FINAL)
     assert out.data == b"hello"
     assert out.ordering_key == "g"
     assert out.attributes["dedup_key"] == "7"
     assert out.attributes["a"] == "1"
-    assert out.attributes["content_sha256"] == attr.content_fingerprint(
-        b"hello", {"a": "1", "fifo_group": "g"}
-    )
+    assert out.attributes["content_sha256"] == attr.content_fingerprint(b"hello", sent)
 
 
 def test_redelivery_and_republished_copy_are_duplicates(
