@@ -54,6 +54,8 @@ resource "time_sleep" "build_iam" {
   triggers = merge(
     { for role, m in google_project_iam_member.build : role => m.id },
     { sources = google_storage_bucket_iam_member.build_reads_sources.id },
+    { gcf_sources = google_project_iam_member.build_reads_function_sources.id },
+    { for k, m in google_storage_bucket_iam_member.build_uses_builds_bucket : "builds bucket" => m.id },
     { for role, m in google_project_iam_member.relay_build : "relay ${role}" => m.id },
     { for k, m in google_storage_bucket_iam_member.relay_build_reads_staging : "relay staging" => m.id },
   )

@@ -32,7 +32,7 @@ resource "google_cloud_tasks_queue" "delay" {
     content {
       oidc_token {
         service_account_email = google_service_account.component["tasks-invoker"].email
-        audience              = local.relay_url
+        audience              = local.relay_audience
       }
     }
   }
