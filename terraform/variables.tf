@@ -407,12 +407,13 @@ variable "app_engine_location_id" {
     # App Engine-routed queues and the App Engine relay's VPC connector must be in the
     # application's region, which is `region` (europe-west is europe-west1, us-central
     # us-central1).
-    condition = var.app_engine_location_id == null || !(
+    # (HCL's || evaluates both sides: a null location reads as the region itself.)
+    condition = !(
       var.enable_delayed_delivery && var.relay_platform == "app_engine" &&
       (var.tasks_target == "appengine" || try(var.network.connector, null) != null)
       ) || lookup(
       { "europe-west" = "europe-west1", "us-central" = "us-central1" },
-      var.app_engine_location_id, var.app_engine_location_id
+      coalesce(var.app_engine_location_id, var.region), coalesce(var.app_engine_location_id, var.region)
     ) == var.region
     error_message = "With tasks_target = \"appengine\" or a VPC connector, the App Engine relay needs region = the application's region (app_engine_location_id europe-west is region europe-west1, us-central is us-central1): the queue and the connector must be there."
   }
