@@ -495,3 +495,28 @@ run "log_metrics_and_alerts" {
     error_message = "the backlog alert watches the dead-letter subscription."
   }
 }
+
+run "firestore_default_created_with_the_application_s_location" {
+  command = plan
+
+  variables {
+    create_firestore_database = true
+    firestore_location_id     = "eur3"
+  }
+
+  assert {
+    condition     = length(google_firestore_database.this) == 1 && length(google_app_engine_application.app) == 1
+    error_message = "(default) in eur3 and the application in europe-west share the project's default location."
+  }
+}
+
+run "firestore_default_elsewhere_than_the_application_is_refused" {
+  command = plan
+
+  variables {
+    create_firestore_database = true
+    firestore_location_id     = "europe-west1"
+  }
+
+  expect_failures = [google_app_engine_application.app]
+}

@@ -30,7 +30,7 @@ from tests.deploy.test_deploy_scripts import (
     raw_commands,
     run_script,
 )
-from tests.terraform import structure
+from tests.terraform import iac, structure
 
 BUILD = "serviceAccount:ptk-build@fake-proj.iam.gserviceaccount.com"
 GCF_SOURCES = "projects/_/buckets/gcf-v2-sources-<project-number>-europe-west1"
@@ -266,6 +266,19 @@ def test_deploy_root_imports_what_destroy_leaves_behind() -> None:
         "firestore_database_exists",
         "tasks_queue_exists",
     } <= variables
+
+
+def test_deploy_root_with_its_import_blocks_validates(tmp_path: Path) -> None:
+    """terraform validate of deploy/terraform (providers offline when unreachable, as in
+    tests/terraform): an import block whose target the module does not declare is an error."""
+    root = ROOT / "deploy/terraform"
+    tf = iac.terraform_setup(tmp_path / "setup", [iac.TERRAFORM_DIR, root])
+    data = tmp_path / "data"
+    prepared = tf.prepare(root, data)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    validated = tf.run(["validate", "-no-color"], root, data)
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    assert not (root / ".terraform").exists()
 
 
 def test_apply_looks_up_what_exists_before_applying(tmp_path: Path) -> None:

@@ -372,6 +372,9 @@ def waits_before_use(tf_dir: Path) -> Problems:
             needs.append("time_sleep.service_identities")
         if rtype.endswith("_iam_member") and "local.app_engine_service_agent" in text:
             needs.append("time_sleep.app_engine_service_agent")
+        # The queue's OIDC override names the tasks-invoker account created in the same apply.
+        if rtype == "google_cloud_tasks_queue" and 'component["tasks-invoker"]' in text:
+            needs.append("time_sleep.service_identities")
         problems += [
             f"{file}: {rtype}.{name} must depend_on {need}"
             for need in needs
