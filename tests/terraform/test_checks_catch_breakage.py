@@ -221,7 +221,7 @@ BREAKAGES = {
         "tasks.tf",
         "      oidc_token {\n"
         '        service_account_email = google_service_account.component["tasks-invoker"].email\n'
-        "        audience              = local.relay_url\n"
+        "        audience              = local.relay_audience\n"
         "      }\n",
         "",
         "CKV_PTK_3 module.pubsub_toolkit.google_cloud_tasks_queue.delay",
