@@ -380,7 +380,7 @@ BREAKAGES = {
         "test",
         "firestore.tf",
         "      condition     = local.firestore_database_will_exist\n",
-        "      condition     = true\n",
+        "      condition     = var.firestore_database != null\n",
         "cloud_run_relay_without_a_database_is_refused",
         run=(CLOUD_RUN, "cloud_run_relay_without_a_database_is_refused"),
     ),
@@ -411,6 +411,15 @@ BREAKAGES = {
         "    local.cloud_run ? local.cloud_run_url : (\n",
         "tasks still call the run.app URL",
         run=(CLOUD_RUN, "custom_relay_url_is_a_custom_audience"),
+        # The old postcondition too, which let a custom domain skip the run.app URL check.
+        also=(
+            (
+                "cloudrun.tf",
+                "      condition     = contains(self.urls, local.relay_url)\n",
+                "      condition     = var.relay_url != null ||"
+                " contains(self.urls, local.relay_url)\n",
+            ),
+        ),
     ),
     "test_dashboard_sends_zero_positions": Breakage(
         "test",
