@@ -73,7 +73,7 @@ format: install ## apply ruff's fixes and formatting
 build: ## deployable bundles in build/: each function and the relay with the library beside main.py
 	scripts/build-bundles
 
-deploy: install ## deploy with Terraform (TFVARS=path, default deploy/terraform.tfvars), then the Eventarc dead-letter step
+deploy: ## deploy with Terraform (TFVARS=path, default deploy/terraform.tfvars); needs only terraform, gcloud and bash
 	TFVARS=$(TFVARS) scripts/deploy-terraform
 
 deploy-gcloud: ## deploy with plain gcloud (PROJECT_ID=... REGION=...; DRY_RUN=1 prints the commands)

@@ -100,3 +100,12 @@ wait_until() {
     sleep "$seconds"
   done
 }
+
+# settle SECONDS WHAT: wait SECONDS for a change no call can observe (IAM grants reaching every
+# service: Google documents "usually within 60 seconds"). Printed as `sleep`; dry-run does not
+# sleep.
+settle() {
+  printf '+ sleep %q\n' "$1"
+  echo "  (letting $2 propagate)"
+  [[ "$DRY_RUN" == 1 ]] || sleep "$1"
+}

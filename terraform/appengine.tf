@@ -21,6 +21,17 @@ resource "google_app_engine_application" "app" {
       condition     = var.app_engine_location_id != null
       error_message = "app_engine_location_id is required when create_app_engine_application is true."
     }
+    precondition {
+      # (default) and the application share the project's default resource location (Firestore's
+      # "Locations" page): App Engine europe-west goes with eur3, us-central with nam5, any other
+      # location with the region of the same name. A (default) created elsewhere first leaves
+      # the application nowhere to go.
+      condition = !(var.create_firestore_database && var.firestore_database == "(default)") || var.firestore_location_id == lookup(
+        { "europe-west" = "eur3", "us-central" = "nam5" },
+        coalesce(var.app_engine_location_id, "-"), coalesce(var.app_engine_location_id, "-")
+      )
+      error_message = "firestore_location_id must match app_engine_location_id for (default): eur3 with europe-west, nam5 with us-central, else the same region (the project has one default resource location)."
+    }
   }
 }
 

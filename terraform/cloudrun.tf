@@ -34,9 +34,9 @@ resource "google_cloud_run_v2_service" "relay" {
   ingress     = var.cloud_run_relay.ingress
   # Never let an edit open the relay to unauthenticated callers: Cloud Run checks run.invoker.
   invoker_iam_disabled = false
-  # A custom domain in var.relay_url is what Cloud Tasks puts in the token's audience; Cloud Run
-  # accepts its own run.app URLs anyway.
-  custom_audiences = var.relay_url == null ? null : [local.relay_url]
+  # A custom domain in var.relay_url is what Cloud Tasks puts in the token's audience (the tasks
+  # still call the run.app URL, main.tf); Cloud Run accepts its own run.app URLs anyway.
+  custom_audiences = var.relay_url == null ? null : [local.relay_audience]
   # The relay is stateless (its records live in Firestore or Redis): destroy it like the
   # functions. Tasks due while it is missing are retried by the queue (tasks_retry).
   deletion_protection = var.cloud_run_relay.deletion_protection
@@ -122,10 +122,10 @@ resource "google_cloud_run_v2_service" "relay" {
       error_message = "relay_deploy = \"gcloud\" is App Engine's `gcloud app deploy`; on Cloud Run this module deploys cloud_run_relay.image (or use scripts/deploy-gcloud with RELAY_PLATFORM=cloud_run)."
     }
     postcondition {
-      # The audience every task carries was fixed at plan from the deterministic URL: if Cloud
-      # Run did not assign that URL (a name too long for one DNS label), tasks would be refused.
-      condition     = var.relay_url != null || contains(self.urls, local.relay_url)
-      error_message = "The Cloud Run service has no URL ${local.relay_url} (its URLs: ${join(", ", self.urls)}): set relay_url to one of them."
+      # Every task is sent to the deterministic URL fixed at plan: if Cloud Run did not assign it
+      # (a name too long for one DNS label), no task would reach the relay.
+      condition     = contains(self.urls, local.relay_url)
+      error_message = "The Cloud Run service has no URL ${local.relay_url} (its URLs: ${join(", ", self.urls)}): shorten name_prefix or cloud_run_relay.name."
     }
   }
 }
@@ -140,4 +140,43 @@ resource "google_cloud_run_v2_service_iam_member" "tasks_invoker_invokes_relay" 
   name     = google_cloud_run_v2_service.relay[0].name
   role     = "roles/run.invoker"
   member   = google_service_account.component["tasks-invoker"].member
+}
+
+# The relay's image is built by scripts/deploy-terraform with Cloud Build as the deployment's own
+# build account (Cloud Build's default account has no roles, or does not exist, on new projects
+# and in organisations without default grants). A user-specified build account must keep its
+# logs in Cloud Logging or in a bucket of the user's: this regional one holds the build logs and
+# the uploaded source (`gcloud builds submit --gcs-log-dir/--gcs-source-staging-dir`).
+resource "google_storage_bucket" "builds" {
+  #checkov:skip=CKV_GCP_78:build logs and staged sources, deleted after 30 days
+  #checkov:skip=CKV_GCP_62:holds only build logs and staged sources; Cloud Audit Logs cover access
+  count = local.cloud_run_relay
+
+  project                     = var.project_id
+  name                        = "${var.project_id}-${local.prefix}pubsub-toolkit-builds"
+  location                    = var.region
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = true
+  labels                      = var.labels
+
+  lifecycle_rule {
+    condition {
+      age = 30
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  depends_on = [google_project_service.this]
+}
+
+# The build reads the staged source and writes its log there (this bucket only).
+resource "google_storage_bucket_iam_member" "build_uses_builds_bucket" {
+  count = local.cloud_run_relay
+
+  bucket = google_storage_bucket.builds[0].name
+  role   = "roles/storage.objectAdmin"
+  member = google_service_account.component["build"].member
 }

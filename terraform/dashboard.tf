@@ -70,42 +70,54 @@ locals {
     },
   ]
 
+  # The API drops zero values and empty ones (a tile at x 0 or y 0, an empty label value, an
+  # empty list) and the provider compares what it reads back with what was sent (provider issues
+  # 7242 and 16173, unfixed): anything it drops would show as a change on every plan, so none of
+  # it is sent. Dashboard labels are the resources' labels, minus empty values.
+  dashboard_labels = { for k, v in var.labels : k => v if v != "" }
+
   # Two charts a row, each 6 of the mosaic's 12 columns wide and 4 rows high.
-  dashboard = {
-    displayName = local.alert_prefix
-    labels      = { for k, v in var.labels : k => "" }
-    mosaicLayout = {
-      columns = 12
-      tiles = [
-        for i, chart in local.dashboard_charts : {
-          xPos   = (i % 2) * 6
-          yPos   = floor(i / 2) * 4
-          width  = 6
-          height = 4
-          widget = {
-            title = chart.title
-            xyChart = {
-              chartOptions = { mode = "COLOR" }
-              dataSets = [{
-                plotType = chart.plot
-                timeSeriesQuery = {
-                  timeSeriesFilter = {
-                    filter = chart.filter
-                    aggregation = {
-                      alignmentPeriod    = "60s"
-                      perSeriesAligner   = chart.aligner
-                      crossSeriesReducer = chart.reducer
-                      groupByFields      = chart.group_by
+  dashboard = merge(
+    { displayName = local.alert_prefix },
+    length(local.dashboard_labels) == 0 ? {} : { labels = local.dashboard_labels },
+    {
+      mosaicLayout = {
+        columns = 12
+        tiles = [
+          for i, chart in local.dashboard_charts : merge(
+            i % 2 == 0 ? {} : { xPos = (i % 2) * 6 },
+            i < 2 ? {} : { yPos = floor(i / 2) * 4 },
+            {
+              width  = 6
+              height = 4
+              widget = {
+                title = chart.title
+                xyChart = {
+                  chartOptions = { mode = "COLOR" }
+                  dataSets = [{
+                    plotType = chart.plot
+                    timeSeriesQuery = {
+                      timeSeriesFilter = {
+                        filter = chart.filter
+                        aggregation = merge(
+                          {
+                            alignmentPeriod    = "60s"
+                            perSeriesAligner   = chart.aligner
+                            crossSeriesReducer = chart.reducer
+                          },
+                          length(chart.group_by) == 0 ? {} : { groupByFields = chart.group_by },
+                        )
+                      }
                     }
-                  }
+                  }]
                 }
-              }]
-            }
-          }
-        }
-      ]
-    }
-  }
+              }
+            },
+          )
+        ]
+      }
+    },
+  )
 }
 
 resource "google_monitoring_dashboard" "this" {

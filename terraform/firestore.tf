@@ -52,5 +52,28 @@ resource "google_firestore_field" "ttl" {
   # queries it, and an index on a monotonically increasing timestamp is a write hotspot.
   index_config {}
 
-  depends_on = [google_project_service.this]
+  # After whatever creates the database: this module's google_firestore_database, or the App
+  # Engine application, which creates (default) (database_type = CLOUD_FIRESTORE, appengine.tf).
+  depends_on = [
+    google_project_service.this,
+    google_firestore_database.this,
+    google_app_engine_application.app,
+  ]
+
+  lifecycle {
+    precondition {
+      condition     = local.firestore_database_will_exist
+      error_message = "Nothing creates the Firestore database ${var.firestore_database} and firestore_database_exists is false: set create_firestore_database = true (with firestore_location_id), or firestore_database_exists = true if the project already has it. (Only an App Engine application created here creates (default) by itself.)"
+    }
+  }
+}
+
+locals {
+  # Who makes the database the TTL policies need: it exists already, this module creates it, or
+  # the App Engine application created here creates (default).
+  firestore_database_will_exist = (
+    var.firestore_database_exists ||
+    var.create_firestore_database ||
+    (var.firestore_database == "(default)" && length(google_app_engine_application.app) > 0)
+  )
 }

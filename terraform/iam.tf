@@ -12,7 +12,7 @@
 #                  only (push.tf)
 #   scheduler      Cloud Scheduler's OIDC identity for the consumer's sweep: run.invoker on the
 #                  consumer's service only (scheduler.tf; only with the job)
-#   build          Cloud Build identity for the functions' builds
+#   build          Cloud Build identity for the functions' builds (and the Cloud Run relay's image)
 # Redis mode: secretAccessor on the Redis secrets for the store's users (redis.tf).
 
 locals {
@@ -92,6 +92,18 @@ resource "google_cloud_tasks_queue_iam_member" "enqueuer" {
   member   = google_service_account.component[each.key].member
 }
 
+# App Engine-routed tasks (tasks_target = "appengine"): creating one needs
+# appengine.applications.get (Cloud Tasks v2 reference, CreateTask), which cloudtasks.enqueuer
+# lacks; without it every delayed message is dead-lettered once the creator's retries run out.
+# appViewer is the narrowest role holding it; App Engine has no per-application IAM.
+resource "google_project_iam_member" "enqueuer_reads_app_engine" {
+  for_each = local.delay && !local.oidc ? local.enqueuers : toset([])
+
+  project = var.project_id
+  role    = "roles/appengine.appViewer"
+  member  = google_service_account.component[each.key].member
+}
+
 # Creating a task with an OIDC token for the invoker is "acting as" the invoker: the creator
 # needs iam.serviceAccountUser on that one account, never on the project.
 resource "google_service_account_iam_member" "act_as_invoker" {
@@ -111,6 +123,26 @@ resource "google_project_iam_member" "build" {
   project = var.project_id
   role    = each.value
   member  = google_service_account.component["build"].member
+}
+
+# Cloud Functions (2nd gen) copies the uploaded source into its own bucket
+# gcf-v2-sources-PROJECT_NUMBER-REGION and the build fetches it from there as the build account
+# (provider #20571: "Access to bucket gcf-v2-sources-... denied"). That bucket does not exist
+# before the first deploy, so the grant is at project level, narrowed by a condition to it.
+resource "google_project_iam_member" "build_reads_function_sources" {
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = google_service_account.component["build"].member
+
+  condition {
+    title       = "gcf-v2-sources-${var.region} only"
+    description = "Cloud Functions' own copy of the uploaded function source, read by the build."
+    expression  = "resource.name == \"${local.gcf_sources_bucket}\" || resource.name.startsWith(\"${local.gcf_sources_bucket}/\")"
+  }
+}
+
+locals {
+  gcf_sources_bucket = "projects/_/buckets/gcf-v2-sources-${data.google_project.this.number}-${var.region}"
 }
 
 resource "google_storage_bucket_iam_member" "build_reads_sources" {

@@ -22,13 +22,17 @@ resource "google_project_service_identity" "pubsub" {
   depends_on = [google_project_service.this]
 }
 
-# Everything granted to (or pushing as) a service agent waits for this.
+# Everything granted to (or pushing as) a service agent waits for this, and so does the queue
+# whose OIDC override names the tasks-invoker account: service account creation is eventually
+# consistent (the provider's google_service_account documentation), and Cloud Tasks checks the
+# account when the queue is created. Triggered by both, so it adds no time of its own.
 resource "time_sleep" "service_identities" {
   create_duration = "60s"
 
-  triggers = {
-    pubsub = google_project_service_identity.pubsub.id
-  }
+  triggers = merge(
+    { pubsub = google_project_service_identity.pubsub.id },
+    local.oidc ? { tasks_invoker = google_service_account.component["tasks-invoker"].unique_id } : {},
+  )
 }
 
 # The App Engine service agent fetches the relay's zip: grant it only once the application (and
@@ -54,6 +58,8 @@ resource "time_sleep" "build_iam" {
   triggers = merge(
     { for role, m in google_project_iam_member.build : role => m.id },
     { sources = google_storage_bucket_iam_member.build_reads_sources.id },
+    { gcf_sources = google_project_iam_member.build_reads_function_sources.id },
+    { for k, m in google_storage_bucket_iam_member.build_uses_builds_bucket : "builds bucket" => m.id },
     { for role, m in google_project_iam_member.relay_build : "relay ${role}" => m.id },
     { for k, m in google_storage_bucket_iam_member.relay_build_reads_staging : "relay staging" => m.id },
   )

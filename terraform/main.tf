@@ -41,11 +41,16 @@ locals {
   # the service's computed `uri`. cloudrun.tf checks after apply that the service really has it.
   cloud_run_url        = "https://${local.cloud_run_relay_name}-${data.google_project.this.number}.${var.region}.run.app"
   cloud_run_relay_name = "${local.prefix}${var.cloud_run_relay.name}"
-  relay_url = var.relay_url != null ? trimsuffix(var.relay_url, "/") : (
-    local.cloud_run ? local.cloud_run_url : (
+  # RELAY_URL, where the tasks are sent. On Cloud Run always the run.app URL: Cloud Tasks counts
+  # as internal traffic on that URL only, so an internal-only relay behind a custom domain
+  # would refuse every task; a relay_url (the custom domain) is then the tokens' audience alone.
+  relay_url = local.cloud_run ? local.cloud_run_url : (
+    var.relay_url != null ? trimsuffix(var.relay_url, "/") : (
       local.relay_host != null ? "https://${local.relay_host}" : null
     )
   )
+  # RELAY_AUDIENCE, the audience of every task's OIDC token (the queue enforces it).
+  relay_audience = var.relay_url != null ? trimsuffix(var.relay_url, "/") : local.relay_url
 
   # Built from its parts rather than the queue's id so the value is known (and testable) at plan.
   tasks_queue_path = local.delay ? "projects/${var.project_id}/locations/${var.region}/queues/${google_cloud_tasks_queue.delay[0].name}" : null
@@ -104,7 +109,7 @@ locals {
     TASKS_QUEUE           = local.tasks_queue_path
     TASKS_TARGET          = "http"
     RELAY_URL             = local.relay_url
-    RELAY_AUDIENCE        = local.relay_url
+    RELAY_AUDIENCE        = local.relay_audience
     RELAY_AUTH            = "oidc"
     TASKS_SERVICE_ACCOUNT = google_service_account.component["tasks-invoker"].email
     } : {

@@ -41,7 +41,10 @@ locals {
 
   # Log-based metrics carry the monitored resource of their entries: functions (2nd gen) log as
   # cloud_run_revision, the relay as gae_app (or cloud_run_revision on Cloud Run). Alert filters
-  # must restrict resource.type.
+  # must restrict resource.type. `one_of` is valid filter syntax, and REDUCE_SUM never sums
+  # across resource types (Aggregation.groupByFields: "It is not possible to reduce across
+  # different resource types, so this field implicitly contains resource.type"): with the App
+  # Engine relay a threshold applies to the functions' and the relay's counts separately.
   metric_resource_types = "resource.type = one_of(\"cloud_run_revision\", \"gae_app\", \"cloud_function\")"
 
   # Every alert notifies these: the given channels and the email channel made here.

@@ -32,7 +32,7 @@ resource "google_cloud_tasks_queue" "delay" {
     content {
       oidc_token {
         service_account_email = google_service_account.component["tasks-invoker"].email
-        audience              = local.relay_url
+        audience              = local.relay_audience
       }
     }
   }
@@ -45,7 +45,8 @@ resource "google_cloud_tasks_queue" "delay" {
     }
   }
 
-  depends_on = [google_project_service.this]
+  # The OIDC override names an account created in this apply: wait until it is known.
+  depends_on = [google_project_service.this, time_sleep.service_identities]
 
   lifecycle {
     precondition {

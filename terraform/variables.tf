@@ -280,6 +280,13 @@ variable "create_firestore_database" {
   default     = false
 }
 
+variable "firestore_database_exists" {
+  type        = bool
+  description = "The database firestore_database already exists in the project (created by hand, by an earlier App Engine application, or by a deployment since destroyed: destroy never deletes it). False with neither create_firestore_database nor an App Engine application created here, which creates (default): the plan stops, since the TTL policies need the database. scripts/deploy-terraform sets it by looking the database up."
+  default     = false
+  nullable    = false
+}
+
 variable "firestore_location_id" {
   type        = string
   description = "Location of a database created by this module (e.g. eur3, nam5, europe-west1). Required when create_firestore_database is true."
@@ -395,6 +402,21 @@ variable "app_engine_location_id" {
   type        = string
   description = "App Engine location (e.g. europe-west, us-central, europe-west3); required when create_app_engine_application is true. Note us-central1 and europe-west1 are spelled without the 1."
   default     = null
+
+  validation {
+    # App Engine-routed queues and the App Engine relay's VPC connector must be in the
+    # application's region, which is `region` (europe-west is europe-west1, us-central
+    # us-central1).
+    # (HCL's || evaluates both sides: a null location reads as the region itself.)
+    condition = !(
+      var.enable_delayed_delivery && var.relay_platform == "app_engine" &&
+      (var.tasks_target == "appengine" || try(var.network.connector, null) != null)
+      ) || lookup(
+      { "europe-west" = "europe-west1", "us-central" = "us-central1" },
+      coalesce(var.app_engine_location_id, var.region), coalesce(var.app_engine_location_id, var.region)
+    ) == var.region
+    error_message = "With tasks_target = \"appengine\" or a VPC connector, the App Engine relay needs region = the application's region (app_engine_location_id europe-west is region europe-west1, us-central is us-central1): the queue and the connector must be there."
+  }
 }
 
 variable "relay_url" {

@@ -1,8 +1,11 @@
 # Provider versions are bounded both ways: a 9.x major may remove or rename arguments. Checked
-# offline against the google 8.7.0 and google-beta 6.50.0 schemas only; the 6.x/7.x floor is
-# unverified here. The floor 6.12 is the first release with every Cloud Run relay argument used
-# (cloudrun.tf): `invoker_iam_disabled` came in 6.8.0 and the `urls` attribute in 6.12.0
-# (provider CHANGELOG). google-beta only creates the service identities (identities.tf):
+# offline against the google 8.7.0 and google-beta 6.50.0 schemas only. The google floor is the
+# newest argument the module sets: `direct_vpc_egress` and `direct_vpc_network_interface` of
+# google_cloudfunctions2_function (functions.tf) need 7.21.0 (Google's "Configure Direct VPC
+# egress for 2nd gen functions" page); an older provider refuses the argument even when null.
+# The Cloud Run relay's `invoker_iam_disabled` (6.8.0) and `urls` (6.12.0) are older
+# (tests/terraform/structure.py: ARGUMENT_FLOORS). google-beta only creates the service
+# identities (identities.tf):
 # `google_project_service_identity` exists in the beta provider alone. hashicorp/time holds the
 # waits Google documents propagation delays for (time_sleep, triggers since 0.6).
 terraform {
@@ -13,7 +16,7 @@ terraform {
   required_providers {
     google = {
       source  = "hashicorp/google"
-      version = ">= 6.12, < 9.0"
+      version = ">= 7.21, < 9.0"
     }
     google-beta = {
       source  = "hashicorp/google-beta"

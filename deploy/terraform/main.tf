@@ -12,6 +12,7 @@ module "pubsub_toolkit" {
   relay_url                     = var.relay_url
   create_firestore_database     = var.create_firestore_database
   firestore_location_id         = var.firestore_location_id
+  firestore_database_exists     = var.firestore_database_exists
   enable_delayed_delivery       = var.enable_delayed_delivery
   relay_platform                = var.relay_platform
   # The image scripts/deploy-terraform built (relay_image) wins over one set in the tfvars.

@@ -153,3 +153,22 @@ variable "build_dir" {
   description = "Where scripts/build-bundles wrote the bundles; null: the repository's build/."
   default     = null
 }
+
+# Set by scripts/deploy-terraform when it finds them in the project (imports.tf adopts them).
+variable "app_engine_application_exists" {
+  type        = bool
+  description = "The project already has its App Engine application (a destroyed deployment leaves it: it can never be deleted): the apply imports it instead of creating it (409). Set by scripts/deploy-terraform."
+  default     = false
+}
+
+variable "firestore_database_exists" {
+  type        = bool
+  description = "The project already has its (default) Firestore database (created by hand, by App Engine, or left by a destroyed deployment: destroy abandons it): the TTL policies use it, and a create_firestore_database apply imports it instead of creating it (409). Set by scripts/deploy-terraform."
+  default     = false
+}
+
+variable "tasks_queue_exists" {
+  type        = bool
+  description = "The deployment's Cloud Tasks queue exists (kept by scripts/deploy-terraform --destroy: a deleted queue's name is reserved for up to 3 days): the apply imports it. Set by scripts/deploy-terraform."
+  default     = false
+}

@@ -9,7 +9,7 @@ terraform {
   required_providers {
     google = {
       source  = "hashicorp/google"
-      version = ">= 6.12, < 9.0"
+      version = ">= 7.21, < 9.0"
     }
     google-beta = {
       source  = "hashicorp/google-beta"

@@ -46,6 +46,8 @@ variables {
   # Alerts that notify nobody fail the check alerts_notify_someone (a test error here).
   notification_channels = ["projects/test-project/notificationChannels/1"]
   relay_platform        = "cloud_run"
+  # No App Engine application creates (default) here: the project has it already.
+  firestore_database_exists = true
   cloud_run_relay = {
     image = "europe-west1-docker.pkg.dev/test-project/cloud-run-source-deploy/pubsub-toolkit-relay:0123abcd"
   }
@@ -204,6 +206,38 @@ run "custom_relay_url_is_a_custom_audience" {
   assert {
     condition     = google_cloud_run_v2_service.relay[0].custom_audiences == tolist(["https://relay.example.com"])
     error_message = "Cloud Run must accept tokens for the custom URL, or its IAM check refuses every task."
+  }
+  assert {
+    condition = (
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_URL"] == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_AUDIENCE"] == "https://relay.example.com" &&
+      google_cloud_run_v2_service.relay[0].template[0].containers[0].env[index(google_cloud_run_v2_service.relay[0].template[0].containers[0].env[*].name, "RELAY_AUDIENCE")].value == "https://relay.example.com" &&
+      output.relay_url == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app"
+    )
+    error_message = "tasks still call the run.app URL (Cloud Tasks is internal traffic there only; a custom domain is refused by an internal-only relay): the custom domain is the audience alone."
+  }
+}
+
+run "cloud_run_relay_without_a_database_is_refused" {
+  command = plan
+
+  variables {
+    firestore_database_exists = false
+  }
+
+  expect_failures = [google_firestore_field.ttl]
+}
+
+run "cloud_run_relay_image_is_built_by_the_build_account_into_its_own_bucket" {
+  command = apply
+
+  assert {
+    condition = (
+      google_storage_bucket.builds[0].name == "test-project-pubsub-toolkit-builds" &&
+      google_storage_bucket.builds[0].location == "europe-west1" &&
+      google_storage_bucket_iam_member.build_uses_builds_bucket[0].member == google_service_account.component["build"].member
+    )
+    error_message = "the relay's image is built by the build account, its logs in a regional bucket of the deployment's (scripts/deploy-terraform: --service-account, --gcs-log-dir)."
   }
 }
 

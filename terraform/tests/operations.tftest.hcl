@@ -202,6 +202,7 @@ run "dashboard_charts_the_log_metrics_and_the_otel_metrics" {
 
   variables {
     name_prefix = "blue-"
+    labels      = { team = "ops", empty = "" }
   }
 
   assert {
@@ -233,9 +234,30 @@ run "dashboard_charts_the_log_metrics_and_the_otel_metrics" {
   assert {
     condition = alltrue([
       for t in jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles :
-      t.xPos + t.width <= 12 && t.xPos >= 0
+      try(t.xPos, 0) + t.width <= 12 && try(t.xPos, 0) >= 0
     ])
     error_message = "tiles fit the 12-column mosaic."
+  }
+  # What the API echoes: zero values and empty ones dropped. Sent as the API returns it, the
+  # dashboard plans no change after an apply (provider issues 7242, 16173).
+  assert {
+    condition = alltrue([
+      for t in jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles :
+      try(t.xPos, 1) != 0 && try(t.yPos, 1) != 0 && alltrue([
+        for d in t.widget.xyChart.dataSets : length(try(d.timeSeriesQuery.timeSeriesFilter.aggregation.groupByFields, ["absent"])) > 0
+      ])
+    ])
+    error_message = "the dashboard sends no zero tile position and no empty list: the API drops them and every plan would show a diff."
+  }
+  assert {
+    condition     = jsondecode(google_monitoring_dashboard.this[0].dashboard_json).labels == { team = "ops" }
+    error_message = "the dashboard's labels are the resources' labels without empty values (the API drops those)."
+  }
+  assert {
+    condition = length(distinct([
+      for t in jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles : [try(t.xPos, 0), try(t.yPos, 0)]
+    ])) == length(jsondecode(google_monitoring_dashboard.this[0].dashboard_json).mosaicLayout.tiles)
+    error_message = "no two tiles share a position."
   }
 }
 
@@ -249,5 +271,14 @@ run "no_dashboard_when_asked" {
   assert {
     condition     = length(google_monitoring_dashboard.this) == 0 && output.dashboard == null
     error_message = "create_dashboard = false makes no dashboard."
+  }
+}
+
+run "dashboard_without_labels_sends_none" {
+  command = apply
+
+  assert {
+    condition     = !contains(keys(jsondecode(google_monitoring_dashboard.this[0].dashboard_json)), "labels")
+    error_message = "no labels, no labels key: an empty map is dropped by the API (a diff on every plan)."
   }
 }

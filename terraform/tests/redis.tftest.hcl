@@ -109,6 +109,14 @@ run "cloud_run_relay_with_direct_vpc_egress" {
     network         = { network = "projects/test-project/global/networks/vpc", subnetwork = "projects/test-project/regions/europe-west1/subnetworks/fn", tags = ["ptk"] }
   }
 
+  # What Cloud Run assigns: the tasks are sent to the deterministic URL even with a custom domain.
+  override_resource {
+    target = google_cloud_run_v2_service.relay
+    values = {
+      urls = ["https://pubsub-toolkit-relay-123456789012.europe-west1.run.app"]
+    }
+  }
+
   assert {
     condition = (
       google_cloud_run_v2_service.relay[0].template[0].vpc_access[0].egress == "PRIVATE_RANGES_ONLY" &&

@@ -90,6 +90,14 @@ run "ingress_is_pushed_from_origin" {
     error_message = "the Pub/Sub service agent is created explicitly and waited for."
   }
   assert {
+    condition = (
+      google_project_iam_member.build_reads_function_sources.role == "roles/storage.objectViewer" &&
+      google_project_iam_member.build_reads_function_sources.member == google_service_account.component["build"].member &&
+      strcontains(google_project_iam_member.build_reads_function_sources.condition[0].expression, "\"projects/_/buckets/gcf-v2-sources-123456789012-europe-west1\"")
+    )
+    error_message = "the build account reads gcf-v2-sources-PROJECT_NUMBER-REGION, where Cloud Functions copies the source before building."
+  }
+  assert {
     condition     = google_cloudfunctions2_function.this["ingress"].build_config[0].entry_point == "ingress"
     error_message = "ingress entry point must be the function in functions/ingress/main.py."
   }
@@ -257,6 +265,8 @@ run "explicit_relay_url_without_creating_app_engine" {
   variables {
     create_app_engine_application = false
     relay_url                     = "https://relay.example.com/"
+    # Nothing here creates (default) then: it must be there already.
+    firestore_database_exists = true
   }
 
   assert {
@@ -274,6 +284,7 @@ run "http_target_needs_a_relay_url" {
 
   variables {
     create_app_engine_application = false
+    firestore_database_exists     = true
   }
 
   expect_failures = [google_cloud_tasks_queue.delay]
@@ -298,6 +309,65 @@ run "app_engine_target_uses_routing_not_oidc" {
     condition     = google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_AUTH"] == "appengine"
     error_message = "the relay must trust the App Engine queue header."
   }
+  assert {
+    condition = {
+      for k, m in google_project_iam_member.enqueuer_reads_app_engine : k => [m.role, m.member]
+      } == {
+      for k in ["ingress", "relay"] : k => ["roles/appengine.appViewer", google_service_account.component[k].member]
+    }
+    error_message = "App Engine-routed tasks need appengine.applications.get: every task creator holds appengine.appViewer."
+  }
+}
+
+run "app_engine_target_outside_the_application_s_region_is_refused" {
+  command = plan
+
+  variables {
+    tasks_target = "appengine"
+    region       = "europe-west3"
+  }
+
+  expect_failures = [var.app_engine_location_id]
+}
+
+run "app_engine_relay_connector_outside_the_application_s_region_is_refused" {
+  command = plan
+
+  variables {
+    region  = "us-east1"
+    network = { connector = "projects/test-project/locations/us-east1/connectors/ptk" }
+  }
+
+  expect_failures = [var.app_engine_location_id]
+}
+
+run "http_targets_need_no_app_engine_role" {
+  command = plan
+
+  assert {
+    condition     = length(google_project_iam_member.enqueuer_reads_app_engine) == 0
+    error_message = "OIDC (HTTP) tasks need no App Engine role."
+  }
+}
+
+run "ttl_fields_wait_for_the_database_app_engine_creates" {
+  command = plan
+
+  assert {
+    condition     = length(google_app_engine_application.app) == 1 && length(google_firestore_database.this) == 0 && length(google_firestore_field.ttl) == 4
+    error_message = "the example's defaults: the App Engine application creates (default), and the TTL fields are planned after it."
+  }
+}
+
+run "ttl_fields_without_any_database_are_refused" {
+  command = plan
+
+  variables {
+    create_app_engine_application = false
+    relay_url                     = "https://relay.example.com"
+  }
+
+  expect_failures = [google_firestore_field.ttl]
 }
 
 run "dedup_records_have_a_ttl_on_expire_at" {
@@ -377,7 +447,8 @@ run "delays_off" {
   command = apply
 
   variables {
-    enable_delayed_delivery = false
+    enable_delayed_delivery   = false
+    firestore_database_exists = true
   }
 
   assert {
@@ -423,4 +494,29 @@ run "log_metrics_and_alerts" {
     condition     = strcontains(google_monitoring_alert_policy.dead_letter_backlog.conditions[0].condition_threshold[0].filter, "subscription_id=\"dead-letter-sub\"")
     error_message = "the backlog alert watches the dead-letter subscription."
   }
+}
+
+run "firestore_default_created_with_the_application_s_location" {
+  command = plan
+
+  variables {
+    create_firestore_database = true
+    firestore_location_id     = "eur3"
+  }
+
+  assert {
+    condition     = length(google_firestore_database.this) == 1 && length(google_app_engine_application.app) == 1
+    error_message = "(default) in eur3 and the application in europe-west share the project's default location."
+  }
+}
+
+run "firestore_default_elsewhere_than_the_application_is_refused" {
+  command = plan
+
+  variables {
+    create_firestore_database = true
+    firestore_location_id     = "europe-west1"
+  }
+
+  expect_failures = [google_app_engine_application.app]
 }

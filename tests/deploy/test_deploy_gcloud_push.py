@@ -248,6 +248,8 @@ def test_firestore_ttl_then_index_on_each_field_never_async(full: DryRun) -> Non
         ("indexes", "pubsub_toolkit_dedup"),
         ("fields", "pubsub_toolkit_stats"),
         ("indexes", "pubsub_toolkit_stats"),
+        ("fields", "pubsub_toolkit_stats_minutes"),  # the status page's per-minute charts
+        ("indexes", "pubsub_toolkit_stats_minutes"),
         ("fields", "pubsub_toolkit_fifo_state"),  # completed groups' tombstones expire
         ("indexes", "pubsub_toolkit_fifo_state"),
     ]
@@ -512,6 +514,7 @@ def test_name_prefix_on_every_name(prefixed: DryRun) -> None:
     assert groups == {
         "blue_pubsub_toolkit_dedup",
         "pubsub_toolkit_stats",
+        "pubsub_toolkit_stats_minutes",
         "pubsub_toolkit_fifo_state",
     }
     envs = prefixed.env_files()

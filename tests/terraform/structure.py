@@ -140,6 +140,56 @@ def providers_are_bounded(tf_dir: Path) -> Problems:
     return problems
 
 
+# Arguments newer than some provider releases: (provider, first release that has it). An older
+# provider refuses the argument even when its value is null (versions.tf explains the floor).
+ARGUMENT_FLOORS = {
+    "direct_vpc_egress": ("google", (7, 21)),
+    "direct_vpc_network_interface": ("google", (7, 21)),
+    "invoker_iam_disabled": ("google", (6, 8)),
+}
+# The files whose provider floors must cover the module's arguments, relative to the module.
+FLOOR_FILES = (Path("versions.tf"), Path("examples/minimal/versions.tf"))
+
+
+def _floor(constraint: str) -> tuple[int, ...] | None:
+    found = re.search(r">=\s*(\d+(?:\.\d+)*)", constraint)
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
+def provider_floors_problems(versions_tf: Path, tf_dir: Path) -> Problems:
+    """``versions_tf`` (the module's, the example's, the deploy root's) requires each provider at
+    least at the release that brought the newest argument the module's *.tf set."""
+    text = "\n".join(path.read_text() for path in sorted(tf_dir.glob("*.tf")))
+    with versions_tf.open() as handle:
+        settings = hcl2.load(handle).get("terraform", [{}])[0]
+    declared: dict[str, str] = {}
+    for entry in settings.get("required_providers", []):
+        declared.update(
+            {k: _text(v.get("version", "")) for k, v in entry.items() if isinstance(v, dict)}
+        )
+    problems = []
+    for argument, (provider, release) in ARGUMENT_FLOORS.items():
+        if not re.search(rf"\b{argument}\b", text) or provider not in declared:
+            continue
+        floor = _floor(declared[provider])
+        if floor is None or floor < release:
+            wanted = ".".join(map(str, release))
+            problems.append(
+                f"{versions_tf.name}: {provider} {declared[provider]!r} allows releases without"
+                f" {argument} (needs >= {wanted})"
+            )
+    return problems
+
+
+def provider_floors_cover_the_arguments(tf_dir: Path) -> Problems:
+    return [
+        f"{relative.parent / problem}" if relative.parent != Path(".") else problem
+        for relative in FLOOR_FILES
+        if (tf_dir / relative).is_file()
+        for problem in provider_floors_problems(tf_dir / relative, tf_dir)
+    ]
+
+
 def no_primitive_roles(tf_dir: Path) -> Problems:
     """No resource or data block mentions a primitive role, in `role` or in a for_each list."""
     problems = []
@@ -322,6 +372,9 @@ def waits_before_use(tf_dir: Path) -> Problems:
             needs.append("time_sleep.service_identities")
         if rtype.endswith("_iam_member") and "local.app_engine_service_agent" in text:
             needs.append("time_sleep.app_engine_service_agent")
+        # The queue's OIDC override names the tasks-invoker account created in the same apply.
+        if rtype == "google_cloud_tasks_queue" and 'component["tasks-invoker"]' in text:
+            needs.append("time_sleep.service_identities")
         problems += [
             f"{file}: {rtype}.{name} must depend_on {need}"
             for need in needs
@@ -331,6 +384,56 @@ def waits_before_use(tf_dir: Path) -> Problems:
     if identity is None or _text(identity[1].get("provider", "")) != "google-beta":
         problems.append(
             "identities.tf: google_project_service_identity.pubsub (google-beta) is missing"
+        )
+    return problems
+
+
+def function_builds_read_gcf_sources(tf_dir: Path) -> Problems:
+    """The build account reads gcf-v2-sources-NUMBER-REGION, where Cloud Functions copies the
+    uploaded source before the build fetches it (provider #20571), and the functions wait for
+    that grant like the other build grants."""
+    bucket = "gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+    named = bucket in "\n".join(path.read_text() for path in tf_dir.glob("*.tf"))
+    grants = [
+        name
+        for _, rtype, name, body in _resources(tf_dir)
+        if rtype == "google_project_iam_member"
+        and _text(body.get("role", "")) == "roles/storage.objectViewer"
+        and 'component["build"]' in _text(body.get("member", ""))
+        and "gcf_sources" in str(body.get("condition", ""))
+    ]
+    if not (grants and named):
+        return [
+            f"iam.tf: the build account must read {bucket} (project-level"
+            " storage.objectViewer with a condition naming local.gcf_sources_bucket)"
+        ]
+    sleep = _resource(tf_dir, "time_sleep", "build_iam")
+    triggers = str(sleep[1].get("triggers", "")) if sleep else ""
+    return [
+        f"time_sleep.build_iam must be triggered by google_project_iam_member.{name}"
+        for name in grants
+        if f"google_project_iam_member.{name}" not in triggers
+    ]
+
+
+def ttl_fields_follow_the_database(tf_dir: Path) -> Problems:
+    """The TTL fields wait for whatever creates the database (this module's, or the App Engine
+    application's (default)) and refuse a plan where nothing does."""
+    found = _resource(tf_dir, "google_firestore_field", "ttl")
+    if found is None:
+        return ["no google_firestore_field.ttl"]
+    file, body = found
+    problems = [
+        f"{file}: google_firestore_field.ttl must depend_on {creator}"
+        for creator in ("google_firestore_database.this", "google_app_engine_application.app")
+        if creator not in _depends_on(body)
+    ]
+    preconditions = [
+        c for entry in body.get("lifecycle", []) for c in entry.get("precondition", [])
+    ]
+    if not preconditions:
+        problems.append(
+            f"{file}: google_firestore_field.ttl needs a precondition that the database will exist"
         )
     return problems
 
@@ -415,6 +518,9 @@ CHECKS: dict[str, Callable[[Path], Problems]] = {
     "firestore_ttl_is_on_expire_at": firestore_ttl_is_on_expire_at,
     "waits_before_use": waits_before_use,
     "app_engine_uses_firestore": app_engine_uses_firestore,
+    "provider_floors_cover_the_arguments": provider_floors_cover_the_arguments,
+    "function_builds_read_gcf_sources": function_builds_read_gcf_sources,
+    "ttl_fields_follow_the_database": ttl_fields_follow_the_database,
     "names_carry_the_prefix": names_carry_the_prefix,
     "alerts_notify_the_channels": alerts_notify_the_channels,
     "no_redis_url_in_env": no_redis_url_in_env,

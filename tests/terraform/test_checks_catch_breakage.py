@@ -32,6 +32,9 @@ OPERATIONS = "tests/operations.tftest.hcl"
 CONSUMER_RUN = "consumer_is_pushed_in_order_and_swept_with_a_name_prefix"
 REDIS = "tests/redis.tftest.hcl"
 REDIS_RUN = "redis_mode_has_no_firestore_resources"
+# Issue 25's runs.
+APP_ENGINE_TARGET_RUN = "app_engine_target_uses_routing_not_oidc"
+DASHBOARD_RUN = "dashboard_charts_the_log_metrics_and_the_otel_metrics"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Breakage:
     evidence: str
     # `terraform test` breakages: the one test file and run kept (the evidence names the run).
     run: tuple[str, str] = (WIRING, INGRESS_RUN)
+    # Further (file, old, new) edits of the same breakage, when its fix spans files.
+    also: tuple[tuple[str, str, str], ...] = ()
 
 
 BREAKAGES = {
@@ -216,7 +221,7 @@ BREAKAGES = {
         "tasks.tf",
         "      oidc_token {\n"
         '        service_account_email = google_service_account.component["tasks-invoker"].email\n'
-        "        audience              = local.relay_url\n"
+        "        audience              = local.relay_audience\n"
         "      }\n",
         "",
         "CKV_PTK_3 module.pubsub_toolkit.google_cloud_tasks_queue.delay",
@@ -330,6 +335,109 @@ BREAKAGES = {
         "  }\n\n  service_config {\n",
         "google_cloudfunctions2_function.this has an event_trigger (Eventarc)",
     ),
+    # Issue 25, one copy per fix taken out.
+    "structure_build_cannot_read_gcf_sources": Breakage(
+        "structure",
+        "iam.tf",
+        'resource "google_project_iam_member" "build_reads_function_sources" {\n'
+        "  project = var.project_id\n"
+        '  role    = "roles/storage.objectViewer"\n',
+        'resource "google_project_iam_member" "build_reads_function_sources" {\n'
+        "  project = var.project_id\n"
+        '  role    = "roles/logging.logWriter"\n',
+        "the build account must read gcf-v2-sources-",
+    ),
+    "structure_gcf_sources_grant_not_waited_for": Breakage(
+        "structure",
+        "identities.tf",
+        "    { gcf_sources = google_project_iam_member.build_reads_function_sources.id },\n",
+        "",
+        "time_sleep.build_iam must be triggered by"
+        " google_project_iam_member.build_reads_function_sources",
+    ),
+    "structure_provider_floor_below_direct_vpc_egress": Breakage(
+        "structure",
+        "versions.tf",
+        'version = ">= 7.21, < 9.0"',
+        'version = ">= 6.12, < 9.0"',
+        "versions.tf: google '>= 6.12, < 9.0' allows releases without direct_vpc_egress",
+    ),
+    "structure_example_floor_below_direct_vpc_egress": Breakage(
+        "structure",
+        "examples/minimal/versions.tf",
+        'version = ">= 7.21, < 9.0"',
+        'version = ">= 6.12, < 9.0"',
+        "examples/minimal/versions.tf: google '>= 6.12, < 9.0' allows releases without",
+    ),
+    "structure_ttl_fields_race_the_app_engine_database": Breakage(
+        "structure",
+        "firestore.tf",
+        "    google_app_engine_application.app,\n  ]\n",
+        "  ]\n",
+        "google_firestore_field.ttl must depend_on google_app_engine_application.app",
+    ),
+    "test_ttl_fields_without_any_database": Breakage(
+        "test",
+        "firestore.tf",
+        "      condition     = local.firestore_database_will_exist\n",
+        "      condition     = var.firestore_database != null\n",
+        "cloud_run_relay_without_a_database_is_refused",
+        run=(CLOUD_RUN, "cloud_run_relay_without_a_database_is_refused"),
+    ),
+    "test_app_engine_tasks_without_app_viewer": Breakage(
+        "test",
+        "iam.tf",
+        "  for_each = local.delay && !local.oidc ? local.enqueuers : toset([])\n",
+        "  for_each = toset([])\n",
+        "every task creator holds appengine.appViewer",
+        run=(WIRING, APP_ENGINE_TARGET_RUN),
+    ),
+    "test_app_engine_target_in_another_region": Breakage(
+        "test",
+        "variables.tf",
+        '      var.enable_delayed_delivery && var.relay_platform == "app_engine" &&\n'
+        '      (var.tasks_target == "appengine"',
+        '      false && var.enable_delayed_delivery && var.relay_platform == "app_engine" &&\n'
+        '      (var.tasks_target == "appengine"',
+        "app_engine_target_outside_the_application_s_region_is_refused",
+        run=(WIRING, "app_engine_target_outside_the_application_s_region_is_refused"),
+    ),
+    "test_cloud_run_tasks_sent_to_the_custom_domain": Breakage(
+        "test",
+        "main.tf",
+        "  relay_url = local.cloud_run ? local.cloud_run_url : (\n"
+        '    var.relay_url != null ? trimsuffix(var.relay_url, "/") : (\n',
+        '  relay_url = var.relay_url != null ? trimsuffix(var.relay_url, "/") : (\n'
+        "    local.cloud_run ? local.cloud_run_url : (\n",
+        "tasks still call the run.app URL",
+        run=(CLOUD_RUN, "custom_relay_url_is_a_custom_audience"),
+        # The old postcondition too, which let a custom domain skip the run.app URL check.
+        also=(
+            (
+                "cloudrun.tf",
+                "      condition     = contains(self.urls, local.relay_url)\n",
+                "      condition     = var.relay_url != null ||"
+                " contains(self.urls, local.relay_url)\n",
+            ),
+        ),
+    ),
+    "test_dashboard_sends_zero_positions": Breakage(
+        "test",
+        "dashboard.tf",
+        "            i % 2 == 0 ? {} : { xPos = (i % 2) * 6 },\n"
+        "            i < 2 ? {} : { yPos = floor(i / 2) * 4 },\n",
+        "            { xPos = (i % 2) * 6 },\n            { yPos = floor(i / 2) * 4 },\n",
+        "the dashboard sends no zero tile position",
+        run=(OPERATIONS, DASHBOARD_RUN),
+    ),
+    "test_dashboard_sends_empty_labels": Breakage(
+        "test",
+        "dashboard.tf",
+        '  dashboard_labels = { for k, v in var.labels : k => v if v != "" }\n',
+        '  dashboard_labels = { for k, v in var.labels : k => "" }\n',
+        "the dashboard's labels are the resources' labels without empty values",
+        run=(OPERATIONS, DASHBOARD_RUN),
+    ),
     "structure_cloud_run_concurrency_beyond_gunicorn_threads": Breakage(
         "structure",
         "variables.tf",
@@ -371,7 +479,8 @@ def _keep_only_run(tf_dir: Path, test_file: str, name: str) -> None:
 
 def _broken_copy(dest: Path, breakage: Breakage) -> Path:
     tf_dir = _copy_module(dest)
-    _edit(tf_dir / breakage.file, breakage.old, breakage.new)
+    for file, old, new in ((breakage.file, breakage.old, breakage.new), *breakage.also):
+        _edit(tf_dir / file, old, new)
     if breakage.check == "test":
         _keep_only_run(tf_dir, *breakage.run)
     return tf_dir

@@ -10,8 +10,10 @@ module "pubsub_toolkit" {
   region                 = var.region
   app_engine_location_id = var.app_engine_location_id
   relay_platform         = var.relay_platform
-  cloud_run_relay        = { image = var.relay_image }
-  build_dir              = "${path.module}/../../../build"
-  notification_channels  = var.notification_channels
-  alert_email            = var.alert_email
+  # Cloud Run relay: nothing here creates (default), so it must exist already.
+  firestore_database_exists = var.relay_platform == "cloud_run"
+  cloud_run_relay           = { image = var.relay_image }
+  build_dir                 = "${path.module}/../../../build"
+  notification_channels     = var.notification_channels
+  alert_email               = var.alert_email
 }

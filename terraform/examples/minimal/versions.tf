@@ -4,7 +4,7 @@ terraform {
   required_providers {
     google = {
       source  = "hashicorp/google"
-      version = ">= 6.12, < 9.0"
+      version = ">= 7.21, < 9.0"
     }
     archive = {
       source  = "hashicorp/archive"
