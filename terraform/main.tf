@@ -124,7 +124,11 @@ locals {
     DEDUP_LEASE_SECONDS     = tostring(var.ingress.lease_seconds)
   }, var.ingress.extra_env)
 
-  relay_env = merge(local.common_env, local.delay_env)
+  # The relay must know the queue's retry budget: on the last attempt it dead-letters a message
+  # it still cannot release instead of answering 503 and letting the queue drop the task.
+  relay_env = merge(local.common_env, local.delay_env, {
+    TASKS_MAX_ATTEMPTS = tostring(var.tasks_retry.max_attempts)
+  })
 
   # delay_env: RetryLater re-schedules a plain message through the delay path.
   consumer_env = var.consumer == null ? {} : merge(local.common_env, local.delay_env, {

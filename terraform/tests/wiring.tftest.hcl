@@ -211,6 +211,10 @@ run "oidc_audience_is_the_relay_url" {
     error_message = "the relay must accept exactly the invoker's tokens for its own URL."
   }
   assert {
+    condition     = google_app_engine_standard_app_version.relay[0].env_variables["TASKS_MAX_ATTEMPTS"] == tostring(google_cloud_tasks_queue.delay[0].retry_config[0].max_attempts)
+    error_message = "the relay must know the queue's max_attempts, to dead-letter on the last attempt instead of losing the message with the task."
+  }
+  assert {
     condition     = google_app_engine_standard_app_version.relay[0].service_account == google_service_account.component["relay"].email
     error_message = "the relay must run as its own service account."
   }

@@ -420,3 +420,12 @@ def test_every_gcloud_command_parses_with_the_installed_sdk(
     cmds, _ = gcloud_dry_run
     assert len([c for c in cmds if c[0] == "gcloud"]) > 30
     assert_gcloud_parses(cmds, tmp_path)
+
+
+def test_the_relay_knows_the_queue_s_retry_budget(gcloud_dry_run: tuple) -> None:
+    """Issue 24, defect 9: the relay dead-letters on the queue's last attempt only if it knows
+    which attempt is the last - the queue's --max-attempts, passed as TASKS_MAX_ATTEMPTS."""
+    cmds, build = gcloud_dry_run
+    (queue,) = gcloud(cmds, "tasks", "queues", "create")
+    env = load_app_yaml(build / "appengine/relay/app.yaml")["version"]["envVariables"]
+    assert env["TASKS_MAX_ATTEMPTS"] == flag(queue, "max-attempts") == "100"
