@@ -92,6 +92,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]
         (["local", "up", "--pubsub-port", "99999"], "99999 is not a port (0-65535"),
         (["local", "up", "--relay-port", "-1"], "-1 is not a port (0-65535"),
         (["local", "up", "--redis-port", "six"], "'six' is not a port number"),
+        # Without the redis backend nothing listens on it: refused, not silently ignored.
+        (["local", "up", "--redis-port", "7000"], "--redis-port is for --store-backend redis"),
         (["publish"], "the following arguments are required: data"),
     ],
 )
