@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -49,7 +50,13 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
         }
         status = cli(env, "status")
         assert status.returncode == 0 and status.stdout.count("running") == 5, status.stdout
+        shown = cli(env, "status", "--json", "--no-self-test")
+        assert shown.returncode == 0, shown.stderr
+        services = json.loads(shown.stdout)["services"]
+        assert {(s["name"], s["state"]) for s in services} == {(n, "running") for n in names}
         exports = cli(env, "env").stdout
+        # The consumer namespace the FIFO how-to's program needs, and the CLI's own default.
+        assert "export CONSUMER_ID=cli\n" in exports
         assert f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.services[0].port}" in exports
         # Every part traces into one file in the stack's work directory (pubsub-toolkit trace).
         assert "export TRACING=on\n" in exports
