@@ -143,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str]) -> int:
     """Parse ``argv`` (what followed ``local``) and run it; errors are ToolkitError."""
+    args = parse_args(argv)
+    return int(args.func(args))
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed, or one line and exit 2 (also for options that do not go together)."""
     parser = build_parser()
     args = parser.parse_args(list(argv))
     if args.action == "up" and args.redis_port is not None and args.store_backend != "redis":
@@ -150,7 +156,7 @@ def run(argv: Sequence[str]) -> int:
             f"--redis-port is for --store-backend redis (the stack runs no redis-server with "
             f"{args.store_backend})"
         )
-    return int(args.func(args))
+    return args
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
