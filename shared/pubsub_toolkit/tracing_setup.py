@@ -116,7 +116,7 @@ def install_exporters(env: Mapping[str, str], *, service: str) -> list[str]:
             exporters.append((name, exporter))
     if not exporters:
         return []
-    provider = TracerProvider(resource=_resource(service))  # samples per OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=service_resource(service))  # samples per OTEL_TRACES_SAMPLER
     for _, exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
@@ -125,7 +125,7 @@ def install_exporters(env: Mapping[str, str], *, service: str) -> list[str]:
     return installed
 
 
-def _resource(service: str) -> Any:
+def service_resource(service: str) -> Any:
     """The SDK's resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), named ``service``
     when neither names the service."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from pubsub_toolkit.tracing_setup import exporter_names
+from pubsub_toolkit.tracing_setup import service_resource as resource_for
 from tests.conftest import repo_root
 
 ROOT = repo_root()
@@ -163,3 +165,31 @@ sys.exit(main(["publish", "hello"]))
         "pubsub-toolkit: error: OTLP export needs opentelemetry.exporter.otlp.proto.http: "
         "pip install 'pubsub-toolkit[otlp]'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({}, ["gcp_trace"]),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, ["otlp"]),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "otlp,console"}, ["otlp", "console"]),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, []),
+    ],
+)
+def test_the_exporters_follow_the_otel_variables(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], names: list[str]
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    assert exporter_names(env) == names
+
+
+def test_otel_service_name_wins_over_the_entry_points_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    assert resource_for("ingress").attributes["service.name"] == "ingress"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "orders-ingress")
+    assert resource_for("ingress").attributes["service.name"] == "orders-ingress"
