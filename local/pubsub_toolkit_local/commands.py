@@ -7,9 +7,10 @@ user types ``local``), so this distribution owns its own flags and ``--help``.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pubsub_toolkit.errors import ToolkitError
 
@@ -98,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         up.add_argument(
             flag,
             type=_port_number,
-            default=port,
+            # None: not given, so the default applies - and a --redis-port given without the
+            # redis backend is refused (nothing would listen on it) instead of ignored.
+            default=None,
             metavar="PORT",
             help=f"{_PORT_HELP[name]} (default {port})",
         )
@@ -109,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = actions.add_parser("status", help="show what runs, and self-test the Pub/Sub emulator")
     status.add_argument(
         "--no-self-test", action="store_true", help="skip the Pub/Sub self-test (about 2 s)"
+    )
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object: each service's name, pid, port, state and log, and the self-test",
     )
     status.set_defaults(func=cmd_local_status)
     restart = actions.add_parser(
@@ -135,8 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str]) -> int:
     """Parse ``argv`` (what followed ``local``) and run it; errors are ToolkitError."""
-    args = build_parser().parse_args(list(argv))
+    args = parse_args(argv)
     return int(args.func(args))
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed, or one line and exit 2 (also for options that do not go together)."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    if args.action == "up" and args.redis_port is not None and args.store_backend != "redis":
+        parser.error(
+            f"--redis-port is for --store-backend redis (the stack runs no redis-server with "
+            f"{args.store_backend})"
+        )
+    return args
 
 
 def cmd_local_up(args: argparse.Namespace) -> int:
@@ -144,7 +164,10 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     from pubsub_toolkit_local import control
     from pubsub_toolkit_local.stack import StackOptions
 
-    ports = {name: getattr(args, name) for name in control.DEFAULT_PORTS}
+    ports: dict[str, Any] = {
+        name: default if getattr(args, name) is None else int(getattr(args, name))
+        for name, default in control.DEFAULT_PORTS.items()
+    }
     persist = None if args.persist is None else str(args.persist.resolve())
     options = StackOptions(
         project=args.project,
@@ -185,9 +208,13 @@ def cmd_local_status(args: argparse.Namespace) -> int:
     from pubsub_toolkit_local import control
 
     state = control.require_running(repo_root())
+    self_test = None if args.no_self_test else control.self_test_line(state)
+    if args.json:
+        print(json.dumps({"services": control.service_states(state), "self_test": self_test}))
+        return 0
     print("\n".join(control.status_lines(state)))
-    if not args.no_self_test:
-        print(control.self_test_line(state))
+    if self_test is not None:
+        print(self_test)
     return 0
 
 

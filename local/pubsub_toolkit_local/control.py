@@ -8,7 +8,7 @@ on the same port (re-creating what an empty emulator lacks), ``heal`` un-sticks 
 (:mod:`.pubsub_health`), and ``down`` stops every process group the state file names - nothing
 else - after saying what that discards (or, with ``--persist``, exporting what can be kept).
 
-About 330 lines: every command here reads and rewrites the same state file, so they stay together
+About 340 lines: every command here reads and rewrites the same state file, so they stay together
 (the counting lives in :mod:`.inventory`, the Pub/Sub self-test and heal in :mod:`.pubsub_health`).
 """
 
@@ -72,6 +72,7 @@ USER_ENV = (
     "TRACING",
     "TRACE_FILE",
 )
+USER_CONSUMER_ID = "cli"  # `local env`'s CONSUMER_ID: the CLI's default consumer
 _OPTION_FIELDS = ("project", "store_backend", "persist_dir", "tracing", *DEFAULT_PORTS)
 
 
@@ -313,19 +314,29 @@ def require_running(repo: Path) -> StackState:
 
 
 def export_lines(state: StackState) -> list[str]:
-    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(state.env.items())]
+    """`local env`: the stack's environment, plus a CONSUMER_ID for your own consumer
+    (``ConsumerSettings.from_env`` requires one; ``cli`` is the CLI's default, so `subscribe`
+    and `status` see the same dedup records and FIFO groups)."""
+    env = {"CONSUMER_ID": USER_CONSUMER_ID, **state.env}
+    return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+
+
+def service_states(state: StackState) -> list[dict[str, Any]]:
+    """Each service's name, pid, port, state (running or DOWN) and log."""
+    return [
+        {
+            "name": s.name,
+            "pid": s.pid,
+            "port": s.port,
+            "state": "running" if process_group_alive(s.pid) else "DOWN",
+            "log": s.log,
+        }
+        for s in state.services
+    ]
 
 
 def status_lines(state: StackState) -> list[str]:
-    rows = [("service", "pid", "port", "state", "log")]
-    for s in state.services:
-        rows.append(
-            (
-                s.name,
-                str(s.pid),
-                str(s.port),
-                "running" if process_group_alive(s.pid) else "DOWN",
-                s.log,
-            )
-        )
+    rows: list[tuple[str, ...]] = [("service", "pid", "port", "state", "log")]
+    columns = ("name", "pid", "port", "state", "log")
+    rows += [tuple(str(s[c]) for c in columns) for s in service_states(state)]
     return format_table(rows)

@@ -32,10 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pubsub_toolkit_local.processes import LOOPBACK, ServiceSpec, ServiceStartError
+from pubsub_toolkit_local.sdk import firestore_jar, pubsub_launcher
 
-GCLOUD_SDK = Path("/usr/lib/google-cloud-sdk")
-PUBSUB_EMULATOR = GCLOUD_SDK / "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
-FIRESTORE_JAR = GCLOUD_SDK / "platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
 _JVM_FLAGS = "-Xms64m -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 # java.util.logging reads no default handler from a config file: name it, or nothing is logged.
 _LOGGING = (
@@ -76,16 +74,12 @@ def _logging_config(work_dir: Path) -> Path:
 
 def pubsub_emulator(port: int, work_dir: Path) -> ServiceSpec:
     """The official Pub/Sub emulator (the launcher script execs one JVM)."""
-    if not PUBSUB_EMULATOR.exists():
-        raise ServiceStartError(
-            f"Pub/Sub emulator not found at {PUBSUB_EMULATOR}; "
-            "install the Debian package google-cloud-cli-pubsub-emulator"
-        )
+    launcher = pubsub_launcher()  # where gcloud's SDK has it (see .sdk)
     _require_java()
     opts = f"{_JVM_FLAGS} -Djava.util.logging.config.file={_logging_config(work_dir)}"
     return ServiceSpec(
         name="pubsub-emulator",
-        argv=(str(PUBSUB_EMULATOR), f"--host={LOOPBACK}", f"--port={port}"),
+        argv=(str(launcher), f"--host={LOOPBACK}", f"--port={port}"),
         port=port,
         ready=http_ok(port),
         env={"CLOUD_PUBSUB_EMULATOR_OPTS": opts},
@@ -97,11 +91,7 @@ def firestore_emulator(
 ) -> ServiceSpec:
     """The official Firestore emulator, run straight from its jar (one JVM, one pid); with
     ``import_from`` (an ``.overall_export_metadata`` file) it starts with that export's data."""
-    if not FIRESTORE_JAR.exists():
-        raise ServiceStartError(
-            f"Firestore emulator not found at {FIRESTORE_JAR}; "
-            "install the Debian package google-cloud-cli-firestore-emulator"
-        )
+    jar = firestore_jar()
     java = _require_java()
     return ServiceSpec(
         name="firestore-emulator",
@@ -110,7 +100,7 @@ def firestore_emulator(
             *_JVM_FLAGS.split(),
             f"-Djava.util.logging.config.file={_logging_config(work_dir)}",
             "-cp",
-            str(FIRESTORE_JAR),
+            str(jar),
             "com.google.cloud.datastore.emulator.firestore.CloudFirestore",
             "start",
             f"--host={LOOPBACK}",
@@ -178,3 +168,10 @@ def _require_java() -> str:
     if java is None:
         raise ServiceStartError("java not found; the emulators need Java 17 (openjdk-17-jre)")
     return java
+
+
+def __getattr__(name: str) -> Path:
+    """``PUBSUB_EMULATOR``: the launcher found now (an older constant, kept for its importers)."""
+    if name == "PUBSUB_EMULATOR":
+        return pubsub_launcher()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

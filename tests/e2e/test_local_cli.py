@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -24,9 +25,11 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def port_flags(**fixed: int) -> list[str]:
+    """Free ports for the parts of a firestore stack (--redis-port only goes with redis)."""
     flags = []
     for name in DEFAULT_PORTS:
-        flags += ["--" + name.replace("_", "-"), str(fixed.get(name) or free_port())]
+        if name != "redis_port":
+            flags += ["--" + name.replace("_", "-"), str(fixed.get(name) or free_port())]
     return flags
 
 
@@ -47,24 +50,30 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
         }
         status = cli(env, "status")
         assert status.returncode == 0 and status.stdout.count("running") == 5, status.stdout
+        shown = cli(env, "status", "--json", "--no-self-test")
+        assert shown.returncode == 0, shown.stderr
+        services = json.loads(shown.stdout)["services"]
+        assert {(s["name"], s["state"]) for s in services} == {(n, "running") for n in names}
         exports = cli(env, "env").stdout
+        # The consumer namespace the FIFO how-to's program needs, and the CLI's own default.
+        assert "export CONSUMER_ID=cli\n" in exports
         assert f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.services[0].port}" in exports
         # Every part traces into one file in the stack's work directory (pubsub-toolkit trace).
         assert "export TRACING=on\n" in exports
         assert f"export TRACE_FILE={state.work_dir}/traces.jsonl\n" in exports
         again = cli(env, "up", *port_flags())
-        assert again.returncode == 2 and "already running" in again.stderr
+        assert again.returncode == 1 and "already running" in again.stderr  # a failed operation
     finally:
         stopped = cli(env, "down")
     assert stopped.returncode == 0, stopped.stderr
     assert not any(process_group_alive(s.pid) for s in state.services)
     assert not (tmp_path / "state.json").exists()
-    assert cli(env, "status").returncode == 2  # "not running", said in one line
+    assert cli(env, "status").returncode == 1  # "not running", said in one line
 
 
 def test_a_busy_port_stops_the_rest_and_says_what_to_fix(tmp_path: Path) -> None:
     env = {**os.environ, "PUBSUB_TOOLKIT_STATE_DIR": str(tmp_path)}
-    ports = {name: free_port() for name in DEFAULT_PORTS}
+    ports = {name: free_port() for name in DEFAULT_PORTS if name != "redis_port"}
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
@@ -73,7 +82,7 @@ def test_a_busy_port_stops_the_rest_and_says_what_to_fix(tmp_path: Path) -> None
             f for name, port in ports.items() for f in ("--" + name.replace("_", "-"), str(port))
         ]
         failed = cli(env, "up", *flags)
-    assert failed.returncode == 2
+    assert failed.returncode == 1
     assert f"port {busy}" in failed.stderr and "already in use" in failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "state.json").exists()

@@ -15,6 +15,7 @@ from google.auth.compute_engine import _metadata
 
 from pubsub_toolkit.operations.cli import attach_dash_values, build_parser, main
 from pubsub_toolkit_local.commands import build_parser as build_local_parser
+from pubsub_toolkit_local.commands import parse_args as parse_local_args
 
 
 def walk(
@@ -172,3 +173,19 @@ def test_version_prints_the_packages_version(capsys: pytest.CaptureFixture[str])
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"pubsub-toolkit {pubsub_toolkit.__version__}"
+
+
+def test_redis_port_without_the_redis_backend_is_refused_not_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Nothing would listen on it. Parsed only (never run): a stack is not started here."""
+    with pytest.raises(SystemExit) as exited:
+        parse_local_args(["up", "--redis-port", "7000"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "pubsub-toolkit local: error: --redis-port is for --store-backend redis (the stack runs "
+        "no redis-server with firestore) (see pubsub-toolkit local --help)"
+    ]
+    args = parse_local_args(["up", "--store-backend", "redis", "--redis-port", "7000"])
+    assert args.redis_port == 7000
+    assert parse_local_args(["up"]).redis_port is None  # the default port applies

@@ -2,8 +2,9 @@
 
 Configuration comes from the environment, as for the deployed parts (see the README); against
 the local stack, ``eval "$(pubsub-toolkit local env)"`` sets it. Every command and option has
-``--help``; every error - a bad argument, a refused value, a failed call - is one line on stderr
-and a non-zero exit (2).
+``--help``; every error is one line on stderr: exit 2 when the command cannot run as given (an
+option, a setting, credentials or an extra), exit 1 when the operation ran and failed (see
+:mod:`.exits`). ``--project`` (before or after the command) overrides ``GOOGLE_CLOUD_PROJECT``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.operations.cli import exits
 from pubsub_toolkit.operations.cli.common import (
     NO_CREDENTIALS,
     attribute,
@@ -23,17 +25,15 @@ from pubsub_toolkit.operations.cli.common import (
     duration,
     fifo_group,
     non_negative_int,
-    positive_int,
 )
 from pubsub_toolkit.operations.cli.dashboard import add_dashboard_command
 from pubsub_toolkit.operations.cli.local import add_local_commands, cmd_local
 from pubsub_toolkit.operations.cli.messaging import cmd_publish, cmd_subscribe
-from pubsub_toolkit.operations.cli.operations import (
-    cmd_dlq_list,
-    cmd_dlq_replay,
-    cmd_fifo_replay,
-    cmd_fifo_skip,
-    cmd_status,
+from pubsub_toolkit.operations.cli.operator_parsers import (
+    add_dlq_commands,
+    add_fifo_commands,
+    add_project_everywhere,
+    add_status_command,
 )
 from pubsub_toolkit.operations.cli.trace import add_trace_command
 
@@ -72,30 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_publish_command(commands)
     _add_subscribe_command(commands)
 
-    status = commands.add_parser(
-        "status", help="FIFO groups, dead letters, scheduled deliveries, dedup hit rate"
-    )
-    status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
-    status.add_argument(
-        "--group",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="also show this group, idle or not (repeatable; the list shows groups with work)",
-    )
-    status.add_argument(
-        "--dead-letter-subscription",
-        default="dead-letter-sub",
-        metavar="NAME",
-        help="where dead letters are counted (default: dead-letter-sub)",
-    )
-    status.set_defaults(func=cmd_status)
-
+    add_status_command(commands)
     add_dashboard_command(commands)
     add_trace_command(commands)
-    _add_fifo_commands(commands)
-    _add_dlq_commands(commands)
+    add_fifo_commands(commands)
+    add_dlq_commands(commands)
     add_local_commands(commands)
+    add_project_everywhere(parser)
     return parser
 
 
@@ -147,6 +130,9 @@ def _add_publish_command(commands: Any) -> None:
         help="mark it as the FIFO group's last message (with --fifo-group): the consumer then "
         "records the group as complete and dead-letters any later number (fifo_after_end)",
     )
+    publish.add_argument(
+        "--json", action="store_true", help='print {"message_id": ..., "topic": ...}'
+    )
     publish.set_defaults(func=cmd_publish)
 
 
@@ -192,62 +178,6 @@ def _add_subscribe_command(commands: Any) -> None:
     subscribe.set_defaults(func=cmd_subscribe)
 
 
-def _add_fifo_commands(commands: Any) -> None:
-    fifo = commands.add_parser("fifo", help="operator actions on FIFO groups")
-    fifo_commands = fifo.add_subparsers(dest="fifo_command", required=True, metavar="ACTION")
-    consumer_help = "whose group (default: $CONSUMER_ID or cli)"
-    skip = fifo_commands.add_parser("skip", help="pass over GROUP's SEQ with a tombstone")
-    skip.add_argument("group", help="the FIFO group")
-    skip.add_argument("seq", type=positive_int, help="the number to pass over")
-    skip.add_argument("--consumer-id", help=consumer_help)
-    skip.set_defaults(func=cmd_fifo_skip)
-    replay = fifo_commands.add_parser("replay", help="unblock GROUP and run its parked head again")
-    replay.add_argument("group", help="the blocked FIFO group")
-    replay.add_argument("--consumer-id", help=consumer_help)
-    replay.set_defaults(func=cmd_fifo_replay)
-
-
-def _add_dlq_commands(commands: Any) -> None:
-    dlq = commands.add_parser("dlq", help="inspect and replay the dead-letter topic")
-    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    subscription_help = "the dead-letter subscription (default: dead-letter-sub)"
-    dlq_list = dlq_commands.add_parser(
-        "list", help="reason, key, group, seq and age of each (consumes nothing)"
-    )
-    dlq_list.add_argument(
-        "--subscription", default="dead-letter-sub", metavar="NAME", help=subscription_help
-    )
-    dlq_list.add_argument(
-        "--limit",
-        type=positive_int,
-        default=1000,
-        metavar="N",
-        help="list at most N (default 1000)",
-    )
-    dlq_list.set_defaults(func=cmd_dlq_list)
-    dlq_replay = dlq_commands.add_parser(
-        "replay", help="re-publish selected dead letters to origin (FIFO order, same dedup keys)"
-    )
-    dlq_replay.add_argument(
-        "--subscription", default="dead-letter-sub", metavar="NAME", help=subscription_help
-    )
-    dlq_replay.add_argument(
-        "--topic", default="origin", help="where to re-publish (default: origin)"
-    )
-    dlq_replay.add_argument("--reason", help="only those dead-lettered for this reason")
-    dlq_replay.add_argument("--group", help="only this FIFO group")
-    dlq_replay.add_argument(
-        "--id", action="append", metavar="ID", help="only this dead-letter message id; repeat"
-    )
-    dlq_replay.add_argument("--all", action="store_true", help="every dead letter")
-    dlq_replay.add_argument(
-        "--consumer-id",
-        help="unblock this consumer's groups BLOCKED at a replayed fifo_poison message "
-        "(default: $CONSUMER_ID or cli)",
-    )
-    dlq_replay.set_defaults(func=cmd_dlq_replay)
-
-
 def attach_dash_values(argv: Sequence[str]) -> list[str]:
     """``--delay -5s`` -> ``--delay=-5s`` (see :data:`_DASH_VALUE_OPTIONS`)."""
     out: list[str] = []
@@ -266,18 +196,38 @@ def attach_dash_values(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
-    from google.api_core.exceptions import GoogleAPICallError, RetryError
-    from google.auth.exceptions import DefaultCredentialsError
-
+    """Entry point of the console script; returns the exit code (see :mod:`.exits`)."""
     words = attach_dash_values(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(words)
     if getattr(args, "func", None) is cmd_local:
         # Everything after `local`, verbatim (also --help): the local package parses it.
         args.rest = words[words.index("local") + 1 :]
+        if args.project is not None:
+            parser.error("--project is not for `local`: `local up --project P` names its project")
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    saved = os.environ.get("GOOGLE_CLOUD_PROJECT")
+    if args.project is not None:
+        os.environ["GOOGLE_CLOUD_PROJECT"] = args.project  # every part reads it from there
+    try:
+        return _run(args)
+    finally:
+        if args.project is not None:  # main() may be called in-process (tests, scripts)
+            _restore("GOOGLE_CLOUD_PROJECT", saved)
+
+
+def _restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def _run(args: argparse.Namespace) -> int:
+    from google.api_core.exceptions import GoogleAPICallError, RetryError
+    from google.auth.exceptions import DefaultCredentialsError
+
     try:
         if args.command in _TRACED_COMMANDS:
             from pubsub_toolkit.tracing_setup import configure_entry_point
@@ -285,15 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_entry_point(os.environ, service="pubsub-toolkit")
         return int(args.func(args))
     except ToolkitError as exc:
-        print(f"pubsub-toolkit: error: {exc}", file=sys.stderr)
-        return 2
-    except (GoogleAPICallError, RetryError, DefaultCredentialsError) as exc:
-        # A refused or failed call (missing topic, emulator gone), or no credentials: say so,
-        # without a traceback (google-auth's own words last: they name a missing or bad file).
-        message = " ".join(str(exc).split())
-        if isinstance(exc, DefaultCredentialsError):
-            message = f"{NO_CREDENTIALS} ({message})"
-        print(f"pubsub-toolkit: error: {args.command}: {message}", file=sys.stderr)
-        return 2
+        return exits.toolkit_error(exc)
+    except ModuleNotFoundError as exc:  # an extra's module (named with its pip line), or a bug
+        return exits.missing_extra(args.command, exc)
+    except (GoogleAPICallError, RetryError) as exc:
+        # A refused or failed call (missing topic, emulator gone): say so, without a traceback.
+        return exits.fail(f"{args.command}: {exc}", exits.EXIT_FAILED)
+    except DefaultCredentialsError as exc:
+        # Setup, not a failed call: google-auth's own words last (a missing or bad file).
+        return exits.fail(f"{args.command}: {NO_CREDENTIALS} ({exc})", exits.EXIT_USAGE)
     except KeyboardInterrupt:
         return 130

@@ -12,7 +12,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.errors import MissingDependencyError
 
 MISSING_HINT = "the local stack is not installed: pip install -e ./local from a checkout"
 
@@ -25,7 +25,7 @@ def _local_commands() -> ModuleType:
         # is a real error and keeps its own message.
         if (exc.name or "").split(".")[0] != "pubsub_toolkit_local":
             raise
-        raise ToolkitError(MISSING_HINT) from None
+        raise MissingDependencyError(MISSING_HINT) from None  # setup: exit 2
 
 
 def add_local_commands(commands: Any) -> None:

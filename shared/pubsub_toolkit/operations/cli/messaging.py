@@ -47,7 +47,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise ToolkitError(str(exc)) from exc
     finally:
         sink.close()
-    print(message_id)
+    print(json.dumps({"message_id": message_id, "topic": topic}) if args.json else message_id)
     return 0
 
 

@@ -1,19 +1,19 @@
-"""Operator commands: `status`, `fifo skip|replay`, `dlq list|replay`."""
+"""Operator commands: `status`, `fifo skip|replay`, `dlq replay` (`dlq list`: .dead_letters)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit.operations._text_table import format_table
 from pubsub_toolkit.operations.cli.common import (
     full_subscription,
     full_topic,
     require_emulator_if_local,
 )
+from pubsub_toolkit.operations.cli.exits import UsageError
 
 if TYPE_CHECKING:
     from pubsub_toolkit.consumer.gate import FifoGate
@@ -65,6 +65,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         snapshot = gather(source, now=SYSTEM_CLOCK.now())
     finally:
         source.close()
+    if args.json:
+        print(json.dumps(snapshot.to_json()))
+        return 0
     print("\n".join(status_lines(snapshot, dead_letter_name=args.dead_letter_subscription)))
     return 0
 
@@ -129,42 +132,6 @@ def dead_letter_subscription(args: argparse.Namespace) -> str:
     return full_subscription(args.subscription)
 
 
-def cmd_dlq_list(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.clock import SYSTEM_CLOCK
-    from pubsub_toolkit.dead_letters.listing import list_dead_letters
-    from pubsub_toolkit.emulator import subscriber_client
-
-    require_emulator_if_local()
-    subscriber = subscriber_client()  # dead letters can be 10 MB
-    try:
-        letters = list_dead_letters(subscriber, dead_letter_subscription(args), limit=args.limit)
-    finally:
-        subscriber.close()
-    now = SYSTEM_CLOCK.now()
-    rows = [("dead-letter id", "reason", "dedup_key", "group", "seq", "age", "detail")]
-    for d in letters:
-        at = d.dead_lettered_at
-        age = "-" if at is None else f"{(now - at).total_seconds():.0f}s"
-        rows.append(
-            (
-                d.dead_letter_id,
-                d.reason,
-                d.dedup_key or "-",
-                d.group or "-",
-                "-" if d.seq is None else str(d.seq),
-                age,
-                f"UNREADABLE, never replayed: {d.unreadable}"[:90]
-                if d.unreadable
-                else d.detail[:60],
-            )
-        )
-    print("\n".join(format_table(rows)))
-    unreadable = sum(1 for d in letters if d.unreadable)
-    tail = f", {unreadable} of them unreadable (kept on the topic)" if unreadable else ""
-    print(f"{len(letters)} dead letter(s){tail}", file=sys.stderr)
-    return 0
-
-
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
     from pubsub_toolkit.dead_letters.replay import replay
     from pubsub_toolkit.emulator import subscriber_client
@@ -180,7 +147,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         )
 
     if not (args.all or args.reason or args.group or args.id):
-        raise ToolkitError("choose what to replay: --reason, --group, --id, or --all")
+        raise UsageError("choose what to replay: --reason, --group, --id, or --all")
     store = replay_store()
     passed = PassedNumbers(args.consumer_id)
     subscriber, sink = subscriber_client(), PubSubSink()
