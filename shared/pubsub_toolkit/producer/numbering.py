@@ -45,7 +45,7 @@ class NumberingQueue:
         self._send_group = send_group
         self._idle = idle
         self._waiting: dict[str, list[Waiting]] = {}
-        self._ready = threading.Condition()
+        self._ready = threading.Condition(threading.Lock())
         self._running = False
 
     def submit(self, group: str, items: list[Waiting]) -> None:

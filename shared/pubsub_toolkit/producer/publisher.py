@@ -58,29 +58,21 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import FIFO_EPOCH
-from pubsub_toolkit.envelope import parse_envelope
-from pubsub_toolkit.errors import ContractViolation, StoreUnavailableError
-from pubsub_toolkit.message import Message, OutboundMessage
+from pubsub_toolkit.errors import StoreUnavailableError
+from pubsub_toolkit.message import OutboundMessage
 from pubsub_toolkit.producer.numbering import NumberingQueue, Waiting
 from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, settled
+from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
-# Only the Publisher may write these: a group's numbers must all come from its counter, and its
-# end mark sits on a number the Publisher reserved (the keyword to pass instead of each).
-_OWNED_BY_PUBLISHER = {
-    attr.FIFO_GROUP: "fifo_group=",
-    attr.FIFO_SEQ: "fifo_group=",
-    attr.FIFO_END: "end_of_group=True",
-    FIFO_EPOCH: "fifo_group=",
-}
 
 # Locks striped by group: bounded memory however many groups; two groups sharing a stripe only
 # wait for each other's reserve-and-enqueue (microseconds with a future-returning sink).
@@ -134,19 +126,19 @@ class Publisher:
         exception: the counter's (StoreUnavailableError: nothing published) or the publish's
         (after the reservation: a logged gap).
         """
-        stamped = _stamp(attributes, dedup_key=dedup_key, delay=delay, deliver_at=deliver_at)
-        _check_end(end_of_group)
+        stamped = stamp(attributes, dedup_key=dedup_key, delay=delay, deliver_at=deliver_at)
+        check_end(end_of_group)
         if end_of_group:
             if fifo_group is None:
                 raise ValueError("end_of_group=True needs fifo_group: only a group can end")
             stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
         if fifo_group is None:
-            _validate(data, stamped)
+            validate(data, stamped)
             return self._send(OutboundMessage(data, stamped))
         counter = self._require_counter()
-        _check_group(fifo_group)
+        check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
-        _validate(data, stamped)
+        validate(data, stamped)
         return self._send_fifo(counter, fifo_group, [(data, stamped)])[0]
 
     def publish_batch(
@@ -168,17 +160,17 @@ class Publisher:
         them). Returns the message ids in order.
         """
         counter = self._require_counter()
-        _check_group(group)
-        _check_end(end_of_group)
+        check_group(group)
+        check_end(end_of_group)
         if end_of_group and not items:
             raise ValueError("end_of_group=True marks the batch's last item, but it has none")
         prepared: list[tuple[bytes, dict[str, str]]] = []
         for index, (data, attributes) in enumerate(items):
-            stamped = _stamp(attributes, dedup_key=None, delay=None, deliver_at=None)
+            stamped = stamp(attributes, dedup_key=None, delay=None, deliver_at=None)
             stamped[attr.FIFO_GROUP] = group
             if end_of_group and index == len(items) - 1:
                 stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
-            _validate(data, stamped)
+            validate(data, stamped)
             prepared.append((data, stamped))
         if not prepared:
             return []
@@ -361,80 +353,3 @@ def _log_gap(seq: int, group: str) -> None:
         seq,
         group,
     )
-
-
-def _stamp(
-    attributes: Mapping[str, str] | None,
-    *,
-    dedup_key: str | None,
-    delay: timedelta | None,
-    deliver_at: datetime | None,
-) -> dict[str, str]:
-    """The caller's attributes plus the toolkit's, after checking they do not conflict."""
-    stamped = dict(attributes or {})
-    for key, value in stamped.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"attribute keys and values must be str, got {key!r}: {value!r}")
-    for owned, keyword in _OWNED_BY_PUBLISHER.items():
-        if owned in stamped:
-            raise ValueError(f"attribute {owned!r} is set by the Publisher: pass {keyword}")
-    if dedup_key is not None:
-        if attr.DEDUP_KEY in stamped:
-            raise ValueError("dedup_key given both as an argument and as an attribute")
-        stamped[attr.DEDUP_KEY] = dedup_key
-    if delay is not None and deliver_at is not None:
-        raise ValueError("give delay or deliver_at, not both")
-    if (delay is not None or deliver_at is not None) and (
-        attr.DELIVER_AT in stamped or attr.DELAY_SECONDS in stamped
-    ):
-        raise ValueError("a due time given both as an argument and as an attribute")
-    if delay is not None:
-        stamped[attr.DELAY_SECONDS] = _format_delay(delay)
-    if deliver_at is not None:
-        if not isinstance(deliver_at, datetime):
-            raise TypeError(f"deliver_at must be a datetime, got {type(deliver_at).__name__}")
-        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
-            raise ValueError("deliver_at must be timezone-aware (naive datetimes are ambiguous)")
-        stamped[attr.DELIVER_AT] = attr.format_time(deliver_at)
-    return stamped
-
-
-def _format_delay(delay: timedelta) -> str:
-    """``delay`` as decimal seconds with at most microsecond digits: ``90``, ``1.5``."""
-    if not isinstance(delay, timedelta):
-        raise TypeError(f"delay must be a timedelta, got {type(delay).__name__}")
-    if delay < timedelta(0):
-        raise ValueError(f"delay must not be negative, got {delay}")
-    return f"{delay.total_seconds():.6f}".rstrip("0").rstrip(".")
-
-
-def _check_end(end_of_group: object) -> None:
-    # A bool only: a truthy string such as "false" must not end a group by accident.
-    if not isinstance(end_of_group, bool):
-        raise TypeError(f"end_of_group must be a bool, got {type(end_of_group).__name__}")
-
-
-def _check_group(group: str) -> None:
-    if not isinstance(group, str) or not group.strip():
-        raise ValueError(f"fifo_group must be a non-blank string, got {group!r}")
-    size = len(group.encode())
-    if size > attr.MAX_FIFO_GROUP_BYTES:
-        raise ValueError(
-            f"fifo_group is {size} bytes; the ordering key limit is {attr.MAX_FIFO_GROUP_BYTES}"
-        )
-
-
-def _validate(data: bytes, stamped: Mapping[str, str]) -> None:
-    """Raise ValueError for a message ingress would dead-letter (same rules, same code)."""
-    if not isinstance(data, bytes):
-        raise TypeError(f"data must be bytes, got {type(data).__name__}")
-    # Include a placeholder fifo_seq so the attribute-count limit accounts for the real one.
-    probe = dict(stamped)
-    if attr.FIFO_GROUP in probe:
-        probe[attr.FIFO_SEQ] = "1"
-        probe[FIFO_EPOCH] = "1"
-    try:
-        # The placeholder id stands in for the message_id Pub/Sub will assign.
-        parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
-    except ContractViolation as exc:
-        raise ValueError(f"the message breaks the attribute contract ({exc})") from exc
