@@ -131,6 +131,24 @@ def test_fifo_messages_waiting_for_a_number_share_one_reservation() -> None:
     assert sink.numbers() == list(range(1, 11))
 
 
+def test_a_retry_queued_before_its_first_copy_was_numbered_takes_the_same_number() -> None:
+    sink, counter = HeldSink(settle_at_once=True), GatedCounter()
+    publisher = Publisher(sink, TOPIC, counter)
+    first = publisher.publish(b"warm-up", fifo_group="g")
+    wait_for(lambda: counter.calls == [1], "the first reservation under way")
+    a = publisher.publish(b"A", fifo_group="g", dedup_key="order-A")
+    b = publisher.publish(b"B", fifo_group="g", dedup_key="order-B")
+    retry = publisher.publish(b"A", fifo_group="g", dedup_key="order-A")  # did not wait for a
+    counter.release.set()
+    for future in (first, a, b, retry):
+        future.result(timeout=DEADLINE)
+    assert counter.calls == [1, 2]  # A and B; the retry is A again, not a third number
+    numbered = [
+        (m.attributes.get(attr.DEDUP_KEY), int(m.attributes[attr.FIFO_SEQ])) for m, _ in sink.held
+    ]
+    assert numbered == [(None, 1), ("order-A", 2), ("order-B", 3), ("order-A", 2)]
+
+
 def test_eight_threads_in_one_group_get_unique_contiguous_increasing_numbers() -> None:
     sink = HeldSink(settle_at_once=True)
     publisher = Publisher(sink, TOPIC, MemorySequenceCounter())

@@ -255,7 +255,8 @@ class Publisher:
         dedup key and content before (a retry, while the group's counter is in the same
         epoch; a key reused for other content is a new message), else one from ONE block
         reserved for all the others. Recorded before anything is published, so a retry after
-        a failed publish reuses it."""
+        a failed publish reuses it; a copy numbered together with its first (a retry queued
+        before the first was numbered) takes the first's number too."""
         latest = (self._handed.get(group) or (None, 0))[0]
         keys = [
             (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
@@ -263,10 +264,22 @@ class Publisher:
         ]
         known = [self._numbered.get((group, *k)) if k else None for k in keys]
         known = [n if n is not None and n[0] == latest else None for n in known]
-        fresh = sum(1 for n in known if n is None)
+        first: dict[tuple[str, str], int] = {}  # key -> index of its first new copy here
+        for index, (key, number) in enumerate(zip(keys, known, strict=True)):
+            if key is not None and number is None:
+                first.setdefault(key, index)
+        copies = {i for i, k in enumerate(keys) if k is not None and first.get(k, i) != i}
+        fresh = sum(1 for i, n in enumerate(known) if n is None and i not in copies)
         block = self._reserve(counter, group, fresh) if fresh else None
         new = iter(()) if block is None else iter(block.numbers())
-        numbers = [n or (block.epoch if block else 0, next(new)) for n in known]
+        numbers: list[tuple[int, int]] = []
+        for index, (key, number) in enumerate(zip(keys, known, strict=True)):
+            if number is not None:
+                numbers.append(number)
+            elif index in copies and key is not None:
+                numbers.append(numbers[first[key]])
+            else:
+                numbers.append((block.epoch if block else 0, next(new)))
         for key, number in zip(keys, numbers, strict=True):
             if key:
                 self._numbered.put((group, *key), number)
