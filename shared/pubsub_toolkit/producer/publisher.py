@@ -47,7 +47,7 @@ behind) hands out numbers again in the same epoch. A Publisher remembers the hig
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
 
-(About 360 lines: the contract stamping and the numbering - blocks, retries, a counter that
+(About 370 lines: the numbering - blocks, retries, a counter that
 went back, the per-group order of futures - share the Publisher's memory of what it handed out.)
 """
 
