@@ -71,19 +71,27 @@ def new_topic(admin: pubsub_v1.PublisherClient, project: str) -> str:
     return topic
 
 
-def variants(admin: pubsub_v1.PublisherClient, redis_url: str, mode: str) -> dict[str, Publish]:
-    """``raw`` and ``publisher`` for ``mode``, each on its own client and topic."""
+def variants(
+    admin: pubsub_v1.PublisherClient, redis_url: str, mode: str
+) -> tuple[dict[str, Publish], Callable[[], None]]:
+    """``raw`` and ``publisher`` for ``mode``, each on its own client and topic; and a call
+    that stops both clients (so no idle client of one comparison runs during the next)."""
     project = f"bench-{uuid.uuid4().hex[:8]}"
     ordered = mode == "fifo"
     raw_client, raw_topic = client(ordered=ordered), new_topic(admin, project)
     sink = PubSubSink(client(ordered=ordered))
     counter = RedisSequenceCounter.from_url(redis_url, prefix=f"bench-{project}:")
     publisher = Publisher(sink, new_topic(admin, project), counter)
+
+    def stop() -> None:
+        raw_client.stop()
+        sink.close()
+
     if not ordered:
         return {
             "raw": lambda i: raw_client.publish(raw_topic, PAYLOAD),
             "publisher": lambda i: publisher.publish(PAYLOAD),
-        }
+        }, stop
     seq = [0] * GROUPS
     lock = threading.Lock()
 
@@ -99,7 +107,7 @@ def variants(admin: pubsub_v1.PublisherClient, redis_url: str, mode: str) -> dic
     return {
         "raw": raw_fifo,
         "publisher": lambda i: publisher.publish(PAYLOAD, fifo_group=f"g{i % GROUPS}"),
-    }
+    }, stop
 
 
 def throughput(publish: Publish, messages: int, threads: int) -> float:
@@ -120,7 +128,7 @@ def run(messages: int, rounds: int) -> dict[str, object]:
         admin = pubsub_v1.PublisherClient()
         for mode in ("unordered", "fifo"):
             for threads in THREADS:
-                pair = variants(admin, redis_url, mode)
+                pair, stop = variants(admin, redis_url, mode)
                 for publish in pair.values():  # warm-up: connections, topic, counter script
                     throughput(publish, min(messages, 200), threads)
                 samples: dict[str, list[float]] = {name: [] for name in pair}
@@ -128,6 +136,7 @@ def run(messages: int, rounds: int) -> dict[str, object]:
                     order = list(pair) if r % 2 == 0 else list(reversed(pair))
                     for name in order:
                         samples[name].append(throughput(pair[name], messages, threads))
+                stop()
                 raw, ours = median(samples["raw"]), median(samples["publisher"])
                 key = f"{mode}_{threads}_threads"
                 results[key] = {
