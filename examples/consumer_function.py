@@ -282,13 +282,13 @@ def publish_all(names: Names, settings: Settings, sink: Any) -> list[str]:
     publisher = Publisher(sink, names.topic, counter_from_settings(settings))
     published = []
     for _retry in range(2):  # the producer's retry: same dedup_key, a new message id
-        published.append(publisher.publish(b"welcome email", dedup_key=names.welcome))
+        published.append(publisher.publish(b"welcome email", dedup_key=names.welcome).result())
     for n, step in enumerate(("created", "paid", "shipped"), 1):
         extra = {"example_fail_once": "true"} if step == "paid" else {}
         published.append(
             publisher.publish(
                 step.encode(), extra, fifo_group=names.group, dedup_key=f"{names.group}-{n}"
-            )
+            ).result()
         )
     return published
 

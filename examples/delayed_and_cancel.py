@@ -177,7 +177,7 @@ def run(settings: Settings, delay: float, timeout: float) -> bool:
         for key in (drop, keep):  # the one to cancel first: it is due no later than the other
             message_id = publisher.publish(
                 f"remind me ({key})".encode(), dedup_key=key, delay=timedelta(seconds=delay)
-            )
+            ).result()
             print(f"published {key} (message {message_id}) to {origin}, due in {delay:g}s")
         client = tasks_client(settings.delay.tasks_emulator_host)
         task = wait_for_task(scheduler, client, drop, deadline)

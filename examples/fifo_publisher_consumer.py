@@ -213,7 +213,7 @@ def run(store: str, timeout: float) -> bool:
             state.published_one(
                 publisher.publish(
                     step.encode(), fifo_group=groups[label], dedup_key=f"{key}-{run_id}"
-                )
+                ).result()
             )
         state.publishing_done()
         print(f"published {len(SENDS)} messages in groups {', '.join(groups.values())}")

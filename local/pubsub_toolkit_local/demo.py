@@ -86,7 +86,7 @@ def _publish(
                 dedup_key=TRACED_KEY,
                 delay=timedelta(seconds=delay),
                 fifo_group=TRACED_GROUP,
-            )
+            ).result(timeout=30)
             continue
         publisher.publish(
             origin,

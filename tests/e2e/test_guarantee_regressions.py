@@ -353,7 +353,7 @@ class GroupProducer:
     def publish(self, key: str) -> None:
         for _ in range(100):  # bounded: ~10 s of Redis unavailable at most
             try:
-                self._publisher.publish(key.encode(), fifo_group=self.group, dedup_key=key)
+                self._publisher.publish(key.encode(), fifo_group=self.group, dedup_key=key).result()
                 return
             except StoreUnavailableError:
                 time.sleep(0.1)  # the application's retry backoff, not a synchronisation

@@ -103,7 +103,7 @@ def test_redis_stopped_then_restarted_fails_closed_then_processes_once(
     with pytest.raises(TransientError, match="Redis is unavailable"):
         processor.process(grouped)
     with pytest.raises(StoreUnavailableError):
-        publisher.publish(b"z", fifo_group="g")  # no guessed number
+        publisher.publish(b"z", fifo_group="g").result()  # no guessed number
     assert sink.published == {}, "something was published while the store was down"
     assert handled == Counter(), "a handler ran without its dedup/FIFO record"
 

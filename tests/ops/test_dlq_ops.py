@@ -50,7 +50,7 @@ def publish_with_poison_second(stack: LocalStack, client: firestore.Client, grou
     sink = PubSubSink()
     publisher = Publisher(sink, stack.topology.origin, FirestoreSequenceCounter(client))
     for data in (b"one", b"bad", b"three"):
-        publisher.publish(data, {}, fifo_group=group)
+        publisher.publish(data, {}, fifo_group=group).result(timeout=30)
     sink.close()
 
 

@@ -28,7 +28,8 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.envelope import parse_envelope
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.producer.publisher import Publisher, _format_delay
+from pubsub_toolkit.producer.publisher import Publisher
+from pubsub_toolkit.producer.stamping import _format_delay
 from pubsub_toolkit.stores.counters.base import SequenceBlock
 from tests.support.sinks import RecordingSink
 

@@ -93,7 +93,7 @@ def test_the_publisher_refuses_a_number_below_one_it_handed_out() -> None:
     publisher.publish_batch("g", [(b"a", {}), (b"b", {}), (b"c", {})])
     counter.lost = 2
     with pytest.raises(StoreUnavailableError, match="went back"):
-        publisher.publish(b"d", fifo_group="g")
+        publisher.publish(b"d", fifo_group="g").result()
     assert [m.attributes["fifo_seq"] for m in sink.on(ORIGIN)] == ["1", "2", "3"]
 
 

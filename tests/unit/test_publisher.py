@@ -56,7 +56,7 @@ def test_plain_publish_keeps_attributes_and_has_no_ordering_key(
     publisher: Publisher, sink: RecordingSink, counter: CountingCounter
 ) -> None:
     caller_attrs = {"kind": "invoice"}
-    message_id = publisher.publish(b"data", caller_attrs)
+    message_id = publisher.publish(b"data", caller_attrs).result()
     [message] = sink.on(TOPIC)
     assert message_id == "1"
     assert message.data == b"data"
@@ -155,7 +155,7 @@ def test_failed_publish_leaves_a_logged_gap_and_raises(
 ) -> None:
     sink.fail_next = 1
     with caplog.at_level(logging.WARNING), pytest.raises(TransientError):
-        publisher.publish(b"x", fifo_group="g")
+        publisher.publish(b"x", fifo_group="g").result()
     assert "fifo_seq 1" in caplog.text
     assert counter.current("g") == 1  # the number is spent, never reused
     publisher.publish(b"x", fifo_group="g")
@@ -224,7 +224,7 @@ def test_fifo_group_without_a_counter_is_rejected(sink: RecordingSink) -> None:
         publisher.publish(b"x", fifo_group="g")
     with pytest.raises(ValueError, match="needs a sequence counter"):
         publisher.publish_batch("g", [(b"x", {})])
-    assert publisher.publish(b"x") == "1"  # plain publishing needs no counter
+    assert publisher.publish(b"x").result() == "1"  # plain publishing needs no counter
     assert len(sink.on(TOPIC)) == 1
 
 

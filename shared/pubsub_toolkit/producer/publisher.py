@@ -12,11 +12,27 @@
 * ``deliver_at`` (aware datetime) -> ``deliver_at`` in RFC 3339 UTC, or ``delay`` (timedelta)
   -> ``delay_seconds``.
 
+**Futures.** ``publish`` returns at once with the publish's future - google-cloud-pubsub's own
+when the sink is a :class:`~pubsub_toolkit.producer.sink.PubSubSink`: ``result()`` is the message
+id, or raises the failure - so many publishes ride the client's batching instead of waiting
+one round trip each. ``publish(...).result()`` is the blocking form; ``publish_batch`` hands
+all its items to the client and then waits once. A sink with only the blocking ``publish``
+(our own protocol, e.g. an in-memory sink) works too: its future is already settled.
+
 Every message is validated against the contract *before* a number is reserved, so a message
 ingress would dead-letter raises ValueError here instead, and does not leave a gap in its
 group. A publish that fails *after* the reservation does leave one (the number is never
-reused): the exception propagates, and the consumer gate's gap timeout handles the gap (see
-:mod:`pubsub_toolkit.stores.counters.base`).
+reused): the failure is the future's exception (logged with the number), and the consumer
+gate's gap timeout handles the gap (see :mod:`pubsub_toolkit.stores.counters.base`). A counter
+that cannot be reached raises from ``publish`` itself: nothing was numbered or sent.
+
+**Order, and one round trip for many.** On a future-returning sink a FIFO ``publish`` queues
+the validated message in its group and returns; one thread reserves ONE block per group for
+everything queued and hands the messages to the client in queue order
+(:mod:`~pubsub_toolkit.producer.numbering`). On a blocking sink the caller numbers and sends
+under a lock per group. Either way a group's numbers reach the client in ascending order -
+the client, ordering keys on, sends them so - and each thread's messages of a group get
+increasing numbers. Numbers are reserved only for messages asked for, never ahead.
 
 **A retry keeps its number.** A Publisher remembers the number it gave each ``dedup_key`` of a
 group with its content (the last 10,000): the same message published again in the group - a
@@ -31,36 +47,36 @@ behind) hands out numbers again in the same epoch. A Publisher remembers the hig
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
 
-(About 300 lines: the contract stamping and the numbering - blocks, retries, a counter that
-went back - share the Publisher's memory of what it handed out.)
+(About 370 lines: the numbering - blocks, retries, a counter that
+went back, the per-group order of futures - share the Publisher's memory of what it handed out.)
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from concurrent.futures import Future
+from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import FIFO_EPOCH
-from pubsub_toolkit.envelope import parse_envelope
-from pubsub_toolkit.errors import ContractViolation, StoreUnavailableError
-from pubsub_toolkit.message import Message, OutboundMessage
-from pubsub_toolkit.producer.sink import MessageSink
+from pubsub_toolkit.errors import StoreUnavailableError
+from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.producer.numbering import NumberingQueue, Waiting
+from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, settled
+from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
-# Only the Publisher may write these: a group's numbers must all come from its counter, and its
-# end mark sits on a number the Publisher reserved (the keyword to pass instead of each).
-_OWNED_BY_PUBLISHER = {
-    attr.FIFO_GROUP: "fifo_group=",
-    attr.FIFO_SEQ: "fifo_group=",
-    attr.FIFO_END: "end_of_group=True",
-    FIFO_EPOCH: "fifo_group=",
-}
+
+# Locks striped by group: bounded memory however many groups; two groups sharing a stripe only
+# wait for each other's reserve-and-enqueue (microseconds with a future-returning sink).
+_GROUP_LOCKS = 64
 
 
 class Publisher:
@@ -75,6 +91,10 @@ class Publisher:
         if not topic:
             raise ValueError("topic must be a topic path such as projects/P/topics/T")
         self._sink = tracing.traced(sink, hop="producer")
+        # The fast path when the sink has one (a PubSubSink); else the blocking publish.
+        self._publish_future = getattr(sink, "publish_future", None)
+        self._locks = [threading.Lock() for _ in range(_GROUP_LOCKS)]
+        self._queue = NumberingQueue(self._send_waiting)
         self._topic = topic
         self._counter = counter
         # group -> (epoch, the highest number handed out in it): never a block below it again.
@@ -92,31 +112,34 @@ class Publisher:
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
         end_of_group: bool = False,
-    ) -> str:
-        """Publish one message and return its message id once Pub/Sub has accepted it.
+    ) -> PublishFuture:
+        """Publish one message; return at once with its future, whose ``result()`` is the
+        message id once Pub/Sub has accepted it (or raises the failure). Blocking form:
+        ``publish(...).result()``.
 
         ``end_of_group=True`` (with ``fifo_group``) marks it as the group's last message: once
         the consumer is past it, any later number of the group is dead-lettered
         (``fifo_after_end``) - publish nothing more to this group.
 
         Raises ValueError (TypeError for wrong types) for arguments that break the contract,
-        before anything is reserved or published; sink and counter errors propagate.
+        before anything is reserved or published. Every later failure is the future's
+        exception: the counter's (StoreUnavailableError: nothing published) or the publish's
+        (after the reservation: a logged gap).
         """
-        stamped = _stamp(attributes, dedup_key=dedup_key, delay=delay, deliver_at=deliver_at)
-        _check_end(end_of_group)
+        stamped = stamp(attributes, dedup_key=dedup_key, delay=delay, deliver_at=deliver_at)
+        check_end(end_of_group)
         if end_of_group:
             if fifo_group is None:
                 raise ValueError("end_of_group=True needs fifo_group: only a group can end")
             stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
         if fifo_group is None:
-            _validate(data, stamped)
-            return self._sink.publish(self._topic, OutboundMessage(data, stamped))
+            validate(data, stamped)
+            return self._send(OutboundMessage(data, stamped))
         counter = self._require_counter()
-        _check_group(fifo_group)
+        check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
-        _validate(data, stamped)
-        ((epoch, seq),) = self._numbers(counter, fifo_group, [(data, stamped)])
-        return self._publish_numbered(data, stamped, fifo_group, epoch, seq)
+        validate(data, stamped)
+        return self._send_fifo(counter, fifo_group, [(data, stamped)])[0]
 
     def publish_batch(
         self,
@@ -127,33 +150,103 @@ class Publisher:
     ) -> list[str]:
         """Publish ``items`` in order in FIFO ``group``, numbered from ONE reserved block.
 
-        One counter round trip for the whole batch. Items may carry ``dedup_key`` and
+        One counter round trip for the whole batch; every item is handed to the client before
+        any is waited for, then the call waits once. Items may carry ``dedup_key`` and
         ``deliver_at``/``delay_seconds`` in their attributes. ``end_of_group=True`` marks the
         batch's last item as the group's last message (see :meth:`publish`); an empty batch
         has nothing to mark, so that is a ValueError. Every item is validated before the block
-        is reserved; if a publish fails, the error propagates and the numbers of the items not
-        yet published become a gap. Returns the message ids in order.
+        is reserved; if a publish fails, the first failure is raised once all are settled, and
+        the numbers of the items not published become a gap (a retry of the batch reuses
+        them). Returns the message ids in order.
         """
         counter = self._require_counter()
-        _check_group(group)
-        _check_end(end_of_group)
+        check_group(group)
+        check_end(end_of_group)
         if end_of_group and not items:
             raise ValueError("end_of_group=True marks the batch's last item, but it has none")
         prepared: list[tuple[bytes, dict[str, str]]] = []
         for index, (data, attributes) in enumerate(items):
-            stamped = _stamp(attributes, dedup_key=None, delay=None, deliver_at=None)
+            stamped = stamp(attributes, dedup_key=None, delay=None, deliver_at=None)
             stamped[attr.FIFO_GROUP] = group
             if end_of_group and index == len(items) - 1:
                 stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
-            _validate(data, stamped)
+            validate(data, stamped)
             prepared.append((data, stamped))
         if not prepared:
             return []
-        numbers = self._numbers(counter, group, prepared)
-        return [
-            self._publish_numbered(data, stamped, group, epoch, seq)
-            for (epoch, seq), (data, stamped) in zip(numbers, prepared, strict=True)
-        ]
+        futures = self._send_fifo(counter, group, prepared)
+        failures = [f.exception() for f in futures]  # the one wait: all were handed over
+        failure = next((e for e in failures if e is not None), None)
+        if failure is not None:
+            raise failure
+        return [str(f.result()) for f in futures]
+
+    def _send_fifo(
+        self, counter: SequenceCounter, group: str, prepared: list[tuple[bytes, dict[str, str]]]
+    ) -> list[PublishFuture]:
+        """Number ``prepared`` (validated) in ``group`` and send them, in order: queued for
+        the numbering thread on a future-returning sink, else here under the group's lock."""
+        if self._publish_future is not None:
+            waiting = [
+                Waiting(data, self._carrying(data, m, group), Future()) for data, m in prepared
+            ]
+            self._queue.submit(group, waiting)
+            return [w.future for w in waiting]
+        with self._group_lock(group):  # numbers reach the sink in their order
+            try:
+                numbers = self._numbers(counter, group, prepared)
+            except Exception as exc:  # nothing reserved, nothing published
+                return [settled(functools.partial(_reraise, exc)) for _ in prepared]
+            futures: list[PublishFuture] = []
+            failed: PublishFuture | None = None
+            for (epoch, seq), (data, stamped) in zip(numbers, prepared, strict=True):
+                if failed is not None:  # the rest stay unsent, as a paused ordering key's would
+                    futures.append(failed)
+                    continue
+                numbered = _numbered(data, stamped, group, epoch, seq)
+                futures.append(
+                    settled(functools.partial(self._sink.publish, self._topic, numbered))
+                )
+                if futures[-1].exception() is not None:
+                    _log_gap(seq, group)
+                    failed = futures[-1]
+            return futures
+
+    def _send_waiting(self, group: str, items: list[Waiting]) -> None:
+        """The numbering thread's work for ``group``: one block for ``items``, each sent in
+        order, each caller's future settled by the client's."""
+        try:
+            numbers = self._numbers(
+                self._require_counter(), group, [(w.data, w.stamped) for w in items]
+            )
+        except Exception as exc:
+            logger.warning(
+                "no numbers for %d message(s) of group %r, nothing published: %s",
+                len(items),
+                group,
+                exc,
+            )
+            for w in items:
+                w.future.set_exception(exc)
+            return
+        send = self._publish_future
+        assert send is not None  # only queued when the sink has it
+        for (epoch, seq), w in zip(numbers, items, strict=True):
+            try:
+                sent = send(self._topic, _numbered(w.data, w.stamped, group, epoch, seq))
+            except Exception as exc:
+                _log_gap(seq, group)
+                w.future.set_exception(exc)
+                continue
+            sent.add_done_callback(functools.partial(_settle, w.future, seq, group))
+
+    def _carrying(self, data: bytes, stamped: dict[str, str], group: str) -> dict[str, str]:
+        """``stamped`` with the caller's trace context (the numbering thread has none), under
+        a ``send`` span for handing the message over; ``stamped`` when tracing is off."""
+        if not tracing.enabled():
+            return stamped
+        with tracing.sending(self._topic, OutboundMessage(data, stamped, group), hop="producer"):
+            return dict(tracing.with_context(stamped))
 
     def _numbers(
         self, counter: SequenceCounter, group: str, messages: list[tuple[bytes, dict[str, str]]]
@@ -162,7 +255,8 @@ class Publisher:
         dedup key and content before (a retry, while the group's counter is in the same
         epoch; a key reused for other content is a new message), else one from ONE block
         reserved for all the others. Recorded before anything is published, so a retry after
-        a failed publish reuses it."""
+        a failed publish reuses it; a copy numbered together with its first (a retry queued
+        before the first was numbered) takes the first's number too."""
         latest = (self._handed.get(group) or (None, 0))[0]
         keys = [
             (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
@@ -170,10 +264,22 @@ class Publisher:
         ]
         known = [self._numbered.get((group, *k)) if k else None for k in keys]
         known = [n if n is not None and n[0] == latest else None for n in known]
-        fresh = sum(1 for n in known if n is None)
+        first: dict[tuple[str, str], int] = {}  # key -> index of its first new copy here
+        for index, (key, number) in enumerate(zip(keys, known, strict=True)):
+            if key is not None and number is None:
+                first.setdefault(key, index)
+        copies = {i for i, k in enumerate(keys) if k is not None and first.get(k, i) != i}
+        fresh = sum(1 for i, n in enumerate(known) if n is None and i not in copies)
         block = self._reserve(counter, group, fresh) if fresh else None
         new = iter(()) if block is None else iter(block.numbers())
-        numbers = [n or (block.epoch if block else 0, next(new)) for n in known]
+        numbers: list[tuple[int, int]] = []
+        for index, (key, number) in enumerate(zip(keys, known, strict=True)):
+            if number is not None:
+                numbers.append(number)
+            elif index in copies and key is not None:
+                numbers.append(numbers[first[key]])
+            else:
+                numbers.append((block.epoch if block else 0, next(new)))
         for key, number in zip(keys, numbers, strict=True):
             if key:
                 self._numbered.put((group, *key), number)
@@ -205,23 +311,22 @@ class Publisher:
         )
         return block
 
-    def _publish_numbered(
-        self, data: bytes, stamped: dict[str, str], group: str, epoch: int, seq: int
-    ) -> str:
-        numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
-        if epoch:
-            numbered[FIFO_EPOCH] = str(epoch)
-        message = OutboundMessage(data, numbered, ordering_key=group)
-        try:
-            return self._sink.publish(self._topic, message)
-        except Exception:
-            logger.warning(
-                "publish of fifo_seq %d in group %r failed: the number stays unused (a gap the "
-                "consumer's gap timeout handles)",
-                seq,
-                group,
-            )
-            raise
+    def _send(self, message: OutboundMessage) -> PublishFuture:
+        """Hand ``message`` to the sink: its future, or the blocking publish's as a settled one.
+
+        With tracing on, the fast path's ``send`` span covers handing the message to the
+        client (the message carries its context); the id arrives later, on the future."""
+        if self._publish_future is None:
+            return settled(lambda: self._sink.publish(self._topic, message))
+        if not tracing.enabled():
+            return self._publish_future(self._topic, message)  # type: ignore[no-any-return]
+        with tracing.sending(self._topic, message, hop="producer"):
+            attributes = tracing.with_context(message.attributes)
+            carrying = OutboundMessage(message.data, attributes, message.ordering_key)
+            return self._publish_future(self._topic, carrying)  # type: ignore[no-any-return]
+
+    def _group_lock(self, group: str) -> threading.Lock:
+        return self._locks[hash(group) % _GROUP_LOCKS]
 
     def _require_counter(self) -> SequenceCounter:
         if self._counter is None:
@@ -231,78 +336,33 @@ class Publisher:
         return self._counter
 
 
-def _stamp(
-    attributes: Mapping[str, str] | None,
-    *,
-    dedup_key: str | None,
-    delay: timedelta | None,
-    deliver_at: datetime | None,
-) -> dict[str, str]:
-    """The caller's attributes plus the toolkit's, after checking they do not conflict."""
-    stamped = dict(attributes or {})
-    for key, value in stamped.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"attribute keys and values must be str, got {key!r}: {value!r}")
-    for owned, keyword in _OWNED_BY_PUBLISHER.items():
-        if owned in stamped:
-            raise ValueError(f"attribute {owned!r} is set by the Publisher: pass {keyword}")
-    if dedup_key is not None:
-        if attr.DEDUP_KEY in stamped:
-            raise ValueError("dedup_key given both as an argument and as an attribute")
-        stamped[attr.DEDUP_KEY] = dedup_key
-    if delay is not None and deliver_at is not None:
-        raise ValueError("give delay or deliver_at, not both")
-    if (delay is not None or deliver_at is not None) and (
-        attr.DELIVER_AT in stamped or attr.DELAY_SECONDS in stamped
-    ):
-        raise ValueError("a due time given both as an argument and as an attribute")
-    if delay is not None:
-        stamped[attr.DELAY_SECONDS] = _format_delay(delay)
-    if deliver_at is not None:
-        if not isinstance(deliver_at, datetime):
-            raise TypeError(f"deliver_at must be a datetime, got {type(deliver_at).__name__}")
-        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
-            raise ValueError("deliver_at must be timezone-aware (naive datetimes are ambiguous)")
-        stamped[attr.DELIVER_AT] = attr.format_time(deliver_at)
-    return stamped
+def _numbered(
+    data: bytes, stamped: Mapping[str, str], group: str, epoch: int, seq: int
+) -> OutboundMessage:
+    numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
+    if epoch:
+        numbered[FIFO_EPOCH] = str(epoch)
+    return OutboundMessage(data, numbered, ordering_key=group)
 
 
-def _format_delay(delay: timedelta) -> str:
-    """``delay`` as decimal seconds with at most microsecond digits: ``90``, ``1.5``."""
-    if not isinstance(delay, timedelta):
-        raise TypeError(f"delay must be a timedelta, got {type(delay).__name__}")
-    if delay < timedelta(0):
-        raise ValueError(f"delay must not be negative, got {delay}")
-    return f"{delay.total_seconds():.6f}".rstrip("0").rstrip(".")
+def _settle(ours: Future[str], seq: int, group: str, sent: PublishFuture) -> None:
+    """Copy the client's outcome to the caller's future (a failure: a logged gap)."""
+    failure = sent.exception()
+    if failure is None:
+        ours.set_result(sent.result())
+        return
+    _log_gap(seq, group)
+    ours.set_exception(failure)
 
 
-def _check_end(end_of_group: object) -> None:
-    # A bool only: a truthy string such as "false" must not end a group by accident.
-    if not isinstance(end_of_group, bool):
-        raise TypeError(f"end_of_group must be a bool, got {type(end_of_group).__name__}")
+def _reraise(exc: Exception) -> str:
+    raise exc
 
 
-def _check_group(group: str) -> None:
-    if not isinstance(group, str) or not group.strip():
-        raise ValueError(f"fifo_group must be a non-blank string, got {group!r}")
-    size = len(group.encode())
-    if size > attr.MAX_FIFO_GROUP_BYTES:
-        raise ValueError(
-            f"fifo_group is {size} bytes; the ordering key limit is {attr.MAX_FIFO_GROUP_BYTES}"
-        )
-
-
-def _validate(data: bytes, stamped: Mapping[str, str]) -> None:
-    """Raise ValueError for a message ingress would dead-letter (same rules, same code)."""
-    if not isinstance(data, bytes):
-        raise TypeError(f"data must be bytes, got {type(data).__name__}")
-    # Include a placeholder fifo_seq so the attribute-count limit accounts for the real one.
-    probe = dict(stamped)
-    if attr.FIFO_GROUP in probe:
-        probe[attr.FIFO_SEQ] = "1"
-        probe[FIFO_EPOCH] = "1"
-    try:
-        # The placeholder id stands in for the message_id Pub/Sub will assign.
-        parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
-    except ContractViolation as exc:
-        raise ValueError(f"the message breaks the attribute contract ({exc})") from exc
+def _log_gap(seq: int, group: str) -> None:
+    logger.warning(
+        "publish of fifo_seq %d in group %r failed: the number stays unused (a gap the "
+        "consumer's gap timeout handles)",
+        seq,
+        group,
+    )

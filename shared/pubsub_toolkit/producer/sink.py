@@ -1,5 +1,12 @@
 """Publishing behind our own small protocol, so tests fake *our* seam, never Google's client.
 
+Two forms. ``publish`` blocks until the message is durable and returns its id: what ingress,
+the relay and the dead-letter path need (they ack their input only after their output is
+durable). ``publish_future`` (:class:`FutureSink`, optional) hands the message to the client and
+returns at once with a :class:`PublishFuture` - google-cloud-pubsub's own future - so a
+producer publishing many messages rides the client's batching instead of one round trip each
+(the :class:`~pubsub_toolkit.producer.publisher.Publisher` uses it when the sink has it).
+
 ``PubSubSink.publish`` blocks until Pub/Sub has accepted the message (the future resolved): a
 component only acks its input, or answers 2xx, after its output is durable.
 
@@ -15,8 +22,10 @@ threads publishing through one client 630 -> 3,000 msgs/s (docs/reference/perfor
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.api_core import exceptions as gexc
 
@@ -37,6 +46,46 @@ class MessageSink(Protocol):
     def publish(self, topic: str, message: OutboundMessage) -> str:
         """Publish ``message`` to ``topic`` and return its message id once durable."""
         ...
+
+
+class PublishFuture(Protocol):
+    """The outcome of one publish: google-cloud-pubsub's future, or a
+    :class:`concurrent.futures.Future` - the message id as its result, the exception on
+    failure."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The message id once Pub/Sub has accepted the message; raises the failure."""
+        ...
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The failure once the publish is settled, None when it succeeded."""
+        ...
+
+    def done(self) -> bool:
+        """Whether the publish is settled."""
+        ...
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(future)`` once settled (at once when it already is)."""
+        ...
+
+
+class FutureSink(Protocol):
+    """A sink that can also publish without waiting (the Publisher's fast path)."""
+
+    def publish_future(self, topic: str, message: OutboundMessage) -> PublishFuture:
+        """Hand ``message`` to the client; the future settles when Pub/Sub has answered."""
+        ...
+
+
+def settled(call: Callable[[], str]) -> Future[str]:
+    """``call()``'s outcome as a settled future: its result, or the exception it raised."""
+    future: Future[str] = Future()
+    try:
+        future.set_result(call())
+    except Exception as exc:  # handed to the caller through the future
+        future.set_exception(exc)
+    return future
 
 
 def publisher_for_sink(max_latency: timedelta = timedelta(0)) -> pubsub_v1.PublisherClient:
@@ -83,6 +132,23 @@ class PubSubSink:
             # be delivered again once the cause is fixed.
             self._resume(topic, message)
             raise TransientError(f"publish to {topic} failed: {exc}") from exc
+
+    def publish_future(self, topic: str, message: OutboundMessage) -> PublishFuture:
+        """Hand ``message`` to the client and return its future at once (google-cloud-pubsub's
+        own: ``result()`` is the message id, or raises the client's exception - NotFound for
+        a missing topic). After a failure the client pauses the message's ordering key; the
+        future's callback resumes it, as :meth:`publish` does."""
+        future = self._client.publish(
+            topic, message.data, ordering_key=message.ordering_key, **message.attributes
+        )
+        if message.ordering_key:
+
+            def resume_after_failure(settled: Any) -> None:
+                if settled.exception() is not None:
+                    self._resume(topic, message)
+
+            future.add_done_callback(resume_after_failure)
+        return future  # type: ignore[no-any-return]
 
     def _resume(self, topic: str, message: OutboundMessage) -> None:
         # After a failed publish with an ordering key the client pauses that key until resumed.

@@ -34,14 +34,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
         counter = counter_from_settings(Settings.from_env())
     sink = PubSubSink()
     try:
-        message_id = Publisher(sink, topic, counter).publish(
-            data,
-            dict(args.attr),
-            fifo_group=args.fifo_group,
-            dedup_key=args.dedup_key,
-            delay=args.delay,
-            deliver_at=args.deliver_at,
-            end_of_group=args.end_of_group,
+        message_id = (
+            Publisher(sink, topic, counter)
+            .publish(
+                data,
+                dict(args.attr),
+                fifo_group=args.fifo_group,
+                dedup_key=args.dedup_key,
+                delay=args.delay,
+                deliver_at=args.deliver_at,
+                end_of_group=args.end_of_group,
+            )
+            .result()
         )
     except ValueError as exc:
         raise ToolkitError(str(exc)) from exc
