@@ -26,6 +26,8 @@ USER_EXTRAS = {
     "relay",
     "functions",
     "tracing",
+    "otlp",
+    "otlp-grpc",
     "dashboard",
     "metrics",
     "asyncio",

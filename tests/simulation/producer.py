@@ -163,7 +163,7 @@ class ProducerApp:
             stamped = sum(1 for k in ("dedup_key", "fifo_group", "end_of_group") if kwargs.get(k))
             stamped += bool(m.delayed) + bool(m.group)  # the due time; fifo_seq
             user = {f"u{i}": "x" for i in range(m.width - stamped)}
-        publisher.publish(m.data, user, **kwargs)
+        publisher.publish(m.data, user, **kwargs).result()  # a failed publish raises here
 
     def _raw(self, process: Any, m: LogicalMessage) -> None:
         """A hostile producer's publish straight to origin, numbered by itself."""

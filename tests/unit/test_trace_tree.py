@@ -177,15 +177,15 @@ def test_a_trace_is_found_by_a_decision_for_the_key_too() -> None:
     assert traces_for_key(SPANS, "missing") == []
 
 
-def test_an_unknown_key_or_a_missing_file_is_one_line_and_exit_2(
+def test_an_unknown_key_or_a_missing_file_is_one_line_and_exit_1(
     trace_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(capsys, "trace", "nope", "--file", str(trace_file))
-    assert code == 2 and out == ""
+    assert code == 1 and out == ""
     assert err.count("\n") == 1 and "no span for dedup key 'nope'" in err
     assert "(6 spans of 2 traces)" in err
     code, out, err = run(capsys, "trace", "order-7", "--file", str(tmp_path / "absent.jsonl"))
-    assert code == 2 and err.count("\n") == 1 and "no trace file at" in err
+    assert code == 1 and err.count("\n") == 1 and "no trace file at" in err
 
 
 def test_the_default_file_is_trace_file_else_the_local_stacks(
@@ -197,7 +197,7 @@ def test_the_default_file_is_trace_file_else_the_local_stacks(
     monkeypatch.setenv("PUBSUB_TOOLKIT_STATE_DIR", str(tmp_path / "no-stack"))
     monkeypatch.delenv("TRACE_FILE", raising=False)
     code, _, err = run(capsys, "trace", "order-7")
-    assert code == 2 and "TRACE_FILE is not set and no local stack is running" in err
+    assert code == 1 and "TRACE_FILE is not set and no local stack is running" in err
     monkeypatch.setenv("TRACE_FILE", str(trace_file))
     code, out, _ = run(capsys, "trace", "order-7")
     assert code == 0 and "relay | process delay-queue" in out
