@@ -10,8 +10,9 @@ once, different groups in parallel. Two things try to break that:
 * the handler fails once on ``paid`` of order A ("payment service busy": a ``TransientError``).
   Pub/Sub would redeliver it behind ``shipped``; the gate parks ``shipped`` (and ``delivered``)
   until ``paid`` has run, then runs them in order;
-* the producer publishes ``cancelled`` of order B twice (its retry after a timeout gets a new
-  number): the gate runs it once and fills the second number, so the group does not stall.
+* the producer publishes ``cancelled`` of order B twice (its retry after a timeout, same key and
+  content): the Publisher gives the retry the number it gave the first attempt, so it is one
+  message at one number and the handler runs it once.
 
 The subscription has no message ordering: the order comes from the toolkit's counters. The run
 prints every delivery's outcome and each group's handled order, and exits 0 only if every
@@ -67,7 +68,7 @@ SENDS = [
     ("A", "paid", "a2"),
     ("B", "cancelled", "b2"),
     ("A", "shipped", "a3"),
-    ("B", "cancelled", "b2"),  # the producer's retry: same dedup key, a new number
+    ("B", "cancelled", "b2"),  # the producer's retry: same dedup key and content, same number
     ("A", "delivered", "a4"),
     ("B", "refunded", "b3"),
 ]
