@@ -8,7 +8,7 @@ draws from its own stream of the seed, so the default workload of a seed never c
 * ``late_cancel`` - ``cancel()`` of a delivered delayed message, again, a TTL after its release;
 * ``fifo_end`` - each group's last message is published with ``end_of_group=True``;
 * ``retry_later`` - the handler raises ``RetryLater`` on some messages' first tries; some of
-  them carry as many user attributes as the ``Publisher`` accepts (95 in all);
+  them carry as many attributes of their own as the ``Publisher`` accepts (:data:`PUBLISHER_CAP`);
 * ``reserved_attributes`` - a producer sets attributes the toolkit reserves on a plain message
   (``dlq_*``, ``error_*``, ``retry_*``, ``fifo_filler``);
 * ``renumber_far`` - a group gets a burst of 66-80 small messages, and one message published
@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from pubsub_toolkit import attributes as attr
 from tests.simulation.components import TTL
 from tests.simulation.faults import FaultPlan, Kind
 from tests.simulation.workload import Expect, LogicalMessage, Workload
@@ -35,7 +36,8 @@ RESERVED = {
     "retry_attempt": "7",
     "fifo_filler": "true",
 }
-PUBLISHER_CAP = 95  # attributes the Publisher accepts in all (room left for the toolkit's)
+# A producer's own attributes the Publisher accepts (ingress keeps room for the toolkit's own).
+PUBLISHER_CAP = attr.MAX_ATTRIBUTES - len(attr.ADDED_AFTER_INGRESS)
 
 
 def reshape(workload: Workload, plan: FaultPlan, rng: random.Random) -> Workload:

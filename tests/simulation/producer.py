@@ -159,9 +159,10 @@ class ProducerApp:
             )
             kwargs["deliver_at"] = due
         user = None
-        if m.width:  # as many user attributes as the Publisher takes (its cap, 95, in all)
-            stamped = sum(1 for k in ("dedup_key", "fifo_group", "end_of_group") if kwargs.get(k))
-            stamped += bool(m.delayed) + bool(m.group)  # the due time; fifo_seq
+        if m.width:  # as many attributes of its own as the Publisher takes (dimensions.py)
+            # the Publisher's own stamps outside attributes.ADDED_AFTER_INGRESS count too:
+            # fifo_group, fifo_seq, fifo_end (dedup_key and the due time are in that room)
+            stamped = 2 * bool(m.group) + bool(kwargs.get("end_of_group"))
             user = {f"u{i}": "x" for i in range(m.width - stamped)}
         publisher.publish(m.data, user, **kwargs)
 
