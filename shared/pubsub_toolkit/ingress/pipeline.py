@@ -40,7 +40,6 @@ cases above; what it reports is in :mod:`.outcomes`, the contract checks in
 from __future__ import annotations
 
 import hashlib
-
 import json
 import logging
 from datetime import timedelta
