@@ -183,11 +183,16 @@ class Drivers:
             w.ledger.end(action, done=False)
             return [Answer.NONE for _ in items]
         except Exception as exc:
-            # process_batch promises one result per message; a raise escapes Consumer's
-            # convoy worker, which leaves the group active (never run again): invariant 13.
+            # A transient error before anything was settled: Consumer logs it and nacks every
+            # delivery of the batch, and the group goes on (issue 24, defect 5). A raise after
+            # part of the batch had an effect or a dead letter breaks invariant 13: that part
+            # is nacked too, and runs or is dead-lettered again unless the store remembers.
             what = f"{type(exc).__name__}: {exc}"
-            w.trace.add(f"{process.name}: batch {ids} -> raised {what}")
-            w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what}")
+            w.trace.add(f"{process.name}: batch {ids} -> raised {what}: every delivery nacked")
+            w.faults.count("process_batch_raised")
+            if action.outputs:
+                done = ", ".join(f"{kind} {lid}" for kind, lid in action.outputs)
+                w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what} after {done}")
             w.ledger.end(action, done=False, error=process.alive)
             return [Answer.NACK if process.alive else Answer.NONE for _ in items]
         w.ledger.end(action, done=all(isinstance(r, str) for r in results), error=True)

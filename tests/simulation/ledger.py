@@ -125,7 +125,7 @@ class Ledger:
     rollbacks: list[float] = field(default_factory=list)  # when the store lost writes
     error_risk: set[tuple[str, str]] = field(default_factory=set)  # at risk: a live error
     crash_risk: set[tuple[str, str]] = field(default_factory=set)  # at risk: a crash
-    batch_raised: list[str] = field(default_factory=list)  # process_batch calls that raised
+    batch_raised: list[str] = field(default_factory=list)  # process_batch raised after an output
     _actions: list[_Action] = field(default_factory=list)
     _numbers: int = 0
     _seen: dict[tuple[Any, ...], int] = field(default_factory=dict)
