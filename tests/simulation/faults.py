@@ -48,7 +48,7 @@ class Kind(enum.StrEnum):
     RESERVED_ATTRS = "reserved_attributes"  # producers set attributes the toolkit reserves
     PUBLISH_BATCH = "publish_batch"  # a group's messages through Publisher.publish_batch
     SCALE = "scale"  # groups publish over 20-120x longer: living for hours
-    STORE_ERROR_REPLY = "store_error_reply"  # a write refused: READONLY / OOM (not applied)
+    STORE_ERROR_REPLY = "store_error_reply"  # READONLY / OOM: StoreUnavailableError, applied or not
 
 
 # The kinds a schedule draws by default (each with p = 0.4): what today's library passes.
@@ -182,8 +182,12 @@ class Faults:
             return None
         return "before" if self._rng.random() < 0.5 else "after"
 
-    def store_error_reply(self) -> bool:
-        return self._roll(Kind.STORE_ERROR_REPLY, self.plan.store_timeout_rate)
+    def store_error_reply(self) -> str | None:
+        """ "before" (refused, not applied) or "after" (the write landed) when a write gets an
+        error reply, else None."""
+        if not self._roll(Kind.STORE_ERROR_REPLY, self.plan.store_timeout_rate):
+            return None
+        return "before" if self._rng.random() < 0.5 else "after"
 
     def store_timeout(self) -> bool:
         return self._roll(Kind.STORE_TIMEOUT, self.plan.store_timeout_rate)
