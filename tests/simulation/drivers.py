@@ -209,10 +209,10 @@ class Drivers:
                 w.ledger.reached_gate.setdefault(lid, started)
         return answers
 
-    def execute_task(self, body: bytes, name: str) -> bool:
+    def execute_task(self, body: bytes, name: str, attempt: int) -> bool:
         slot = self._w.relays.pick()
-        label = f"release {name[-8:]}"
-        return self._run(slot, label, lambda app: app.release(body)) is Answer.ACK
+        label = f"release {name[-8:]} (attempt {attempt})"
+        return self._run(slot, label, lambda app: app.release(body, attempt=attempt)) is Answer.ACK
 
     # --- the sweeper ----------------------------------------------------------------------
 
