@@ -173,11 +173,13 @@ def test_a_producers_retry_of_a_refused_message_is_dead_lettered_once(
     retry = Message(b"x", {**attrs, "googclient_traceparent": "00-c-d-01"}, message_id="2")
     other = Message(b"y", attrs, message_id="3")  # other content: another message
     unkeyed = [Message(b"x", {"dlq_wrapped": "json"}, message_id=i) for i in ("4", "5")]
-    for message in (first, retry, other, *unkeyed):
+    # A `dlq replay` took the letter off the dead-letter topic: refused again, a new letter.
+    replay = Message(b"x", {**attrs, "replay_id": "r1"}, message_id="6")
+    for message in (first, retry, other, *unkeyed, replay, replay):
         assert ingress.handle(message).outcome is IngressOutcome.DEAD_LETTERED
     letters = sink.on(DLQ)
-    assert [m.attributes["error_reason"] for m in letters] == [attr.REASON_RESERVED_ATTRIBUTE] * 4
-    assert [m.attributes["origin_message_id"] for m in letters] == ["1", "3", "4", "5"]
+    assert [m.attributes["error_reason"] for m in letters] == [attr.REASON_RESERVED_ATTRIBUTE] * 5
+    assert [m.attributes["origin_message_id"] for m in letters] == ["1", "3", "4", "5", "6"]
 
 
 def test_failed_dead_letter_publish_raises_so_nothing_is_lost(

@@ -364,13 +364,15 @@ def _rejection_key(message: Message, fingerprint: str) -> str:
 
     With a producer's ``dedup_key``: every copy of the same content at the same number - a
     producer's retry of a publish that timed out after Pub/Sub accepted it has a new message
-    id, and is the same message. Without one: each message id (its only identity), with its
-    content (a message id alone can repeat: the emulator restarts its ids at 1). The key is
-    hashed: it may be the invalid part (empty, too long for a store key).
+    id, and is the same message - except a ``dlq replay`` of it (its ``replay_id``), which took
+    the letter off the dead-letter topic and must leave a new one. Without a ``dedup_key``:
+    each message id (its only identity), with its content (a message id alone can repeat: the
+    emulator restarts its ids at 1). Hashed: the key may be the invalid part (too long...).
     """
-    own = message.attributes.get(attr.DEDUP_KEY)
+    attrs = message.attributes
+    own = attrs.get(attr.DEDUP_KEY)
     if not own:
         return f"{message.message_id}:{fingerprint}"
-    number = message.attributes.get(attr.FIFO_SEQ, "")
-    named = hashlib.sha256(f"{len(own)}:{own}:{number}".encode()).hexdigest()
+    parts = (own, attrs.get(attr.FIFO_SEQ, ""), attrs.get(attr.REPLAY_ID, ""))
+    named = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
     return f"key:{named}:{fingerprint}"
