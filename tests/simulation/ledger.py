@@ -170,6 +170,10 @@ class Ledger:
 
     # --- observations ---------------------------------------------------------------------
 
+    def final_publish(self, lid: str | None) -> None:
+        """A publish of ``lid`` to the final topic by the running action (at risk with it)."""
+        self._output("final", lid)
+
     def effect(self, message: Message, at: float, process: str) -> Effect:
         a = message.attributes
         lid = self.lid_of(message)
