@@ -436,6 +436,22 @@ def issue_24() -> tuple[Mutation, ...]:
             guarded_by=("tests/unit/test_relay_last_attempt.py",),
         ),
         Mutation(
+            "24.9b",
+            "the last attempt's ALERT does not name a FIFO message's group and number",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.last_attempt",
+                    "LastAttempt.dead_letter",
+                    "for name in (attr.FIFO_GROUP, attr.FIFO_SEQ)",
+                    "for name in ()",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_relay_last_attempt.py"
+                "::test_the_last_attempts_alert_names_a_fifo_messages_group_and_number",
+            ),
+        ),
+        Mutation(
             "24.5",
             "a raise out of process_batch escapes Consumer's batch path and strands the group",
             (
