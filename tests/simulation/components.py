@@ -79,6 +79,7 @@ class Pool:
     def _crashed(self, process: Process, where: str) -> None:
         world = self._world
         world.trace.add(f"CRASH {process.name} {where}")
+        world.ledger.crashed(process.name)
         slot = self.slots[process.slot]
 
         def restart() -> None:

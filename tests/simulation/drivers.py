@@ -140,7 +140,7 @@ class Drivers:
             return Answer.NONE
         except Exception as exc:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
-            w.ledger.end(action, done=False, error=process.alive)
+            w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return Answer.NACK if process.alive else Answer.NONE
         w.ledger.end(action, done=True)
         w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
@@ -193,9 +193,10 @@ class Drivers:
             if action.outputs:
                 done = ", ".join(f"{kind} {lid}" for kind, lid in action.outputs)
                 w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what} after {done}")
-            w.ledger.end(action, done=False, error=process.alive)
+            w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return [Answer.NACK if process.alive else Answer.NONE for _ in items]
-        w.ledger.end(action, done=all(isinstance(r, str) for r in results), error=True)
+        done = all(isinstance(r, str) for r in results)
+        w.ledger.end(action, done=done, error=True, process=process.name)
         w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
         answers = []
         for message, result in zip(messages, results, strict=True):
@@ -251,7 +252,7 @@ class Drivers:
         except Exception as exc:
             busy = True
             w.trace.add(f"{process.name}: sweep failed ({type(exc).__name__}: {exc})")
-            w.ledger.end(action, done=False, error=process.alive)
+            w.ledger.end(action, done=False, error=process.alive, process=process.name)
         else:
             w.ledger.end(action, done=True)
         if busy:
