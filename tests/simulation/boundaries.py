@@ -8,7 +8,8 @@ effect and its ack (:meth:`step`, :meth:`ack`). Each boundary is:
 2. a yield point - another due event may run here (races);
 3. the faults drawn for it: crash before, crash after, a store outage (refused, not applied),
    a timeout after commit (applied, then ``StoreUnavailableError``), an error reply to a
-   write (``store_error_reply``: refused, not applied, a plain exception), a publish that fails or
+   write (``store_error_reply``: READONLY/OOM, ``StoreUnavailableError`` as the Redis stores
+   raise it, before or after the write landed), a publish that fails or
    times out after the topic accepted it (``TransientError``, as ``PubSubSink`` raises).
 """
 
@@ -29,10 +30,6 @@ from tests.simulation.tasks import CloudTasks, TasksView
 from tests.simulation.tracing import Trace
 
 T = TypeVar("T")
-
-
-class StoreErrorReply(Exception):
-    """A store's error reply to a write (Redis READONLY, OOM), as redis-py's ResponseError."""
 
 
 class Boundaries:
@@ -72,14 +69,21 @@ class Boundaries:
         if self._faults.store_down(process.kind):
             raise StoreUnavailableError(f"{op}: the store is unreachable (outage)")
         crash = self._crash_draw(process, op)
-        if not is_read and self._faults.store_error_reply():
+        reply = None if is_read else self._faults.store_error_reply()
+        if reply == "before":
             # Redis answers a write with an error reply (a replica after failover, maxmemory):
-            # not a connection error, so redis-py raises ResponseError - not the toolkit's.
-            raise StoreErrorReply(f"{op}: READONLY You can't write against a read only replica.")
+            # the Redis stores raise StoreUnavailableError for it (stores/_redis_calls).
+            raise StoreUnavailableError(
+                f"{op}: READONLY You can't write against a read only replica."
+            )
         timeout = not is_read and self._faults.store_timeout()
         result = apply()
         if not is_read:
             self._db.after_write()
+        if reply == "after":
+            # ... or after the write landed (a script's later command refused: OOM)
+            self._trace.add(f"{process.name}: {op} applied, then an error reply")
+            raise StoreUnavailableError(f"{op}: OOM command not allowed (after the write)")
         if timeout:
             self._trace.add(f"{process.name}: {op} applied, then timed out")
             raise StoreUnavailableError(f"{op}: timed out after the write was applied")

@@ -34,6 +34,7 @@ from pubsub_toolkit.producer.publisher import Publisher
 from tests.simulation.clock import SimClock
 from tests.simulation.faults import Kind
 from tests.simulation.process import Process
+from tests.simulation.tasks import MAX_TASK_ATTEMPTS
 
 ORIGIN = "projects/sim/topics/origin"
 FINAL = "projects/sim/topics/final"
@@ -78,6 +79,7 @@ class Pool:
     def _crashed(self, process: Process, where: str) -> None:
         world = self._world
         world.trace.add(f"CRASH {process.name} {where}")
+        world.ledger.crashed(process.name)
         slot = self.slots[process.slot]
 
         def restart() -> None:
@@ -122,6 +124,7 @@ def build_relay(world: Any, process: Process) -> Relay:
         ttl=TTL,
         scheduler=b.scheduler(process, world.tasks),
         clock=process.clock,
+        task_max_attempts=MAX_TASK_ATTEMPTS,  # the queue's, as TASKS_MAX_ATTEMPTS says it
     )
 
 

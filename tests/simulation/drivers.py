@@ -140,7 +140,7 @@ class Drivers:
             return Answer.NONE
         except Exception as exc:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
-            w.ledger.end(action, done=False, error=process.alive)
+            w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return Answer.NACK if process.alive else Answer.NONE
         w.ledger.end(action, done=True)
         w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
@@ -183,14 +183,20 @@ class Drivers:
             w.ledger.end(action, done=False)
             return [Answer.NONE for _ in items]
         except Exception as exc:
-            # process_batch promises one result per message; a raise escapes Consumer's
-            # convoy worker, which leaves the group active (never run again): invariant 13.
+            # A transient error before anything was settled: Consumer logs it and nacks every
+            # delivery of the batch, and the group goes on (issue 24, defect 5). A raise after
+            # part of the batch had an effect or a dead letter breaks invariant 13: that part
+            # is nacked too, and runs or is dead-lettered again unless the store remembers.
             what = f"{type(exc).__name__}: {exc}"
-            w.trace.add(f"{process.name}: batch {ids} -> raised {what}")
-            w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what}")
-            w.ledger.end(action, done=False, error=process.alive)
+            w.trace.add(f"{process.name}: batch {ids} -> raised {what}: every delivery nacked")
+            w.faults.count("process_batch_raised")
+            if action.outputs:
+                done = ", ".join(f"{kind} {lid}" for kind, lid in action.outputs)
+                w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what} after {done}")
+            w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return [Answer.NACK if process.alive else Answer.NONE for _ in items]
-        w.ledger.end(action, done=all(isinstance(r, str) for r in results), error=True)
+        done = all(isinstance(r, str) for r in results)
+        w.ledger.end(action, done=done, error=True, process=process.name)
         w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
         answers = []
         for message, result in zip(messages, results, strict=True):
@@ -204,10 +210,10 @@ class Drivers:
                 w.ledger.reached_gate.setdefault(lid, started)
         return answers
 
-    def execute_task(self, body: bytes, name: str) -> bool:
+    def execute_task(self, body: bytes, name: str, attempt: int) -> bool:
         slot = self._w.relays.pick()
-        label = f"release {name[-8:]}"
-        return self._run(slot, label, lambda app: app.release(body)) is Answer.ACK
+        label = f"release {name[-8:]} (attempt {attempt})"
+        return self._run(slot, label, lambda app: app.release(body, attempt=attempt)) is Answer.ACK
 
     # --- the sweeper ----------------------------------------------------------------------
 
@@ -246,7 +252,7 @@ class Drivers:
         except Exception as exc:
             busy = True
             w.trace.add(f"{process.name}: sweep failed ({type(exc).__name__}: {exc})")
-            w.ledger.end(action, done=False, error=process.alive)
+            w.ledger.end(action, done=False, error=process.alive, process=process.name)
         else:
             w.ledger.end(action, done=True)
         if busy:

@@ -48,14 +48,32 @@ class Kind(enum.StrEnum):
     RESERVED_ATTRS = "reserved_attributes"  # producers set attributes the toolkit reserves
     PUBLISH_BATCH = "publish_batch"  # a group's messages through Publisher.publish_batch
     SCALE = "scale"  # groups publish over 20-120x longer: living for hours
-    STORE_ERROR_REPLY = "store_error_reply"  # a write refused: READONLY / OOM (not applied)
+    STORE_ERROR_REPLY = "store_error_reply"  # READONLY / OOM: StoreUnavailableError, applied or not
 
 
-# The kinds a schedule draws by default (each with p = 0.4): what today's library passes.
-DEFAULT_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAVE) + 1]
-# Opt-in kinds: each drawn with p = 0.5 when enabled (``Options.enable``), from its own stream.
-EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in DEFAULT_KINDS)
+# Issue 11's kinds, each drawn with p = 0.4 from the plan's stream.
+BASE_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAVE) + 1]
+# Issue 24's kinds, each drawn from a stream of its own (the base draws never change): with
+# p = 0.5 when enabled (``Options.enable``), else with its rate in PROMOTED (0: opt-in only).
+EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in BASE_KINDS)
 EXTRA_RATE = 0.5
+# Issue 24's kinds in the default mix (what today's library passes), each with its rate; the
+# rates keep a default schedule about as fast as before (the slower shapes are drawn less).
+PROMOTED: dict[Kind, float] = {
+    Kind.DEEP_INTERLEAVE: 0.2,
+    Kind.LATE_CANCEL: 0.2,
+    Kind.RETRY_LATER: 0.2,
+    Kind.RESERVED_ATTRS: 0.2,
+    Kind.PUBLISH_BATCH: 0.2,
+    Kind.SCALE: 0.1,
+}
+# The kinds a default run may draw, and those it draws only when enabled: these need library
+# fixes not merged yet (issue 24's defects 1-4: renumber_far, store_restart_empty,
+# long_pause), or still break an invariant in a few schedules of 10,000 (relay_store_outage,
+# slow_handler, fifo_end, store_error_reply, process_batch: docs/concepts/simulation.md says
+# which and why).
+DEFAULT_KINDS: tuple[Kind, ...] = BASE_KINDS + tuple(PROMOTED)
+OPT_IN_KINDS: tuple[Kind, ...] = tuple(k for k in EXTRA_KINDS if k not in PROMOTED)
 
 
 @dataclass(frozen=True)
@@ -114,14 +132,18 @@ class FaultPlan:
         enable: Iterable[Kind] = (),
         extra: random.Random | None = None,
     ) -> FaultPlan:
-        """A plan from ``rng``; ``only`` forces the enabled kinds (None: each default kind with
-        p=0.4, and each kind of ``enable`` with p=0.5, drawn from ``extra``: the default
-        draws stay the same whatever is enabled)."""
+        """A plan from ``rng``; ``only`` forces the enabled kinds (None: each base kind with
+        p=0.4, and each of issue 24's with p=0.5 if in ``enable``, else its PROMOTED rate,
+        drawn from ``extra``: the base draws stay the same whatever is enabled)."""
         heal_at = rng.uniform(60, 240)
-        drawn = [k for k in DEFAULT_KINDS if rng.random() < 0.4]
+        drawn = [k for k in BASE_KINDS if rng.random() < 0.4]
         extra = extra or random.Random(0)
         wanted = tuple(enable)
-        drawn += [k for k in EXTRA_KINDS if extra.random() < EXTRA_RATE and k in wanted]
+        drawn += [
+            k
+            for k in EXTRA_KINDS
+            if extra.random() < (EXTRA_RATE if k in wanted else PROMOTED.get(k, 0.0))
+        ]
         enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
         restart_at = extra.uniform(5, heal_at)
         outage_start = extra.uniform(0, heal_at)
@@ -182,8 +204,12 @@ class Faults:
             return None
         return "before" if self._rng.random() < 0.5 else "after"
 
-    def store_error_reply(self) -> bool:
-        return self._roll(Kind.STORE_ERROR_REPLY, self.plan.store_timeout_rate)
+    def store_error_reply(self) -> str | None:
+        """ "before" (refused, not applied) or "after" (the write landed) when a write gets an
+        error reply, else None."""
+        if not self._roll(Kind.STORE_ERROR_REPLY, self.plan.store_timeout_rate):
+            return None
+        return "before" if self._rng.random() < 0.5 else "after"
 
     def store_timeout(self) -> bool:
         return self._roll(Kind.STORE_TIMEOUT, self.plan.store_timeout_rate)

@@ -126,7 +126,9 @@ class Ledger:
     rollbacks: list[float] = field(default_factory=list)  # when the store lost writes
     error_risk: set[tuple[str, str]] = field(default_factory=set)  # at risk: a live error
     crash_risk: set[tuple[str, str]] = field(default_factory=set)  # at risk: a crash
-    batch_raised: list[str] = field(default_factory=list)  # process_batch calls that raised
+    # outputs at risk by a live error, per process: its crash later makes them crash risk
+    errors_of: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    batch_raised: list[str] = field(default_factory=list)  # process_batch raised after an output
     _actions: list[_Action] = field(default_factory=list)
     _numbers: int = 0
     _seen: dict[tuple[Any, ...], int] = field(default_factory=dict)
@@ -154,7 +156,12 @@ class Ledger:
         self._actions.append(action)
         return action
 
-    def end(self, action: _Action, *, done: bool, error: bool = False) -> None:
+    def crashed(self, process: str) -> None:
+        """``process`` crashed: what it kept in memory to record late (an effect whose done
+        write failed) is gone with it - the two-phase window, as a crash during the call."""
+        self.crash_risk.update(self.errors_of.pop(process, set()))
+
+    def end(self, action: _Action, *, done: bool, error: bool = False, process: str = "") -> None:
         """Close ``action``; its outputs are at risk unless it ended with "done". ``error``:
         it ended by an exception its process lived through (which could log an ALERT), not
         by a crash (which cannot)."""
@@ -162,6 +169,8 @@ class Ledger:
         if not done:
             self.at_risk.update(action.outputs)
             (self.error_risk if error else self.crash_risk).update(action.outputs)
+            if error and process:
+                self.errors_of.setdefault(process, set()).update(action.outputs)
 
     def _output(self, kind: str, lid: str | None) -> int:
         if not self._actions or lid is None:
@@ -170,6 +179,10 @@ class Ledger:
         return self._actions[-1].number
 
     # --- observations ---------------------------------------------------------------------
+
+    def final_publish(self, lid: str | None) -> None:
+        """A publish of ``lid`` to the final topic by the running action (at risk with it)."""
+        self._output("final", lid)
 
     def effect(self, message: Message, at: float, process: str) -> Effect:
         a = message.attributes

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -28,11 +30,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from tests.simulation.world import Result, run_schedule
 
 BOUND = 3000  # schedules within which every mutation must be found
+MUTATION_ENV = "PUBSUB_TOOLKIT_TEST_MUTATION"  # tests/conftest.py applies it to a session
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -85,15 +90,29 @@ def _resolve(module_name: str, qualname: str) -> tuple[Any, str, Any]:
 
 @dataclass(frozen=True)
 class Mutation:
+    """One fix reverted. ``guarded_by``: pytest node ids that must fail under it - for a fix
+    only a test against a real server or real ``Consumer`` threads can see (the search then
+    runs them, not schedules)."""
+
     defect: str
     what: str
     edits: tuple[SourceEdit | Replacement, ...]
+    guarded_by: tuple[str, ...] = ()
 
 
 @contextmanager
 def applied(mutation: Mutation) -> Iterator[None]:
     """``mutation`` in force inside the block (every edit, or none if one is stale)."""
-    patches = [edit.patch() for edit in mutation.edits]
+    patches = []
+    for edit in mutation.edits:
+        owner, name, value = edit.patch()
+        original = _current(owner, name)
+        patches.append((owner, name, value))
+        # A module function also where another module imported it by name (``from
+        # pubsub_toolkit.envelope import parse_envelope``): the revert is in force for every
+        # caller, as the old code was.
+        if not isinstance(owner, type):
+            patches += [(other, name, value) for other in _importers(name, original, owner)]
     saved = [(owner, name, _current(owner, name)) for owner, name, _ in patches]
     try:
         for owner, name, value in patches:
@@ -102,6 +121,17 @@ def applied(mutation: Mutation) -> Iterator[None]:
     finally:
         for owner, name, value in reversed(saved):
             setattr(owner, name, value)
+
+
+def _importers(name: str, original: Any, home: Any) -> list[Any]:
+    """The toolkit's loaded modules other than ``home`` holding ``original`` as ``name``."""
+    return [
+        module
+        for key, module in sorted(sys.modules.items())
+        if key.startswith("pubsub_toolkit")
+        and module is not home
+        and getattr(module, name, None) is original
+    ]
 
 
 def _current(owner: Any, name: str) -> Any:
@@ -114,7 +144,12 @@ def _new_violations(mutated: Result, baseline: Result) -> list[str]:
 
 
 def search(mutation: Mutation, bound: int = BOUND, start: int = 0) -> dict[str, Any]:
-    """Seeds from ``start`` under ``mutation`` until one breaks what the fixed code keeps."""
+    """Seeds from ``start`` under ``mutation`` until one breaks what the fixed code keeps (or,
+    for a test-guarded mutation, its tests run under it: found when they fail)."""
+    if mutation.guarded_by:
+        return _run_guarding_tests(mutation)
+    for edit in mutation.edits:  # a stale revert fails here, before any schedule runs
+        edit.patch()
     began = time.monotonic()
     for n, seed in enumerate(range(start, start + bound), 1):
         with applied(mutation):
@@ -132,6 +167,35 @@ def search(mutation: Mutation, bound: int = BOUND, start: int = 0) -> dict[str, 
                 "seconds": seconds,
             }
     return {"found": False, "schedules_tried": bound, "seconds": round(time.monotonic() - began, 2)}
+
+
+def _run_guarding_tests(mutation: Mutation) -> dict[str, Any]:
+    """pytest on ``mutation.guarded_by`` with the mutation in force (``tests/conftest.py``
+    applies ``PUBSUB_TOOLKIT_TEST_MUTATION``): found only when the tests ran and failed (exit
+    1) - an error, a usage error or no test collected is not a finding."""
+    for edit in mutation.edits:
+        edit.patch()
+    began = time.monotonic()
+    env = {**os.environ, MUTATION_ENV: mutation.defect}
+    command = [sys.executable, "-m", "pytest", *mutation.guarded_by, "-q", "-x"]
+    done = subprocess.run(
+        [*command, "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = round(time.monotonic() - began, 2)
+    found = done.returncode == pytest_failed
+    out: dict[str, Any] = {"found": found, "found_by_test": list(mutation.guarded_by)}
+    if not found:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        out["pytest_exit"], out["pytest_said"] = done.returncode, tail
+    return {**out, "seconds": seconds}
+
+
+pytest_failed = 1  # pytest.ExitCode.TESTS_FAILED
 
 
 def _no_op(*args: Any, **kwargs: Any) -> None:
@@ -171,6 +235,13 @@ def _mismatch_every_time(process: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def mutations() -> tuple[Mutation, ...]:
+    """Every fix reverted: issue 11's (found by schedules), then issue 24's (schedules or
+    tests; ``tests/conftest.py`` applies one by its id for a pytest session)."""
+    return (*issue_11(), *issue_24())
+
+
+def issue_11() -> tuple[Mutation, ...]:
+    """Issue 11's fixes reverted (and the later ones of that series): found by schedules."""
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 
     gate, idem = "pubsub_toolkit.consumer.gate", "pubsub_toolkit.dedup.idempotent"
@@ -296,6 +367,190 @@ def mutations() -> tuple[Mutation, ...]:
                 SourceEdit(
                     idem, "IdempotentProcessor._record_again", "if done.recorded:", "if True:"
                 ),
+            ),
+        ),
+    )
+
+
+def issue_24() -> tuple[Mutation, ...]:
+    """Issue 24's fixes reverted: found by schedules of the default mix, or by their tests."""
+    relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
+    subscriber = "pubsub_toolkit.consumer.subscriber"
+    integration = "tests/integration/"
+    return (
+        Mutation(
+            "24.6",
+            "a release record lives DEDUP_TTL, not as long as a cancel tombstone",
+            (
+                SourceEdit(
+                    relay,
+                    "Relay.__init__",
+                    "ttl=fate_ttl(ttl),  # cancel() must find it as long as it can find a "
+                    "tombstone",
+                    "ttl=ttl,",
+                ),
+                SourceEdit(
+                    "pubsub_toolkit.ingress.pipeline",
+                    "Ingress.__init__",
+                    "self._releases = self._processor.sibling(RELAY_NAMESPACE, ttl=fate_ttl(ttl))",
+                    "self._releases = self._processor.sibling(RELAY_NAMESPACE)",
+                ),
+            ),
+        ),
+        Mutation(
+            "24.10",
+            "ingress keeps room for 5 stamps only: a RetryLater copy can be refused later",
+            (
+                SourceEdit(
+                    envelope,
+                    "parse_envelope",
+                    "max_attributes=MAX_ATTRIBUTES, max_bytes=MAX_MESSAGE_BYTES)\n"
+                    "    _check_room_on_path(attrs)\n",
+                    "max_attributes=MAX_ATTRIBUTES - 5, max_bytes=MAX_MESSAGE_BYTES)\n",
+                ),
+            ),
+        ),
+        Mutation(
+            "24.r",
+            "a refused message is dead-lettered once per message id (a producer's retry again)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.ingress.pipeline",
+                    "Ingress._reject",
+                    "_rejection_key(message, fingerprint),",
+                    'f"{message.message_id}:{fingerprint}",',
+                ),
+            ),
+        ),
+        Mutation(
+            "24.9",
+            "the relay's last Cloud Tasks attempt answers 5xx like any other (the task is lost)",
+            (
+                SourceEdit(
+                    relay,
+                    "Relay.release",
+                    "if not is_last_attempt(attempt, self._max_attempts):",
+                    "if True:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_relay_last_attempt.py",),
+        ),
+        Mutation(
+            "24.9b",
+            "the last attempt's ALERT does not name a FIFO message's group and number",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.last_attempt",
+                    "LastAttempt.dead_letter",
+                    "for name in (attr.FIFO_GROUP, attr.FIFO_SEQ)",
+                    "for name in ()",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_relay_last_attempt.py"
+                "::test_the_last_attempts_alert_names_a_fifo_messages_group_and_number",
+            ),
+        ),
+        Mutation(
+            "24.5",
+            "a raise out of process_batch escapes Consumer's batch path and strands the group",
+            (
+                SourceEdit(
+                    subscriber,
+                    "Consumer._process_batch",
+                    "        except Exception as exc:\n",
+                    "        except ZeroDivisionError as exc:\n",
+                ),
+                SourceEdit(
+                    "pubsub_toolkit.consumer.convoy",
+                    "ConvoyDispatcher._run_group",
+                    "        except BaseException:\n",
+                    "        except ZeroDivisionError:\n",
+                ),
+            ),
+            guarded_by=(
+                integration + "test_consumer_failures.py"
+                "::test_a_store_outage_in_batch_mode_does_not_wedge_the_group",
+            ),
+        ),
+        Mutation(
+            "24.7",
+            "the async store factory reads REDIS_URL only, and builds no cluster client",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.stores.factory",
+                    "async_stores_from_settings",
+                    "            redis_url_from_settings(settings), "
+                    'needed_by="the async Redis stores"',
+                    '            settings.redis_url or "", needed_by="the async Redis stores"',
+                ),
+                SourceEdit(
+                    "pubsub_toolkit.stores.dedup.redis_async",
+                    "connect_async",
+                    "    if cluster:\n"
+                    "        return aioredis.RedisCluster.from_url(url, **timeouts)\n",
+                    "",
+                ),
+            ),
+            guarded_by=(integration + "test_async_store_factory.py",),
+        ),
+        Mutation(
+            "24.8",
+            "ingress forwards a producer's dlq_* attributes (its message reads as a dead letter)",
+            (
+                SourceEdit(
+                    envelope, "parse_envelope", "    _check_no_dead_letter_attribute(attrs)\n", ""
+                ),
+            ),
+            guarded_by=(
+                integration + "test_dlq_untrusted_letters.py"
+                "::test_a_producers_dead_letter_attributes_are_refused_and_its_letter_is_what_it_sent",
+            ),
+        ),
+        Mutation(
+            "24.11",
+            "a Redis READONLY/OOM reply is a plain ResponseError, not StoreUnavailableError",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.stores._redis_calls",
+                    "is_unavailable",
+                    "    if isinstance(exc, classes):\n        return True\n",
+                    "    if isinstance(exc, (redis_module.ConnectionError, "
+                    "redis_module.TimeoutError)):\n        return True\n    return False\n",
+                ),
+            ),
+            guarded_by=(integration + "test_redis_error_replies.py",),
+        ),
+        Mutation(
+            "24.12",
+            "Consumer.result() never learns that the subscription is missing",
+            (
+                SourceEdit(
+                    subscriber,
+                    "Consumer.start",
+                    "        self._end.watch(self._stream, self._closing.is_set)\n",
+                    "",
+                ),
+            ),
+            guarded_by=(
+                integration + "test_consumer_result.py"
+                "::test_a_consumer_on_a_missing_subscription_raises_not_found_from_result",
+            ),
+        ),
+        Mutation(
+            "24.ttl",
+            "a DEDUP_TTL within Pub/Sub's 7-day redelivery window is accepted",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.config",
+                    "Settings.__post_init__",
+                    "if self.dedup_ttl <= REDELIVERY_WINDOW:",
+                    "if False:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_attribute_budget.py"
+                "::test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable",
             ),
         ),
     )

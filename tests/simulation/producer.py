@@ -18,6 +18,7 @@ from typing import Any
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.delay import cancel as cancelling
+from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.components import ORIGIN
 from tests.simulation.dimensions import RESERVED
@@ -84,7 +85,7 @@ class ProducerApp:
 
         def simple(entry: tuple[float, LogicalMessage, bool]) -> bool:
             _, m, republish = entry
-            plain = not (m.delayed or m.width or m.retry_after_burst or m.hostile)
+            plain = not (m.delayed or m.wide or m.retry_after_burst or m.hostile)
             return plain and not republish and m.dedup_key is not None
 
         batch: list[LogicalMessage] = []
@@ -158,12 +159,21 @@ class ProducerApp:
                 m.lid, process.clock.now() + timedelta(seconds=m.deliver_in)
             )
             kwargs["deliver_at"] = due
-        user = None
-        if m.width:  # as many user attributes as the Publisher takes (its cap, 95, in all)
-            stamped = sum(1 for k in ("dedup_key", "fifo_group", "end_of_group") if kwargs.get(k))
-            stamped += bool(m.delayed) + bool(m.group)  # the due time; fifo_seq
-            user = {f"u{i}": "x" for i in range(m.width - stamped)}
-        publisher.publish(m.data, user, **kwargs).result()  # a failed publish raises here
+        if not m.wide:
+            publisher.publish(m.data, None, **kwargs).result()  # a failed publish raises here
+            return
+        # As many attributes of its own as the Publisher takes: the widest it accepts (the
+        # library's rule, whatever it is - a reverted fix included), found by asking it; a
+        # refused publish (ValueError at once) reserves and sends nothing.
+        for own in range(attr.MAX_ATTRIBUTES, -1, -1):
+            try:
+                future = publisher.publish(m.data, {f"u{i}": "x" for i in range(own)}, **kwargs)
+            except ValueError as exc:
+                if not _too_many_attributes(exc):
+                    raise
+                continue
+            future.result()
+            return
 
     def _raw(self, process: Any, m: LogicalMessage) -> None:
         """A hostile producer's publish straight to origin, numbered by itself."""
@@ -211,3 +221,9 @@ class ProducerApp:
             world.loop.after(
                 2.0, f"cancel {m.dedup_key} retry", lambda: self._cancel(m, attempt + 1)
             )
+
+
+def _too_many_attributes(exc: ValueError) -> bool:
+    """The Publisher refused a message for its attribute count (and nothing else)."""
+    cause = exc.__cause__
+    return isinstance(cause, ContractViolation) and cause.reason == attr.REASON_TOO_MANY_ATTRIBUTES

@@ -7,7 +7,9 @@
 * **at-least-once execution** at the schedule time by the service's own clock (skewed from true
   time, so a task may fire a few seconds early or late), sometimes twice;
 * **retries** with exponential backoff (0.1 s doubling to 1 h) while the relay fails, for at
-  most 100 attempts (then the task is dropped - a loss the checker would report);
+  most 100 attempts (then the task is dropped - a loss the checker would report); each run
+  tells the relay its attempt number (the retry count header), and the relay knows the
+  queue's ``max_attempts`` (``Relay(task_max_attempts=...)``);
 * **delete** returns False for a task that is absent, already ran, or was deleted.
 
 :class:`TasksView` is our own scheduler protocol (``schedule(message, deliver_at, dedup_key,
@@ -48,7 +50,8 @@ class _Task:
     ended_at: float = 0.0
 
 
-Executor = Callable[[bytes, str], bool]  # run the task's body; True when answered 2xx
+# run the task's body (name, 1-based attempt number); True when answered 2xx
+Executor = Callable[[bytes, str, int], bool]
 
 
 class CloudTasks:
@@ -96,20 +99,24 @@ class CloudTasks:
         """Names of tasks dropped after too many failed attempts."""
         return [t.name for t in self._tasks.values() if t.state == "failed"]
 
-    def _dispatch_later(self, task: _Task, delay: float, duplicate: bool) -> None:
+    def _dispatch_later(self, task: _Task, delay: float, duplicate: bool, attempt: int = 0) -> None:
         latency = self._rng.uniform(0.01, 1.0)
         label = f"task {task.name[-8:]}{' (duplicate)' if duplicate else ''}"
-        self._loop.after(delay + latency, label, lambda: self._dispatch(task, duplicate))
+        self._loop.after(delay + latency, label, lambda: self._dispatch(task, duplicate, attempt))
 
-    def _dispatch(self, task: _Task, duplicate: bool) -> None:
+    def _dispatch(self, task: _Task, duplicate: bool, attempt: int = 0) -> None:
+        """Run ``task``; a duplicate run carries the attempt number of the run it copies (the
+        service's retry count header), and is no attempt of its own."""
         if self._tasks.get(task.name) is not task or task.state == "deleted":
             return
         if task.state != "scheduled" and not duplicate:
             return
+        if not duplicate:
+            task.attempts += 1
+            attempt = task.attempts
         if self._faults.duplicate_task():
-            self._dispatch_later(task, self._rng.uniform(0.1, 10.0), True)
-        task.attempts += 1
-        answered = self._execute(task.body, task.name)
+            self._dispatch_later(task, self._rng.uniform(0.1, 10.0), True, attempt)
+        answered = self._execute(task.body, task.name, attempt)
         if duplicate or task.state != "scheduled":
             return
         if answered:

@@ -1,4 +1,4 @@
-"""Every defect fix of issue 11, reverted, is found by the simulation within a bound.
+"""Every defect fix the simulation can see (issues 11 and 24), reverted, is found within a bound.
 
 See :mod:`tests.simulation.mutations`: each mutation is the revert of one fix; the search runs
 seeds 0, 1, 2, ... until a schedule breaks an invariant that the fixed code keeps on that seed.
@@ -10,8 +10,12 @@ import pytest
 
 from tests.simulation.mutations import BOUND, Mutation, mutations, search
 
+# Only the schedule-found ones: a test-guarded mutation runs its (integration) tests in a
+# subprocess, which ``make sim-mutations`` does.
+SCHEDULE_FOUND = tuple(m for m in mutations() if not m.guarded_by)
 
-@pytest.mark.parametrize("mutation", mutations(), ids=lambda m: f"defect-{m.defect}")
+
+@pytest.mark.parametrize("mutation", SCHEDULE_FOUND, ids=lambda m: f"defect-{m.defect}")
 def test_the_simulation_finds_the_reverted_fix(mutation: Mutation) -> None:
     found = search(mutation, BOUND)
     assert found["found"], f"defect {mutation.defect} ({mutation.what}) not found: {found}"

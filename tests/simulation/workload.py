@@ -50,7 +50,7 @@ class LogicalMessage:
     late_cancel_at: float | None = None  # cancel() again, a TTL after its release
     retry_later: int = 0  # the handler raises RetryLater on this many first tries
     retry_delay: float = 0.0  # ... asking for this many seconds
-    width: int = 0  # fill its attributes to this many in all (the Publisher's cap, 95)
+    wide: bool = False  # as many attributes of its own as the Publisher accepts
     reserved: tuple[str, ...] = ()  # attributes the toolkit reserves, set by its producer
     retry_after_burst: bool = False  # its first publish times out; retried after a burst
 

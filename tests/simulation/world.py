@@ -195,6 +195,7 @@ class World:
                 lid, now, message.message_id, a.get(attr.DELIVER_AT), "fifo_filler" in a, ahead
             )
             ledger.finals.append(final)
+            ledger.final_publish(lid)
         elif DELIVERY_COUNT_ATTRIBUTE in a:
             ledger.dead_letter(message, now, "max_delivery_attempts", "pubsub")
         else:

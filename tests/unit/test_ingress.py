@@ -162,6 +162,25 @@ def test_redelivered_bad_message_is_dead_lettered_once(
     ]
 
 
+def test_a_producers_retry_of_a_refused_message_is_dead_lettered_once(
+    ingress: Ingress, sink: RecordingSink
+) -> None:
+    # An outbox's retry after a publish that timed out once Pub/Sub had accepted it: the same
+    # dedup_key and content under a new message id (and a new trace context) is one message.
+    attrs = {"dedup_key": "order-7", "dlq_wrapped": "json"}
+    first = Message(b"x", {**attrs, "googclient_traceparent": "00-a-b-01"}, message_id="1")
+    retry = Message(b"x", {**attrs, "googclient_traceparent": "00-c-d-01"}, message_id="2")
+    other = Message(b"y", attrs, message_id="3")  # other content: another message
+    unkeyed = [Message(b"x", {"dlq_wrapped": "json"}, message_id=i) for i in ("4", "5")]
+    # A `dlq replay` took the letter off the dead-letter topic: refused again, a new letter.
+    replay = Message(b"x", {**attrs, "replay_id": "r1"}, message_id="6")
+    for message in (first, retry, other, *unkeyed, replay, replay):
+        assert ingress.handle(message).outcome is IngressOutcome.DEAD_LETTERED
+    letters = sink.on(DLQ)
+    assert [m.attributes["error_reason"] for m in letters] == [attr.REASON_RESERVED_ATTRIBUTE] * 5
+    assert [m.attributes["origin_message_id"] for m in letters] == ["1", "3", "4", "5", "6"]
+
+
 def test_failed_dead_letter_publish_raises_so_nothing_is_lost(
     ingress: Ingress, sink: RecordingSink
 ) -> None:

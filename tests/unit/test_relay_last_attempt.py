@@ -142,6 +142,22 @@ def test_a_store_outage_through_every_attempt_ends_on_the_dead_letter_topic(
     assert sink.on(FINAL) == []
 
 
+def test_the_last_attempts_alert_names_a_fifo_messages_group_and_number(
+    relay: Relay, store: SwitchableStore, sink: RecordingSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The group waits at that number (no filler: the message may yet be replayed in its place);
+    # the ALERT must say which group and number the dead letter holds.
+    message = OutboundMessage(b"p", {"dedup_key": "k", "fifo_group": "g", "fifo_seq": "7"})
+    delayed = DelayedMessage(message, "k", datetime(2020, 1, 1, tzinfo=UTC)).to_json()
+    store.down = True
+    caplog.set_level("INFO")
+    result = relay.release(delayed, attempt=MAX_ATTEMPTS)
+    assert result.outcome is RelayOutcome.DEAD_LETTERED
+    [alert] = [r.decision for r in caplog.records if "alert" in getattr(r, "decision", {})]
+    assert (alert["alert"], alert["fifo_group"], alert["fifo_seq"]) == ("relay_gave_up", "g", "7")
+    assert [m.attributes["fifo_seq"] for m in sink.on(DLQ)] == ["7"]
+
+
 def test_without_an_attempt_number_a_failure_is_still_retried(
     relay: Relay, store: SwitchableStore, sink: RecordingSink
 ) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.errors import StoreUnavailableError, TransientError
 from pubsub_toolkit.message import Message
@@ -65,6 +66,13 @@ class LastAttempt:
         Raises (the task is then answered 5xx and dropped) only if the dead-letter publish fails.
         """
         reason = reason or self.reason
+        # A FIFO number: the ALERT names its group and number, so an operator whose group
+        # waits at that number (its dead letter will not come back by itself) sees why.
+        number = {
+            name: message.attributes[name]
+            for name in (attr.FIFO_GROUP, attr.FIFO_SEQ)
+            if name in message.attributes
+        }
         detail = (
             f"Cloud Tasks' last attempt ({self._attempt} of {self._max_attempts}) failed: "
             f"{self._failure}. Whether it had been released already, or cancelled, could not "
@@ -84,6 +92,7 @@ class LastAttempt:
                 attempt=self._attempt,
                 reason=reason,
                 error=str(self._failure),
+                **number,
             )
             raise
         self._log.decision(
@@ -95,6 +104,7 @@ class LastAttempt:
             alert="relay_gave_up",
             attempt=self._attempt,
             reason=reason,
+            **number,
         )
         return reason
 

@@ -39,6 +39,7 @@ cases above; what it reports is in :mod:`.outcomes`, the contract checks in
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from datetime import timedelta
@@ -294,14 +295,13 @@ class Ingress:
     def _reject(self, message: Message, exc: PermanentError) -> IngressResult:
         """Dead-letter an invalid delivery once, however often Pub/Sub redelivers it.
 
-        Invalid messages are deduplicated by message id *and* content in a separate namespace:
-        their dedup_key may be the very thing that is wrong and must not be reserved, and a
-        message id alone can repeat (the emulator restarts its ids at 1).
+        Invalid messages are deduplicated in a separate namespace (their dedup_key may be the
+        very thing that is wrong and must not be reserved), by :func:`_rejection_key`.
         """
         key = message.attributes.get(attr.DEDUP_KEY) or message.message_id or None
         fingerprint = attr.content_fingerprint(message.data, message.attributes)
         self._rejections.process(
-            f"{message.message_id}:{fingerprint}",
+            _rejection_key(message, fingerprint),
             fingerprint,
             lambda: self._dead_letter(message, exc.reason, exc.detail, key),
             context={"message_id": message.message_id},
@@ -374,3 +374,22 @@ class Ingress:
 
     def _publish(self, outbound: OutboundMessage) -> str:
         return self._sink.publish(self._final_topic, outbound)
+
+
+def _rejection_key(message: Message, fingerprint: str) -> str:
+    """Which refused deliveries are one message, dead-lettered once.
+
+    With a producer's ``dedup_key``: every copy of the same content at the same number - a
+    producer's retry of a publish that timed out after Pub/Sub accepted it has a new message
+    id, and is the same message - except a ``dlq replay`` of it (its ``replay_id``), which took
+    the letter off the dead-letter topic and must leave a new one. Without a ``dedup_key``:
+    each message id (its only identity), with its content (a message id alone can repeat: the
+    emulator restarts its ids at 1). Hashed: the key may be the invalid part (too long...).
+    """
+    attrs = message.attributes
+    own = attrs.get(attr.DEDUP_KEY)
+    if not own:
+        return f"{message.message_id}:{fingerprint}"
+    parts = (own, attrs.get(attr.FIFO_SEQ, ""), attrs.get(attr.REPLAY_ID, ""))
+    named = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return f"key:{named}:{fingerprint}"
