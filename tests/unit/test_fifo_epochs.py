@@ -4,6 +4,8 @@ the same on Redis in tests/integration/test_fifo_store_loss_redis.py)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from pubsub_toolkit.attributes import FIFO_EPOCH
@@ -11,7 +13,7 @@ from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
-from pubsub_toolkit.errors import StoreUnavailableError
+from pubsub_toolkit.errors import RetryLater, StoreUnavailableError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.producer.publisher import Publisher
@@ -176,3 +178,84 @@ def test_a_new_sequence_begun_on_a_lost_record_still_knows_what_ran_before_it() 
     assert other.deliver(new, "g", 2).outcome is GateOutcome.PARKED
     assert this.deliver(retry, "g", 1).outcome is GateOutcome.FILLED
     assert handled == ["k", "n"]
+
+
+def test_a_process_that_saw_the_group_before_its_epoch_takes_a_restart_for_no_loss() -> None:
+    """This process ran #1 of a group whose record had no epoch yet (a message without one).
+    Another process then ran #2 of a counter's sequence (the record adopted its epoch), and
+    that counter started again: the record is a new sequence at 0, the old one's end kept in
+    its ``prior``. That is no store loss (seed 1113 of the simulation): this process must not
+    put its old position back onto the new sequence, whose #1 has not run - it runs, once."""
+    store = MemoryFifoStore()
+    handled: list[str] = []
+    dead_letters = RecordingSink()
+    log = DecisionLog("consumer-a")
+
+    def gate() -> FifoGate:
+        return FifoGate(
+            store,
+            consumer="consumer-a",
+            handler=lambda m: handled.append(m.attributes["dedup_key"]),
+            dead_letters=DeadLetterer(dead_letters, DLQ, log),
+            clock=ManualClock(),
+            log=log,
+        )
+
+    this, other = gate(), gate()
+    raw = Message(b"r", {"dedup_key": "r", "fifo_group": "g", "fifo_seq": "1"}, message_id="r")
+    assert this.deliver(raw, "g", 1).outcome is GateOutcome.PROCESSED
+    sink = RecordingSink()
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish_batch(
+        "g", [(b"a", {"dedup_key": "a"}), (b"b", {"dedup_key": "b"})]
+    )
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish_batch(
+        "g", [(b"x", {"dedup_key": "x"}), (b"y", {"dedup_key": "y"})]
+    )
+    _, b, x, y = (Message(o.data, dict(o.attributes), message_id="m") for o in sink.on(ORIGIN))
+    assert other.deliver(b, "g", 2).outcome is GateOutcome.PROCESSED
+    assert other.deliver(y, "g", 2).outcome is GateOutcome.PARKED
+    assert this.deliver(x, "g", 1).outcome is GateOutcome.PROCESSED
+    assert handled == ["r", "b", "x", "y"]
+    assert dead_letters.on(DLQ) == []
+
+
+def test_a_head_retried_later_is_run_from_its_own_copy_not_a_stray_left_at_its_number() -> None:
+    """A copy stored at a number no state lists any more - a store-loss repair that parked its
+    copy again while another process had already run and unparked it (seed 843), or a crash
+    between an advance and its unpark - must not stand in for the next message given that
+    number (here #1 of a new sequence: its counter started again). The head asks to be retried
+    later: its parked copy is the one the sweeper runs, so it runs - not the old #1 again (a
+    duplicate, acked: the new message lost silently)."""
+    store, clock = MemoryFifoStore(), ManualClock()
+    handled: list[str] = []
+    log = DecisionLog("consumer-a")
+
+    def handle(message: Message) -> None:
+        key = message.attributes["dedup_key"]
+        if key == "x" and "x" not in handled:
+            handled.append("x")
+            raise RetryLater(timedelta(seconds=30))
+        handled.append(key)
+
+    gate = FifoGate(
+        store,
+        consumer="consumer-a",
+        handler=handle,
+        dead_letters=DeadLetterer(RecordingSink(), DLQ, log),
+        clock=clock,
+        log=log,
+    )
+    sink = RecordingSink()
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish(
+        b"a", fifo_group="g", dedup_key="a"
+    )
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish(
+        b"x", fifo_group="g", dedup_key="x"
+    )
+    old, new = (Message(o.data, dict(o.attributes), message_id="m") for o in sink.on(ORIGIN))
+    assert gate.deliver(old, "g", 1).outcome is GateOutcome.PROCESSED
+    store.park("consumer-a", "g", 1, old)  # the stray: #1's copy, parked again after it ran
+    assert gate.deliver(new, "g", 1).outcome is GateOutcome.RETRYING
+    clock.advance(timedelta(seconds=31))
+    assert gate.sweep("g").outcome is GateOutcome.PROCESSED
+    assert handled == ["a", "x", "x"]

@@ -107,6 +107,16 @@ class SeenStore:
     def remember_parked(self, group: str, seq: int, message: Message) -> None:
         self._parked_copies.put((group, seq), message)
 
+    def park_run(self, group: str, seq: int, message: Message) -> None:
+        """Park a copy whose run under ``seq``'s lease failed: the state names it there, so any
+        other copy kept there is a stray (seed 843: a repair's re-park) - it would run instead."""
+        self._store.park(self._consumer, group, seq, message)
+        stored = self._store.parked_message(self._consumer, group, seq)
+        if stored is not None and rules.message_key(stored) != rules.message_key(message):
+            self._store.unpark(self._consumer, group, seq)
+            self._store.park(self._consumer, group, seq, message)
+        self.remember_parked(group, seq, message)
+
     def parked_copy(self, group: str, seq: int) -> Message | None:
         """This process's own copy of what it parked at ``seq``, if it still has it."""
         return self._parked_copies.get((group, seq))
@@ -208,7 +218,7 @@ class SeenStore:
         last = max(seen.last_processed, state.last_processed)
         lost = rules.lost_parked(seen, state)
         # The store's sequence began after this one: copies parked in this one never run.
-        ended = bool(seen.epoch) and state.epoch > seen.epoch
+        ended = rules.other_sequence(seen, state) and state.epoch > seen.epoch
         restored, reissued = [], list[tuple[int, Message]]()
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
@@ -225,7 +235,7 @@ class SeenStore:
         # lettered, once per copy) BEFORE the repaired state stops listing it - a failure or a
         # crash in between leaves the old state, and the next read repairs (and keeps) again.
         # Unless the store's sequence is this one, its copies belong to an older sequence.
-        same = not seen.epoch or seen.epoch == state.epoch
+        same = not rules.other_sequence(seen, state)
         passed = [s for s in sorted(state.parked) if not same or state.last_processed < s <= last]
         passed = [] if ended else passed
         for seq in passed:

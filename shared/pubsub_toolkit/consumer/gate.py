@@ -641,14 +641,13 @@ class FifoGate:
                 return
         raise TransientError(f"{group}: the state kept changing; settled again at the next sweep")
 
-    def _park_copy(self, group: str, seq: int, message: Message, digest: str | None = None) -> bool:
-        """Park ``message``; with ``digest``, True only if the stored copy is this message
+    def _park_copy(self, group: str, seq: int, message: Message, digest: str) -> bool:
+        """Park an arrival (``digest`` its key's); True only if the stored copy is this message
         (a store keeps the first copy of a number, and the state must name the same one)."""
         self._store.park(self.consumer, group, seq, message)
-        if digest is not None:
-            stored = self._store.parked_message(self.consumer, group, seq)
-            if stored is not None and key_digest(message_key(stored)) != digest:
-                return False
+        stored = self._store.parked_message(self.consumer, group, seq)
+        if stored is not None and key_digest(message_key(stored)) != digest:
+            return False
         self._seen.remember_parked(group, seq, message)
         return True
 
@@ -878,7 +877,7 @@ class FifoGate:
                 level=logging.INFO if asked else logging.WARNING,
             )
             if not from_park:
-                self._park_copy(group, seq, message)  # kept for the sweeper
+                self._seen.park_run(group, seq, message)  # kept for the sweeper
             digest = key_digest(message_key(message))
             self._update(group, token, lambda s: rules.retry_later(s, seq, digest, at=retry_at))
             if not from_park and not asked:
@@ -909,7 +908,7 @@ class FifoGate:
         self._decision(
             "poison_blocked", group, seq, f"ALERT: group blocked; {detail}", level=logging.ERROR
         )
-        self._park_copy(group, seq, message)  # kept for an operator's replay
+        self._seen.park_run(group, seq, message)  # kept for an operator's replay
         digest = key_digest(message_key(message))
         self._update(group, token, lambda s: rules.blocked(s, seq, digest))
         return state, GateOutcome.DEAD_LETTERED if self._dead_letters else GateOutcome.BLOCKED

@@ -148,7 +148,7 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
     lost: that is no going back."""
     if seen.expired(now):
         return False
-    if seen.epoch and state.epoch != seen.epoch:
+    if other_sequence(seen, state):
         # A newer sequence that began from this one is no going back; one that began on a
         # record that had lost this one (the store lost it, then a process adopted the new
         # epoch on the empty record) is: this process still knows what ran there.
@@ -162,10 +162,22 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
     )
 
 
+def other_sequence(seen: GroupState, state: GroupState) -> bool:
+    """True when ``state`` is in another sequence than the one ``seen`` recorded, so their
+    numbers are not the same numbers: another epoch - or, when this process saw the record
+    before it had one, a record that has adopted an epoch AND started again since (its
+    ``prior``). An adoption alone keeps the position; a restart begins again at 0, which a
+    comparison by number would take for a loss - and its repair would mark the new sequence's
+    numbers as run (seed 1113: a new #1 acked as a duplicate, never handled)."""
+    return state.epoch != seen.epoch and bool(seen.epoch or state.prior)
+
+
 def succeeds(state: GroupState, seen: GroupState) -> bool:
-    """True when ``state``'s sequence began after ``seen``'s had reached where it is now."""
+    """True when ``state``'s sequence began after ``seen``'s had reached where it is now (a
+    ``seen`` without an epoch was adopted by some sequence of ``state.prior``: any may be it)."""
     ran = seen.last_processed
-    return not (ran or seen.keys) or any(e == seen.epoch and last >= ran for e, last in state.prior)
+    mine = [last for e, last in state.prior if e == seen.epoch or not seen.epoch]
+    return not (ran or seen.keys) or any(last >= ran for last in mine)
 
 
 def rewritten_number(seen: GroupState, state: GroupState) -> int | None:
@@ -173,7 +185,7 @@ def rewritten_number(seen: GroupState, state: GroupState) -> int | None:
     process saw there: the store lost that run and the number went to another message (its
     counter rolled back too). The position alone cannot show it - the reissue brought it back
     to where it was - but the run this process remembers must still count (``ran_earlier``)."""
-    if seen.epoch and seen.epoch != state.epoch:
+    if other_sequence(seen, state):
         return None  # other sequences: their numbers are not the same numbers
     passed = min(seen.last_processed, state.last_processed)
     for seq, digest in seen.keys:
@@ -404,7 +416,7 @@ def without_lost_parked(state: GroupState, seq: int) -> GroupState:
 
 def lost_parked(seen: GroupState, state: GroupState) -> list[int]:
     """Numbers this process saw parked ahead of the group that the store no longer lists."""
-    if seen.epoch and seen.epoch != state.epoch:
+    if other_sequence(seen, state):
         return [s for s in seen.parked if s > seen.last_processed]
     last = max(seen.last_processed, state.last_processed)
     return [s for s in seen.parked if s > last and s not in state.parked]
@@ -417,7 +429,7 @@ def repaired(
     older ``state``: every lease fenced, ``restored`` parked again. (A store that lost the
     start of this process's newer sequence gets that sequence back as this process saw it.)"""
     fenced = max(seen.lease_token, state.lease_token) + 1
-    if seen.epoch and state.epoch > seen.epoch:
+    if other_sequence(seen, state) and state.epoch > seen.epoch:
         # The store's new sequence began on a record that had lost this one: it keeps going,
         # and learns this one's position and last keys (a renumbered retry of one is known).
         carried = restarted(seen, state.epoch)
