@@ -31,6 +31,7 @@ from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.simulation.clock import CallerClock
+from tests.simulation.components import TTL
 
 MAX_ROLLBACK_WRITES = 20
 INT64_MAX = 2**63 - 1
@@ -64,7 +65,8 @@ class Database:
         self.clock = clock
         self.dedup = MemoryDedupStore(clock=clock)  # type: ignore[arg-type]
         self.fifo = _FifoStore(clock)
-        self.counter = MemorySequenceCounter()
+        # An idle group's counter expires with the consumer's TTL, as on Redis (issue 24, defect 4).
+        self.counter = MemorySequenceCounter(ttl=TTL, clock=clock)  # type: ignore[arg-type]
         self.writes = 0
         self._keep_history = keep_history
         self._history: deque[_Snapshot] = deque(maxlen=MAX_ROLLBACK_WRITES + 1)

@@ -67,11 +67,11 @@ PROMOTED: dict[Kind, float] = {
     Kind.PUBLISH_BATCH: 0.2,
     Kind.SCALE: 0.1,
 }
-# The kinds a default run may draw, and those it draws only when enabled: these need library
-# fixes not merged yet (issue 24's defects 1-4: renumber_far, store_restart_empty,
-# long_pause), or still break an invariant in a few schedules of 10,000 (relay_store_outage,
-# slow_handler, fifo_end, store_error_reply, process_batch: docs/concepts/simulation.md says
-# which and why).
+# The kinds a default run may draw, and those it draws only when enabled: these still break an
+# invariant in a few schedules - renumber_far and long_pause 2 and 1 of 400, each with a
+# rollback that lost writes; store_restart_empty 1 of 3,000 at rate 0.2; relay_store_outage,
+# slow_handler, fifo_end, store_error_reply and process_batch a few of 10,000
+# (docs/concepts/simulation.md says which and why).
 DEFAULT_KINDS: tuple[Kind, ...] = BASE_KINDS + tuple(PROMOTED)
 OPT_IN_KINDS: tuple[Kind, ...] = tuple(k for k in EXTRA_KINDS if k not in PROMOTED)
 

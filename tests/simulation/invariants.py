@@ -192,10 +192,17 @@ def _never_early(f: Final) -> Iterator[Violation]:
 
 
 def _groups_finish(f: Final) -> Iterator[Violation]:
-    targets: dict[str, int] = {}
+    # The last number of each group's newest counter epoch: a counter that started again
+    # (expired with an idle group, or lost by its store) numbers from 1 in a newer epoch.
+    newest: dict[str, int] = {}
     for o in f.ledger.origins:
         if o.group is not None and o.seq is not None and not o.hostile:
-            targets[o.group] = max(targets.get(o.group, 0), int(o.seq))
+            newest[o.group] = max(newest.get(o.group, 0), int(o.epoch or 0))
+    targets: dict[str, int] = {}
+    for o in f.ledger.origins:
+        numbered = o.group is not None and o.seq is not None and not o.hostile
+        if numbered and int(o.epoch or 0) == newest[str(o.group)]:
+            targets[str(o.group)] = max(targets.get(str(o.group), 0), int(str(o.seq)))
     for group, target in sorted(targets.items()):
         if not f.relax.checks_group_position(group):
             continue

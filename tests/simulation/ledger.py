@@ -34,6 +34,7 @@ class OriginPublish:
     group: str | None
     seq: str | None
     hostile: bool
+    epoch: str | None = None  # fifo_epoch: a counter that started again numbers anew
 
 
 @dataclass(frozen=True)

@@ -376,6 +376,7 @@ def issue_24() -> tuple[Mutation, ...]:
     """Issue 24's fixes reverted: found by schedules of the default mix, or by their tests."""
     relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
     subscriber = "pubsub_toolkit.consumer.subscriber"
+    gate = "pubsub_toolkit.consumer.gate"
     integration = "tests/integration/"
     return (
         Mutation(
@@ -536,6 +537,161 @@ def issue_24() -> tuple[Mutation, ...]:
                 integration + "test_consumer_result.py"
                 "::test_a_consumer_on_a_missing_subscription_raises_not_found_from_result",
             ),
+        ),
+        Mutation(
+            "24.1",
+            "ingress routes a retry renumbered past the gate's key window (it runs again)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.ingress.pipeline",
+                    "Ingress._fill_renumbered_retry",
+                    "if first.seq is not None and not 0 < first.seq - seq < KEY_WINDOW:",
+                    "if False:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_ingress.py::test_a_renumbered_retry_far_from_its_first_copy_runs_once",
+            ),
+        ),
+        Mutation(
+            "24.1b",
+            "a Publisher gives a retry of a key and content a new number",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.producer.publisher",
+                    "Publisher._numbers",
+                    "known = [self._numbered.get((group, *k)) if k else None for k in keys]",
+                    "known = [None for k in keys]",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_producer_retries.py",),
+        ),
+        Mutation(
+            "24.2",
+            "the gate ignores a message's counter epoch (a restarted counter's numbers look old)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._sequences",
+                    "Sequences.meet",
+                    "epoch = rules.message_epoch(message)",
+                    "epoch = None",
+                ),
+            ),
+            guarded_by=(
+                integration + "test_fifo_store_loss_redis.py"
+                "::test_new_messages_after_redis_restarted_empty_run_not_acked_as_duplicates",
+            ),
+        ),
+        Mutation(
+            "24.2b",
+            "a process that saw a group before its epoch takes a later restart for a loss",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer.gate_rules",
+                    "other_sequence",
+                    "return state.epoch != seen.epoch and bool(seen.epoch or state.prior)",
+                    "return bool(seen.epoch) and state.epoch != seen.epoch",
+                ),
+            ),
+        ),
+        Mutation(
+            "24.2c",
+            "a failed run's parked copy does not replace a stray copy left at its number",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._gate_store",
+                    "SeenStore.park_run",
+                    "if stored is not None and rules.message_key(stored) != "
+                    "rules.message_key(message):",
+                    "if False:",
+                ),
+            ),
+        ),
+        Mutation(
+            "24.3",
+            "the repair fences this process's own running lease (the in-flight run reruns)",
+            (
+                SourceEdit(
+                    gate,
+                    "FifoGate._update",
+                    "token = self._seen.lease_now(group, token)",
+                    "token = token",
+                ),
+            ),
+            guarded_by=(
+                integration + "test_fifo_store_loss_redis.py"
+                "::test_the_message_in_flight_when_redis_restarts_empty_runs_once",
+            ),
+        ),
+        Mutation(
+            "24.4",
+            "the Redis counter from settings outlives DEDUP_TTL (an idle group waits for #1)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.stores.factory",
+                    "counter_from_settings",
+                    "return cast(RedisBackend, backend).counter(ttl=settings.dedup_ttl)",
+                    "return backend.counter()",
+                ),
+            ),
+            guarded_by=(integration + "test_counter_lifetime.py",),
+        ),
+        Mutation(
+            "24.4b",
+            "a memory counter never forgets an idle group",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.stores.counters.memory",
+                    "MemorySequenceCounter._forget_if_expired",
+                    "if expire_at is not None and now >= expire_at:",
+                    "if False:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_memory_counter_expiry.py",),
+        ),
+        Mutation(
+            "24.s",
+            "a batch handler's RetryLater runs the batch again at once, one by one",
+            (
+                SourceEdit(
+                    gate,
+                    "FifoGate._run_batch",
+                    "        except RetryLater as exc:\n",
+                    "        except ZeroDivisionError as exc:\n",
+                ),
+            ),
+            guarded_by=("tests/unit/test_batch_retry_later.py",),
+        ),
+        Mutation(
+            "27.1",
+            "a failed publish's future carries no exception",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.producer.sink",
+                    "settled",
+                    "future.set_exception(exc)",
+                    'future.set_result("")',
+                ),
+            ),
+        ),
+        Mutation(
+            "27.5",
+            "a fifo_group without a fifo_seq passes (it runs unordered)",
+            (
+                SourceEdit(
+                    envelope,
+                    "_parse_fields",
+                    "if group is not None and seq is None:",
+                    "if False:",
+                ),
+                SourceEdit(
+                    envelope,
+                    "check_delivered",
+                    "if group is not None and FIFO_SEQ not in attributes:",
+                    "if False:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_group_without_seq.py",),
         ),
         Mutation(
             "24.ttl",

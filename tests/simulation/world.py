@@ -186,6 +186,7 @@ class World:
                     a.get(attr.FIFO_GROUP),
                     a.get(attr.FIFO_SEQ),
                     hostile,
+                    a.get(attr.FIFO_EPOCH),
                 )
             )
         elif topic == c.FINAL:

@@ -93,7 +93,9 @@ class Publisher:
         self._sink = tracing.traced(sink, hop="producer")
         # The fast path when the sink has one (a PubSubSink); else the blocking publish.
         self._publish_future = getattr(sink, "publish_future", None)
-        self._locks = [threading.Lock() for _ in range(_GROUP_LOCKS)]
+        # Re-entrant: a publish made while this thread is inside another one's sink call (a
+        # nested callback; the simulation's interleaving) must not wait for itself.
+        self._locks = [threading.RLock() for _ in range(_GROUP_LOCKS)]
         self._queue = NumberingQueue(self._send_waiting)
         self._topic = topic
         self._counter = counter
@@ -325,7 +327,7 @@ class Publisher:
             carrying = OutboundMessage(message.data, attributes, message.ordering_key)
             return self._publish_future(self._topic, carrying)  # type: ignore[no-any-return]
 
-    def _group_lock(self, group: str) -> threading.Lock:
+    def _group_lock(self, group: str) -> threading.RLock:
         return self._locks[hash(group) % _GROUP_LOCKS]
 
     def _require_counter(self) -> SequenceCounter:

@@ -7,8 +7,10 @@ the same records - as two workers on one Redis would.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
@@ -24,7 +26,9 @@ class MemoryBackend:
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._dedup = MemoryDedupStore(clock)
         self._fifo = MemoryFifoStore()
-        self._counter = MemorySequenceCounter()
+        # Forgets an idle group as the Redis counter does (DEDUP_TTL's default).
+        ttl = timedelta(seconds=DEFAULT_TTL_SECONDS)
+        self._counter = MemorySequenceCounter(ttl=ttl, clock=clock)
         self._stats: dict[str, MemoryStatsStore] = {}
         self._lock = threading.Lock()
 
