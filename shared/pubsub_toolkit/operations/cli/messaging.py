@@ -20,6 +20,8 @@ from pubsub_toolkit.operations.cli.common import (
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """`publish`: one message through the Publisher (contract checked before publishing)."""
+    from google.api_core.exceptions import GoogleAPICallError
+
     from pubsub_toolkit.config import Settings
     from pubsub_toolkit.producer.publisher import Publisher
     from pubsub_toolkit.producer.sink import PubSubSink
@@ -49,6 +51,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise ToolkitError(str(exc)) from exc
+    except GoogleAPICallError as exc:  # the future's failure: one line that names the topic
+        raise TransientError(f"publish to {topic} failed: {exc}") from exc
     finally:
         sink.close()
     print(json.dumps({"message_id": message_id, "topic": topic}) if args.json else message_id)
