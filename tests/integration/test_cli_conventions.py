@@ -67,21 +67,22 @@ def test_project_picks_the_project_and_json_output_is_what_scripts_read(
     without = cli(env, "publish", "--topic", "final", "x")
     assert without.returncode == 2
     assert "GOOGLE_CLOUD_PROJECT is required" in without.stderr
+    group = f"order-{project_id}"  # the session's Redis is shared: a group of its own
     published = cli(
         env, "publish", "--project", project_id, "--topic", "final", "--json",
-        "--fifo-group", "order-7", "step 1",
+        "--fifo-group", group, "step 1",
     )  # fmt: skip
     assert published.returncode == 0, published.stderr
     sent = json.loads(published.stdout)
     assert sent["topic"] == f"projects/{project_id}/topics/final"
     assert sent["message_id"]
 
-    status = cli(env, "--project", project_id, "status", "--group", "order-7", "--json")
+    status = cli(env, "--project", project_id, "status", "--group", group, "--json")
     assert status.returncode == 0, status.stderr
     shown = json.loads(status.stdout)
     assert shown["consumer"] == f"cli-{project_id}"
-    [group] = [g for g in shown["fifo_groups"] if g["group"] == "order-7"]
-    assert (group["last_issued"], group["last_processed"]) == (1, 0)
+    [row] = [g for g in shown["fifo_groups"] if g["group"] == group]
+    assert (row["last_issued"], row["last_processed"]) == (1, 0)
     assert shown["dead_letters"]["exists"] is True
 
     publisher = pubsub_v1.PublisherClient()
