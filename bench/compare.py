@@ -281,7 +281,9 @@ def worker(args: argparse.Namespace) -> None:
     loaded = _loaded_library(shared)
     if loaded["foreign_modules"]:
         raise SystemExit(f"modules loaded from outside {shared}: {loaded['foreign_modules']}")
-    result |= {"pubsub_toolkit_file": str(library), "library_sha256": loaded["source_sha256"]}
+    # Relative to the tree it ran from: no machine path in the results.
+    where = str(library.relative_to(shared.parent))
+    result |= {"pubsub_toolkit_file": where, "library_sha256": loaded["source_sha256"]}
     Path(args.out).write_text(json.dumps(result))
 
 
@@ -531,11 +533,11 @@ def driver(args: argparse.Namespace) -> None:
     }
     payload = {
         "why": "issue 11: bench/dedup and bench/fifo no worse than before, measured in one run",
-        "baseline": {"commit": baseline_commit, "tree": str(WORKTREE)},
+        "baseline": {"commit": baseline_commit, "tree": "a temporary worktree of that commit"},
         "current": {
             "commit_at_start": commit_at_start,
             "commit_at_end": git("rev-parse", "HEAD"),
-            "tree": str(REPO),
+            "tree": ".",
             "uncommitted_in_shared_or_bench": dirty,
             # others edit the tree meanwhile: True if the rounds did not all see the same code
             "library_changed_during_run": len(current_digests) > 1,
