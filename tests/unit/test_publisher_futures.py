@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
@@ -22,17 +20,10 @@ from pubsub_toolkit.producer.publisher import Publisher
 from pubsub_toolkit.stores.counters.base import SequenceBlock
 from pubsub_toolkit.stores.counters.memory import MemorySequenceCounter
 from tests.support.sinks import RecordingSink
+from tests.support.waiting import wait_until
 
 TOPIC = "projects/p/topics/origin"
 DEADLINE = 10.0  # seconds to wait for a condition; never a measured duration
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 class HeldSink:
@@ -110,7 +101,12 @@ def test_publish_batch_hands_every_item_over_before_it_waits() -> None:
     batch = threading.Thread(target=lambda: result.append(publisher.publish_batch("g", items)))
     batch.start()
     # All 20 reach the sink while none is settled: one wait, not 20 round trips.
-    wait_for(lambda: len(sink.held) == 20, "all 20 handed to the sink before any settled")
+    wait_until(
+        lambda: len(sink.held) == 20,
+        timeout=DEADLINE,
+        interval=0.005,
+        what="all 20 handed to the sink before any settled",
+    )
     assert result == [], "publish_batch returned before its messages were accepted"
     sink.settle_all()
     batch.join(DEADLINE)
@@ -122,7 +118,12 @@ def test_fifo_messages_waiting_for_a_number_share_one_reservation() -> None:
     sink, counter = HeldSink(settle_at_once=True), GatedCounter()
     publisher = Publisher(sink, TOPIC, counter)
     futures = [publisher.publish(b"m0", fifo_group="g")]
-    wait_for(lambda: counter.calls == [1], "the first reservation under way")
+    wait_until(
+        lambda: counter.calls == [1],
+        timeout=DEADLINE,
+        interval=0.005,
+        what="the first reservation under way",
+    )
     futures += [publisher.publish(f"m{i}".encode(), fifo_group="g") for i in range(1, 10)]
     counter.release.set()
     assert [f.result(timeout=DEADLINE) for f in futures] == [f"id-{n}" for n in range(1, 11)]
@@ -135,7 +136,12 @@ def test_a_retry_queued_before_its_first_copy_was_numbered_takes_the_same_number
     sink, counter = HeldSink(settle_at_once=True), GatedCounter()
     publisher = Publisher(sink, TOPIC, counter)
     first = publisher.publish(b"warm-up", fifo_group="g")
-    wait_for(lambda: counter.calls == [1], "the first reservation under way")
+    wait_until(
+        lambda: counter.calls == [1],
+        timeout=DEADLINE,
+        interval=0.005,
+        what="the first reservation under way",
+    )
     a = publisher.publish(b"A", fifo_group="g", dedup_key="order-A")
     b = publisher.publish(b"B", fifo_group="g", dedup_key="order-B")
     retry = publisher.publish(b"A", fifo_group="g", dedup_key="order-A")  # did not wait for a
@@ -183,7 +189,12 @@ def test_a_failed_fifo_publish_is_the_futures_exception_and_a_logged_gap(
 ) -> None:
     sink, counter = HeldSink(), MemorySequenceCounter()
     future = Publisher(sink, TOPIC, counter).publish(b"x", fifo_group="g")
-    wait_for(lambda: len(sink.held) == 1, "the message handed to the sink")
+    wait_until(
+        lambda: len(sink.held) == 1,
+        timeout=DEADLINE,
+        interval=0.005,
+        what="the message handed to the sink",
+    )
     with caplog.at_level(logging.WARNING):
         sink.held[0][1].set_exception(ConnectionError("the publish failed"))
         with pytest.raises(ConnectionError):
