@@ -11,6 +11,7 @@ Firestore's late TTL deletion requires - and, on Redis, with the server's own ke
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -19,12 +20,26 @@ from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, TOMBSTONE_TTL, cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
-from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.ingress.pipeline import Ingress
+from pubsub_toolkit.message import Message, OutboundMessage
 from tests.support.sinks import RecordingSink
 from tests.support.stores import BACKENDS, store_factory
 
 FINAL, DLQ = "projects/p/topics/final", "projects/p/topics/dlq"
 DEDUP_TTL = timedelta(days=8)  # the default DEDUP_TTL_SECONDS
+
+
+def wiring(store: Any, sink: RecordingSink, clock: ManualClock) -> dict[str, Any]:
+    """What the relay and ingress are built with here: one store, the topics, lease and TTL."""
+    return {
+        "store": store,
+        "sink": sink,
+        "final_topic": FINAL,
+        "dead_letter_topic": DLQ,
+        "lease": timedelta(seconds=30),
+        "ttl": DEDUP_TTL,
+        "clock": clock,
+    }
 
 
 class NoTasks:
@@ -41,15 +56,7 @@ def test_cancel_after_dedup_ttl_still_says_delivered(
     clock = ManualClock(datetime.now(UTC))
     store = store_factory(request, backend)(clock=clock)
     sink = RecordingSink()
-    relay = Relay(
-        store=store,
-        sink=sink,
-        final_topic=FINAL,
-        dead_letter_topic=DLQ,
-        lease=timedelta(seconds=30),
-        ttl=DEDUP_TTL,
-        clock=clock,
-    )
+    relay = Relay(**wiring(store, sink, clock))
     key = f"reminder-{unique}"
     message = OutboundMessage(b"remind me", {"dedup_key": key})
     task = DelayedMessage(message, key, clock.now()).to_json()
@@ -101,21 +108,10 @@ def test_a_delay_already_due_at_ingress_is_still_delivered_to_a_late_cancel(
 ) -> None:
     """Ingress releases a delayed message that is due on arrival through the relay's record: that
     record, too, must outlive ``DEDUP_TTL``."""
-    from pubsub_toolkit.ingress.pipeline import Ingress
-    from pubsub_toolkit.message import Message
-
     clock = ManualClock(datetime.now(UTC))
     store = store_factory(request, backend)(clock=clock)
     sink = RecordingSink()
-    ingress = Ingress(
-        store=store,
-        sink=sink,
-        final_topic=FINAL,
-        dead_letter_topic=DLQ,
-        lease=timedelta(seconds=30),
-        ttl=DEDUP_TTL,
-        clock=clock,
-    )
+    ingress = Ingress(**wiring(store, sink, clock))
     key = f"due-{unique}"
     ingress.handle(Message(b"x", {"dedup_key": key, "delay_seconds": "0"}, message_id="1"))
     assert len(sink.on(FINAL)) == 1
