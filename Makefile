@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency bench-tracing bench-publisher soak test-faults sim sim-mutations clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency bench-tracing bench-ingress-ordering bench-publisher soak test-faults sim sim-mutations clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -106,6 +106,9 @@ bench-latency: install ## origin -> ingress -> final vs a direct publish on the 
 bench-tracing: install ## tracing off / on / 10% sampled: ingress as deployed (Pub/Sub emulator, Redis and Firestore), then in-process vs before tracing (1839f16), alternating rounds (bench/results/tracing.json); then instructions per message under callgrind (tracing_instructions.json); ~20 min
 	$(PY) -m bench.tracing
 	$(PY) -m bench.tracing_instructions
+
+bench-ingress-ordering: install ## message ordering on the ingress push subscription on/off: share of FIFO messages arriving early (bench/results/ingress_ordering.json; ~1 min)
+	$(PY) -m bench.ingress_ordering
 
 bench-publisher: install ## the Publisher against google-cloud-pubsub's client, unordered and FIFO, 1 and 8 threads, alternating rounds (bench/results/publisher.json; ~30 s)
 	$(PY) -m bench.publisher

@@ -59,13 +59,14 @@ locals {
   # the pull subscription final-sub. An explicit map is the caller's choice.
   subscriptions = var.subscriptions != null ? var.subscriptions : var.consumer != null ? {} : {
     "final-sub" = {
-      topic                   = "final"
-      ack_deadline_seconds    = 60
-      enable_message_ordering = true
-      max_delivery_attempts   = 10
-      minimum_backoff         = "10s"
-      maximum_backoff         = "600s"
-      filter                  = null
+      topic                        = "final"
+      ack_deadline_seconds         = 60
+      enable_message_ordering      = true
+      enable_exactly_once_delivery = var.exactly_once_delivery
+      max_delivery_attempts        = 10
+      minimum_backoff              = "10s"
+      maximum_backoff              = "600s"
+      filter                       = null
     }
   }
 

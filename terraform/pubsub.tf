@@ -22,14 +22,15 @@ resource "google_pubsub_topic" "this" {
 resource "google_pubsub_subscription" "this" {
   for_each = local.subscriptions
 
-  project                    = var.project_id
-  name                       = "${local.prefix}${each.key}"
-  topic                      = google_pubsub_topic.this[each.value.topic].id
-  ack_deadline_seconds       = each.value.ack_deadline_seconds
-  enable_message_ordering    = each.value.enable_message_ordering
-  filter                     = each.value.filter
-  message_retention_duration = "604800s"
-  labels                     = var.labels
+  project                      = var.project_id
+  name                         = "${local.prefix}${each.key}"
+  topic                        = google_pubsub_topic.this[each.value.topic].id
+  ack_deadline_seconds         = each.value.ack_deadline_seconds
+  enable_message_ordering      = each.value.enable_message_ordering
+  enable_exactly_once_delivery = each.value.enable_exactly_once_delivery
+  filter                       = each.value.filter
+  message_retention_duration   = "604800s"
+  labels                       = var.labels
 
   dead_letter_policy {
     dead_letter_topic     = google_pubsub_topic.this["dead_letter"].id

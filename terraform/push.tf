@@ -21,8 +21,9 @@ resource "google_pubsub_subscription" "push" {
   # A delivery is outstanding while the function runs: its timeout is the ack deadline.
   ack_deadline_seconds = each.value.timeout
   # The consumer's FIFO gate works either way (its own counters); ordered delivery per
-  # fifo_group makes in-order arrival the common case.
-  enable_message_ordering    = each.key == "consumer"
+  # fifo_group makes in-order arrival the common case. Ingress: the operator's choice
+  # (var.ingress_message_ordering: fewer parked arrivals against one push per group at a time).
+  enable_message_ordering    = each.key == "consumer" || (each.key == "ingress" && var.ingress_message_ordering)
   message_retention_duration = "604800s"
   labels                     = var.labels
 

@@ -102,10 +102,13 @@ variable "subscriptions" {
     topic                   = optional(string, "final")
     ack_deadline_seconds    = optional(number, 60)
     enable_message_ordering = optional(bool, false)
-    max_delivery_attempts   = optional(number, 10)
-    minimum_backoff         = optional(string, "10s")
-    maximum_backoff         = optional(string, "600s")
-    filter                  = optional(string)
+    # Pull subscriptions only (Pub/Sub offers it for no push subscription); see
+    # var.exactly_once_delivery for what it gives and costs.
+    enable_exactly_once_delivery = optional(bool, false)
+    max_delivery_attempts        = optional(number, 10)
+    minimum_backoff              = optional(string, "10s")
+    maximum_backoff              = optional(string, "600s")
+    filter                       = optional(string)
   }))
   description = <<-EOT
     Pull subscriptions for consumers, keyed by subscription name (name_prefix is put in front).
@@ -131,6 +134,35 @@ variable "subscriptions" {
     condition     = var.subscriptions == null ? true : alltrue([for s in values(var.subscriptions) : s.ack_deadline_seconds >= 10 && s.ack_deadline_seconds <= 600])
     error_message = "ack_deadline_seconds must be between 10 and 600 (Pub/Sub's limits)."
   }
+}
+
+variable "exactly_once_delivery" {
+  type        = bool
+  description = <<-EOT
+    Exactly-once delivery on the default pull subscription final-sub (an explicit
+    var.subscriptions sets enable_exactly_once_delivery per subscription). Pub/Sub then confirms
+    each ack and does not deliver an acked message again, so fewer duplicates reach the store
+    (a duplicate costs a store read); the Consumer logs an ack Pub/Sub refuses. Costs: a higher
+    publish-to-ack latency, lower per-subscription throughput limits, and the guarantee holds
+    within one region. It does not replace the toolkit's dedup: a producer's retry is a new
+    message to Pub/Sub, and the effect and the ack are still two steps. docs/how-to/deploy.md.
+  EOT
+  default     = false
+  nullable    = false
+}
+
+variable "ingress_message_ordering" {
+  type        = bool
+  description = <<-EOT
+    Message ordering on the ingress push subscription (the Publisher sets the FIFO group as the
+    ordering key): a group's messages reach ingress, and so the final topic, in publish order,
+    so the consumer parks fewer early arrivals. Costs: Pub/Sub pushes one message per group at
+    a time, so a group moves at one ingress round trip per message, and a message ingress keeps
+    failing (a store outage) holds its whole group until it is acked or dead-lettered. Off by
+    default: the consumer's gate orders each group either way. docs/how-to/deploy.md.
+  EOT
+  default     = false
+  nullable    = false
 }
 
 variable "push_max_delivery_attempts" {

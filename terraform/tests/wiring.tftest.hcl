@@ -524,3 +524,30 @@ run "firestore_default_elsewhere_than_the_application_is_refused" {
 
   expect_failures = [google_app_engine_application.app]
 }
+
+run "pubsub_exactly_once_and_ingress_ordering_are_options" {
+  command = apply
+
+  variables {
+    exactly_once_delivery    = true
+    ingress_message_ordering = true
+  }
+
+  assert {
+    condition     = google_pubsub_subscription.this["final-sub"].enable_exactly_once_delivery && google_pubsub_subscription.this["final-sub"].enable_message_ordering
+    error_message = "exactly_once_delivery = true must turn exactly-once delivery on for the default final-sub (ordering stays on)."
+  }
+  assert {
+    condition     = google_pubsub_subscription.push["ingress"].enable_message_ordering
+    error_message = "ingress_message_ordering = true must order the ingress push subscription."
+  }
+}
+
+run "pubsub_exactly_once_and_ingress_ordering_are_off_by_default" {
+  command = apply
+
+  assert {
+    condition     = !google_pubsub_subscription.this["final-sub"].enable_exactly_once_delivery && !google_pubsub_subscription.push["ingress"].enable_message_ordering
+    error_message = "exactly-once delivery and ingress ordering are opt-in (each has a cost: docs/how-to/deploy.md)."
+  }
+}

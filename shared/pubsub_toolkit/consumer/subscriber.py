@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit import tracing
 from pubsub_toolkit._loop_thread import LoopThread
+from pubsub_toolkit.consumer._acks import ack
 from pubsub_toolkit.consumer._stream_end import StreamEnd
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
@@ -77,7 +78,7 @@ def settle(subscription: str, received: Any, message: Message, exc: Exception | 
     with tracing.settling(subscription, message, hop="consumer", ack=exc is None):
         if exc is not None:
             return nack_after(received, exc)
-        received.ack()
+        ack(received)
         return "ack"
 
 
@@ -282,7 +283,7 @@ class Consumer:
             if isinstance(result, Exception):
                 outcome = nack_after(received, result)
             else:
-                received.ack()
+                ack(received)
                 outcome = result
             tell(self._on_outcome, message, outcome)
 
