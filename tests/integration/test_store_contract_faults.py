@@ -101,12 +101,19 @@ def test_a_fifo_state_lost_by_a_restart_reads_as_new_and_its_old_version_never_m
         with pytest.raises(ConfigurationError, match="cannot run on Redis Cluster"):
             target.make_fifo()
         return
-    store = target.make_fifo()
+    store, rival = target.make_fifo(), target.make_fifo()
     saved = store.save("c", "g", GroupState(last_processed=3), store.load("c", "g"))
     assert saved is not None
     target.wipe()
     assert store.load("c", "g").last_processed == 0
+    assert store.save("c", "g", GroupState(last_processed=4), saved) is None
+    # After the loss another worker writes the group as often as we had: a store that counts
+    # versions would issue ours again, and our stale write would replace theirs unseen (ABA).
+    lost = rival.load("c", "g")
+    theirs = rival.save("c", "g", GroupState(last_processed=1, lease_token=7), lost)
+    assert theirs is not None
     assert store.save("c", "g", GroupState(last_processed=4), saved) is None  # no ABA
+    assert store.load("c", "g").lease_token == 7
 
 
 def test_the_gate_notices_a_group_state_the_store_lost(
@@ -150,7 +157,8 @@ def test_a_reply_lost_after_the_server_applied_the_write_is_retried_to_the_same_
     redis_standalone: PrivateRedis, flavour: str, request: pytest.FixtureRequest
 ) -> None:
     redis_standalone.heal()
-    with ReplyDroppingProxy(redis_standalone.port) as proxy:
+    proxy = ReplyDroppingProxy(redis_standalone.port)  # (its __enter__ is typed TcpProxy)
+    with proxy:
         through_proxy = PrivateRedis(
             f"redis://127.0.0.1:{proxy.port}/0", redis_standalone.port, cluster=False
         )

@@ -4,12 +4,16 @@ many schedules find it?
 A :class:`Mutation` is the revert of one fix, applied as a monkeypatch for the duration of a
 run: either a *source edit* (the fixed lines of one function replaced by the old ones, the
 function recompiled in its own module - so the revert is exactly the diff, and it fails loudly
-as ``stale`` when the fixed code changes) or a *replacement* of one function.
+as ``stale`` when the fixed code changes), a *text edit* of a module constant (a store's Lua
+script), or a *replacement* of one function.
 
 ``python -m tests.simulation.mutations`` runs the simulation on seeds 0, 1, 2, ... under each
 mutation until the first schedule that breaks an invariant the unmutated code keeps on that
 seed, and records "schedules needed" per defect in ``bench/results/simulation.json``.
 ``tests/simulation/test_mutations.py`` asserts each is found within :data:`BOUND` schedules.
+
+:func:`hand_made` adds the seven bugs a review introduced by hand (issue 24), found the same
+way: by schedules, or by the pytest nodes named in ``guarded_by``.
 
 Not here: the fix that re-reads a FIFO group when a sibling thread's write landed during the
 read and the store then lost it. That needs two events inside one read (the sibling's write,
@@ -19,6 +23,7 @@ it (it fails with the fix reverted: a number runs twice).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import os
@@ -33,7 +38,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.simulation.world import Result, run_schedule
+from tests.simulation.faults import Kind
+from tests.simulation.world import Options, Result, run_schedule
 
 BOUND = 3000  # schedules within which every mutation must be found
 MUTATION_ENV = "PUBSUB_TOOLKIT_TEST_MUTATION"  # tests/conftest.py applies it to a session
@@ -76,6 +82,34 @@ class Replacement:
         return owner, name, self.value
 
 
+@dataclass(frozen=True)
+class TextEdit:
+    """In ``module``'s constant ``name`` (a Lua script, or a tuple of them), ``old`` -> ``new``:
+    a script is re-read where it is used (registered at a store's construction, or named by
+    its SHA-1 at each call), so the revert is in force for stores built under it."""
+
+    module: str
+    name: str
+    old: str
+    new: str
+
+    def patch(self) -> tuple[Any, str, Any]:
+        owner = importlib.import_module(self.module)
+        text = getattr(owner, self.name)
+        texts = text if isinstance(text, tuple) else (text,)
+        if not any(self.old in t for t in texts):
+            raise StaleMutation(f"{self.module}.{self.name} no longer contains {self.old!r}")
+        edited = tuple(t.replace(self.old, self.new) for t in texts)
+        return owner, self.name, edited if isinstance(text, tuple) else edited[0]
+
+
+class ScriptShas(dict[str, str]):
+    """The Redis dedup store's script SHA-1s, for any script text (an edited one too)."""
+
+    def __missing__(self, script: str) -> str:
+        return hashlib.sha1(script.encode()).hexdigest()
+
+
 class StaleMutation(Exception):
     """The fixed code changed: the revert no longer applies and must be rewritten."""
 
@@ -96,8 +130,9 @@ class Mutation:
 
     defect: str
     what: str
-    edits: tuple[SourceEdit | Replacement, ...]
+    edits: tuple[SourceEdit | Replacement | TextEdit, ...]
     guarded_by: tuple[str, ...] = ()
+    enable: tuple[str, ...] = ()  # opt-in fault kinds its schedules draw (``--enable``)
 
 
 @contextmanager
@@ -150,13 +185,14 @@ def search(mutation: Mutation, bound: int = BOUND, start: int = 0) -> dict[str, 
         return _run_guarding_tests(mutation)
     for edit in mutation.edits:  # a stale revert fails here, before any schedule runs
         edit.patch()
+    options = Options(enable=tuple(Kind(k) for k in mutation.enable))
     began = time.monotonic()
     for n, seed in enumerate(range(start, start + bound), 1):
         with applied(mutation):
-            mutated = run_schedule(seed)
+            mutated = run_schedule(seed, options)
         if not mutated.violations:
             continue
-        new = _new_violations(mutated, run_schedule(seed))
+        new = _new_violations(mutated, run_schedule(seed, options))
         if new:
             seconds = round(time.monotonic() - began, 2)
             return {
@@ -237,7 +273,7 @@ def _mismatch_every_time(process: Callable[..., Any]) -> Callable[..., Any]:
 def mutations() -> tuple[Mutation, ...]:
     """Every fix reverted: issue 11's (found by schedules), then issue 24's (schedules or
     tests; ``tests/conftest.py`` applies one by its id for a pytest session)."""
-    return (*issue_11(), *issue_24())
+    return (*issue_11(), *issue_24(), *hand_made())
 
 
 def issue_11() -> tuple[Mutation, ...]:
@@ -712,16 +748,198 @@ def issue_24() -> tuple[Mutation, ...]:
     )
 
 
+def hand_made() -> tuple[Mutation, ...]:
+    """Issue 24's seven bugs introduced by hand in a review (the simulation found two of them
+    then), as plausible one-line edits of today's code (H2r, H3r: the same bug in the Redis
+    store's script), each found by schedules of the default mix or by the test named.
+
+    Why a test and not schedules (none found in 3,000 default schedules, nor 1,000 with the
+    opt-in kinds named): H1, H2 need a lease to run out under a run, and the schedules'
+    handlers take no time (``slow_handler``, ``long_pause``: none either; the gate's advance
+    refuses a number already passed, which hides H1 once the new holder advanced); H2r, H3r
+    are Lua only a real redis-server runs; H3 needs a rival's write to reach the same save
+    count after a rollback while a process compares with its own last version (the ABA the
+    simulation found at seed 16,289; ``store_restart_empty``: none in 1,000); H4: the Cloud
+    Tasks model accepts any schedule time (the local emulator refuses one past 30 days); H5:
+    invariant 1 does not look at a cancelled message, so its false dead letter goes unseen;
+    H6: reissued numbers parked after a loss (none in 1,000 with ``store_restart_empty``).
+    """
+    dedup_redis, fifo_redis = (
+        "pubsub_toolkit.stores.dedup.redis",
+        "pubsub_toolkit.stores.fifo_state.redis",
+    )
+    contract = "tests/integration/test_dedup_store_contract.py"
+    faults = (
+        "tests/integration/test_store_contract_faults.py"
+        "::test_a_fifo_state_lost_by_a_restart_reads_as_new_and_its_old_version_never_matches"
+    )
+    return (
+        Mutation(
+            "H1",
+            "the FIFO gate's state write no longer checks that it still holds the lease",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer.gate",
+                    "FifoGate._update",
+                    "if state.lease_token != token:",
+                    "if False:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_lease_fencing.py"
+                "::test_a_run_that_outlived_its_lease_cannot_advance_under_the_new_holder",
+            ),
+        ),
+        Mutation(
+            "H2",
+            "the memory dedup store completes a claim whose lease another holder took over",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.stores.dedup.memory",
+                    "MemoryDedupStore.complete",
+                    "                or current.token != claim.token\n",
+                    "",
+                ),
+            ),
+            guarded_by=(
+                contract + "::test_expired_lease_is_taken_over_and_stale_holder_is_fenced[memory]",
+            ),
+        ),
+        Mutation(
+            "H2r",
+            "the Redis dedup store's script no longer checks the claim's token",
+            (
+                TextEdit(dedup_redis, "_REPLACE_IF_TOKEN", _TOKEN_CHECK, ""),
+                TextEdit(dedup_redis, "SCRIPTS", _TOKEN_CHECK, ""),
+                Replacement(dedup_redis, "_SHA", ScriptShas()),
+            ),
+            guarded_by=(
+                contract + "::test_expired_lease_is_taken_over_and_stale_holder_is_fenced[redis]",
+            ),
+        ),
+        Mutation(
+            "H3",
+            "the memory FIFO store's version counts saves (a rolled-back store issues it again)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.stores.fifo_state.memory",
+                    "MemoryFifoStore.save",
+                    "stored = replace(state, version=_Version())",
+                    "stored = replace(state, version=(current.version or 0) + 1)",
+                ),
+            ),
+            guarded_by=(faults + "[memory]",),
+        ),
+        Mutation(
+            "H3r",
+            "the Redis FIFO store compares the save count, not the write id (ABA after a loss)",
+            (
+                TextEdit(
+                    fifo_redis,
+                    "_SAVE_IF_VERSION",
+                    "elseif current[2] ~= ARGV[1] then",
+                    "elseif current[1] ~= ARGV[1] then",
+                ),
+                SourceEdit(fifo_redis, "RedisFifoStore.load", '["s", "w"]', '["s", "v"]'),
+                SourceEdit(
+                    fifo_redis,
+                    "RedisFifoStore.save",
+                    "return replace(state, version=write_id)",
+                    "return replace(state, version=str(int(expected_version or 0) + 1))",
+                ),
+            ),
+            guarded_by=(
+                faults + "[redis]",
+                "tests/integration/test_fifo_store_contract.py"
+                "::test_a_version_from_before_a_data_loss_never_matches_a_later_write[redis]",
+            ),
+        ),
+        Mutation(
+            "H4",
+            "a task is scheduled at its due time, beyond Cloud Tasks' 30-day horizon (no hop)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.scheduler",
+                    "plan_task",
+                    "        min(deliver_at, now + HORIZON),\n",
+                    "        deliver_at,\n",
+                ),
+            ),
+            guarded_by=(
+                "tests/integration/test_delay.py::test_long_delays_park_at_the_horizon_and_hop",
+            ),
+        ),
+        Mutation(
+            "H5",
+            "the relay does not look for a cancel that landed between its check and its claim",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.relay",
+                    "Relay._release",
+                    "if is_cancelled(self._store, key):  # cancelled between our check and our "
+                    "claim",
+                    "if False:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_relay.py"
+                "::test_a_cancel_landing_between_the_check_and_the_publish_wins_or_is_told_delivered",
+            ),
+        ),
+        Mutation(
+            "H6",
+            "a repair drops the copies parked at a reissued number with the ALERT only (no dead "
+            "letter)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._gate_store",
+                    "SeenStore._repair",
+                    "                self._keep_reissued(copy, group, seq, repaired)\n",
+                    "                pass  # the ALERT names them\n",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_gate.py"
+                "::test_a_reissued_number_parked_after_a_loss_is_kept_even_if_its_dead_letter_fails_once",
+            ),
+        ),
+        Mutation(
+            "H7",
+            "a group with parked copies is dated to expire like an idle one",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer.gate_rules",
+                    "dated",
+                    "expire_at=None if needs_attention(state) else now + retention",
+                    "expire_at=None if state.blocked_at is not None else now + retention",
+                ),
+            ),
+        ),
+    )
+
+
+_TOKEN_CHECK = "if tonumber(rec['t']) ~= tonumber(ARGV[1]) then return 0 end\n"
+
+
 def run_all(bound: int = BOUND) -> dict[str, Any]:
+    """Every mutation searched for, by id: what it reverts, its series (``issue_11``,
+    ``issue_24``, ``hand_made``), the opt-in kinds its schedules drew, and what found it."""
     out: dict[str, Any] = {}
-    for mutation in mutations():
-        try:
-            found = search(mutation, bound)
-        except StaleMutation as exc:
-            found = {"found": False, "stale": str(exc)}
-        out[mutation.defect] = {"reverted": mutation.what, **found}
-        print(f"defect {mutation.defect} ({mutation.what}): {found}", flush=True)
+    series = {"issue_11": issue_11(), "issue_24": issue_24(), "hand_made": hand_made()}
+    for name, members in series.items():
+        for mutation in members:
+            out[mutation.defect] = {"series": name, **_searched(mutation, bound)}
     return out
+
+
+def _searched(mutation: Mutation, bound: int) -> dict[str, Any]:
+    try:
+        found = search(mutation, bound)
+    except StaleMutation as exc:
+        found = {"found": False, "stale": str(exc)}
+    print(f"defect {mutation.defect} ({mutation.what}): {found}", flush=True)
+    enable = {"enable": list(mutation.enable)} if mutation.enable else {}
+    return {"reverted": mutation.what, **enable, **found}
 
 
 def main() -> int:

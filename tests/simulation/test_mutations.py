@@ -1,4 +1,5 @@
-"""Every defect fix the simulation can see (issues 11 and 24), reverted, is found within a bound.
+"""Every defect fix the simulation can see (issues 11 and 24), reverted, and every hand-made
+review bug it can see (issue 24's ``hand_made``), is found within a bound.
 
 See :mod:`tests.simulation.mutations`: each mutation is the revert of one fix; the search runs
 seeds 0, 1, 2, ... until a schedule breaks an invariant that the fixed code keeps on that seed.
