@@ -59,7 +59,6 @@ from pubsub_toolkit.attributes import (
     format_time,
     is_dead_letter_attribute,
     is_reserved_attribute,
-    message_size,
     parse_delay_seconds,
     parse_deliver_at,
     parse_fifo_end,
@@ -132,15 +131,7 @@ class _Fields:
 def parse_envelope(message: Message, *, now: datetime) -> Envelope:
     """Validate ``message`` against the contract; raise ContractViolation with a reason."""
     attrs = message.attributes
-    if not message.data:
-        raise ContractViolation(REASON_EMPTY_DATA, "the message has no data")
-    _check_limits(message.data, attrs, max_attributes=MAX_ATTRIBUTES, max_bytes=MAX_MESSAGE_BYTES)
-    _check_room_on_path(attrs)
-    _check_no_dead_letter_attribute(attrs)
-    dedup_key = attrs.get(DEDUP_KEY, message.message_id)
-    if not dedup_key or not dedup_key.strip():
-        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
-    fields = _parse_fields(attrs)
+    dedup_key, fields = check_produced(message.data, attrs, message_id=message.message_id)
     deliver_at = fields.deliver_at
     if fields.delay is not None:
         try:
@@ -158,6 +149,23 @@ def parse_envelope(message: Message, *, now: datetime) -> Envelope:
         fifo_seq=fields.fifo_seq,
         fifo_end=fields.fifo_end,
     )
+
+
+def check_produced(
+    data: bytes, attrs: Mapping[str, str], *, message_id: str
+) -> tuple[str, _Fields]:
+    """Ingress's rules for a producer's message (the dedup key, ``message_id`` without one, and
+    the parsed contract fields), without building the envelope: what :func:`parse_envelope`
+    checks, and what the ``Publisher`` checks before it numbers a message (no fingerprint)."""
+    if not data:
+        raise ContractViolation(REASON_EMPTY_DATA, "the message has no data")
+    _check_limits(data, attrs, max_attributes=MAX_ATTRIBUTES, max_bytes=MAX_MESSAGE_BYTES)
+    _check_room_on_path(attrs)
+    _check_no_dead_letter_attribute(attrs)
+    dedup_key = attrs.get(DEDUP_KEY, message_id)
+    if not dedup_key or not dedup_key.strip():
+        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
+    return dedup_key, _parse_fields(attrs)
 
 
 def check_publishable(
@@ -276,8 +284,22 @@ def _check_no_dead_letter_attribute(attrs: Mapping[str, str]) -> None:
 def _check_limits(
     data: bytes, attributes: Mapping[str, str], *, max_attributes: int, max_bytes: int
 ) -> None:
-    """Pub/Sub's limits (and reserved names), with ``max_*`` leaving room for later stamps."""
-    size = message_size(data, attributes)
+    """Pub/Sub's limits (and reserved names), with ``max_*`` leaving room for later stamps.
+
+    One pass over the attributes (every message crosses this at the Publisher and at ingress);
+    an ASCII string's length is its UTF-8 size, without encoding it."""
+    size = len(data)
+    first_bad: tuple[str, str, int, int] | None = None
+    for key, value in attributes.items():
+        key_bytes = len(key) if key.isascii() else len(key.encode())
+        value_bytes = len(value) if value.isascii() else len(value.encode())
+        size += key_bytes + value_bytes
+        if first_bad is None and (
+            key_bytes > MAX_ATTRIBUTE_KEY_BYTES
+            or value_bytes > MAX_ATTRIBUTE_VALUE_BYTES
+            or is_reserved_attribute(key)
+        ):
+            first_bad = key, value, key_bytes, value_bytes
     if size > max_bytes:
         raise ContractViolation(
             REASON_TOO_LARGE,
@@ -290,19 +312,20 @@ def _check_limits(
             f"{len(attributes)} attributes; at most {max_attributes}"
             + (" leave room for the toolkit's" if max_attributes < MAX_ATTRIBUTES else ""),
         )
-    for key, value in attributes.items():
-        if is_reserved_attribute(key):
-            raise ContractViolation(
-                REASON_RESERVED_ATTRIBUTE,
-                f"attribute name {key[:40]!r} is reserved (goog* or a client publish argument)",
-            )
-        if len(key.encode()) > MAX_ATTRIBUTE_KEY_BYTES:
-            raise ContractViolation(
-                REASON_ATTRIBUTE_TOO_LARGE,
-                f"attribute key {key[:40]!r}... exceeds {MAX_ATTRIBUTE_KEY_BYTES} bytes",
-            )
-        if len(value.encode()) > MAX_ATTRIBUTE_VALUE_BYTES:
-            raise ContractViolation(
-                REASON_ATTRIBUTE_TOO_LARGE,
-                f"attribute {key!r} value exceeds {MAX_ATTRIBUTE_VALUE_BYTES} bytes",
-            )
+    if first_bad is None:
+        return
+    key, value, key_bytes, value_bytes = first_bad
+    if is_reserved_attribute(key):
+        raise ContractViolation(
+            REASON_RESERVED_ATTRIBUTE,
+            f"attribute name {key[:40]!r} is reserved (goog* or a client publish argument)",
+        )
+    if key_bytes > MAX_ATTRIBUTE_KEY_BYTES:
+        raise ContractViolation(
+            REASON_ATTRIBUTE_TOO_LARGE,
+            f"attribute key {key[:40]!r}... exceeds {MAX_ATTRIBUTE_KEY_BYTES} bytes",
+        )
+    raise ContractViolation(
+        REASON_ATTRIBUTE_TOO_LARGE,
+        f"attribute {key!r} value exceeds {MAX_ATTRIBUTE_VALUE_BYTES} bytes",
+    )

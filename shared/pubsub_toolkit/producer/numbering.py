@@ -3,7 +3,8 @@
 A Publisher on a future-returning sink does not reserve a number per ``publish`` call: the
 call validates the message, queues it in its group and returns its future. One daemon thread
 takes everything queued - per group, in the order the calls queued it - reserves ONE block
-per group for it (one round trip, however many messages), numbers the messages in queue
+per group for it (one round trip for all the groups when the counter can: ``reserve_many``,
+however many messages), numbers the messages in queue
 order and hands them to the client, which sends them in that order (one ordering key per
 group). So numbers are only ever reserved for messages already asked for (no block held
 ahead: a crash leaves no more gap than before), each thread's messages of a group get
@@ -34,15 +35,15 @@ class Waiting:
     future: Future[str]
 
 
-# Numbers and sends one group's waiting messages, in order; settles each one's future.
-SendGroup = Callable[[str, list[Waiting]], None]
+# Numbers and sends every group's waiting messages, each group in order; settles each future.
+SendGroups = Callable[[dict[str, list[Waiting]]], None]
 
 
 class NumberingQueue:
     """Messages per group waiting for numbers, and the one thread that numbers them."""
 
-    def __init__(self, send_group: SendGroup, *, idle: float = 1.0) -> None:
-        self._send_group = send_group
+    def __init__(self, send_groups: SendGroups, *, idle: float = 1.0) -> None:
+        self._send_groups = send_groups
         self._idle = idle
         self._waiting: dict[str, list[Waiting]] = {}
         self._ready = threading.Condition(threading.Lock())
@@ -67,11 +68,11 @@ class NumberingQueue:
                     self._running = False  # under the lock: the next submit starts a thread
                     return
                 taken, self._waiting = self._waiting, {}
-            for group, items in taken.items():
-                try:
-                    self._send_group(group, items)
-                except Exception as exc:  # settle every future; never kill the thread
-                    logger.exception("numbering group %r failed; its messages fail", group)
+            try:
+                self._send_groups(taken)
+            except Exception as exc:  # settle every future; never kill the thread
+                logger.exception("numbering %d group(s) failed; their messages fail", len(taken))
+                for items in taken.values():
                     for item in items:
                         if not item.future.done():
                             item.future.set_exception(exc)

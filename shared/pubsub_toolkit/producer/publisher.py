@@ -47,7 +47,7 @@ behind) hands out numbers again in the same epoch. A Publisher remembers the hig
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
 
-(About 370 lines: the numbering - blocks, retries, a counter that
+(About 430 lines: the numbering - blocks, retries, a counter that
 went back, the per-group order of futures - share the Publisher's memory of what it handed out.)
 """
 
@@ -58,6 +58,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
@@ -72,6 +73,17 @@ from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, vali
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which of a group's messages take a new number (see :meth:`Publisher._plan`)."""
+
+    keys: tuple[tuple[str, str] | None, ...]  # (dedup_key, content) per message, or None
+    known: tuple[tuple[int, int] | None, ...]  # the (epoch, number) it was given before
+    first: dict[tuple[str, str], int]  # a key -> the index of its first new copy here
+    copies: frozenset[int]  # indexes of later copies of a key new here (the first's number)
+    fresh: int  # how many new numbers the group needs
 
 
 # Locks striped by group: bounded memory however many groups; two groups sharing a stripe only
@@ -96,7 +108,7 @@ class Publisher:
         # Re-entrant: a publish made while this thread is inside another one's sink call (a
         # nested callback; the simulation's interleaving) must not wait for itself.
         self._locks = [threading.RLock() for _ in range(_GROUP_LOCKS)]
-        self._queue = NumberingQueue(self._send_waiting)
+        self._queue = NumberingQueue(self._send_groups)
         self._topic = topic
         self._counter = counter
         # group -> (epoch, the highest number handed out in it): never a block below it again.
@@ -214,33 +226,38 @@ class Publisher:
                     failed = futures[-1]
             return futures
 
-    def _send_waiting(self, group: str, items: list[Waiting]) -> None:
-        """The numbering thread's work for ``group``: one block for ``items``, each sent in
-        order, each caller's future settled by the client's."""
-        try:
-            numbers = self._numbers(
-                self._require_counter(), group, [(w.data, w.stamped) for w in items]
-            )
-        except Exception as exc:
-            logger.warning(
-                "no numbers for %d message(s) of group %r, nothing published: %s",
-                len(items),
-                group,
-                exc,
-            )
-            for w in items:
-                w.future.set_exception(exc)
-            return
+    def _send_groups(self, taken: dict[str, list[Waiting]]) -> None:
+        """The numbering thread's work: one block per group for its waiting messages - all
+        the groups' blocks in one counter round trip when the counter can - then each group's
+        messages sent in order, each caller's future settled by the client's."""
+        counter = self._require_counter()
+        plans = {
+            g: self._plan(g, [(w.data, w.stamped) for w in items]) for g, items in taken.items()
+        }
+        blocks = self._reserve_all(counter, {g: p.fresh for g, p in plans.items() if p.fresh})
         send = self._publish_future
         assert send is not None  # only queued when the sink has it
-        for (epoch, seq), w in zip(numbers, items, strict=True):
-            try:
-                sent = send(self._topic, _numbered(w.data, w.stamped, group, epoch, seq))
-            except Exception as exc:
-                _log_gap(seq, group)
-                w.future.set_exception(exc)
+        for group, items in taken.items():
+            block = blocks.get(group)
+            if isinstance(block, Exception):
+                logger.warning(
+                    "no numbers for %d message(s) of group %r, nothing published: %s",
+                    len(items),
+                    group,
+                    block,
+                )
+                for w in items:
+                    w.future.set_exception(block)
                 continue
-            sent.add_done_callback(functools.partial(_settle, w.future, seq, group))
+            numbers = self._assign(group, plans[group], block)
+            for (epoch, seq), w in zip(numbers, items, strict=True):
+                try:
+                    sent = send(self._topic, _numbered(w.data, w.stamped, group, epoch, seq))
+                except Exception as exc:
+                    _log_gap(seq, group)
+                    w.future.set_exception(exc)
+                    continue
+                sent.add_done_callback(functools.partial(_settle, w.future, seq, group))
 
     def _carrying(self, data: bytes, stamped: dict[str, str], group: str) -> dict[str, str]:
         """``stamped`` with the caller's trace context (the numbering thread has none), under
@@ -253,12 +270,16 @@ class Publisher:
     def _numbers(
         self, counter: SequenceCounter, group: str, messages: list[tuple[bytes, dict[str, str]]]
     ) -> list[tuple[int, int]]:
-        """(epoch, number) for each message, in order: the number this Publisher gave its
-        dedup key and content before (a retry, while the group's counter is in the same
-        epoch; a key reused for other content is a new message), else one from ONE block
-        reserved for all the others. Recorded before anything is published, so a retry after
-        a failed publish reuses it; a copy numbered together with its first (a retry queued
-        before the first was numbered) takes the first's number too."""
+        """(epoch, number) for each message, in order (see :meth:`_plan`), from one block."""
+        plan = self._plan(group, messages)
+        block = self._reserve(counter, group, plan.fresh) if plan.fresh else None
+        return self._assign(group, plan, block)
+
+    def _plan(self, group: str, messages: list[tuple[bytes, dict[str, str]]]) -> _Plan:
+        """Which messages need a new number: not one this Publisher gave their dedup key and
+        content before (a retry, while the group's counter is in the same epoch; a key reused
+        for other content is a new message), nor a copy numbered together with its first (a
+        retry queued before the first was numbered takes the first's number too)."""
         latest = (self._handed.get(group) or (None, 0))[0]
         keys = [
             (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
@@ -270,19 +291,25 @@ class Publisher:
         for index, (key, number) in enumerate(zip(keys, known, strict=True)):
             if key is not None and number is None:
                 first.setdefault(key, index)
-        copies = {i for i, k in enumerate(keys) if k is not None and first.get(k, i) != i}
+        copies = frozenset(i for i, k in enumerate(keys) if k is not None and first.get(k, i) != i)
         fresh = sum(1 for i, n in enumerate(known) if n is None and i not in copies)
-        block = self._reserve(counter, group, fresh) if fresh else None
+        return _Plan(tuple(keys), tuple(known), first, copies, fresh)
+
+    def _assign(
+        self, group: str, plan: _Plan, block: SequenceBlock | None
+    ) -> list[tuple[int, int]]:
+        """Each message's (epoch, number) from ``plan`` and its new ``block``, recorded before
+        anything is published, so a retry after a failed publish reuses it."""
         new = iter(()) if block is None else iter(block.numbers())
         numbers: list[tuple[int, int]] = []
-        for index, (key, number) in enumerate(zip(keys, known, strict=True)):
+        for index, (key, number) in enumerate(zip(plan.keys, plan.known, strict=True)):
             if number is not None:
                 numbers.append(number)
-            elif index in copies and key is not None:
-                numbers.append(numbers[first[key]])
+            elif index in plan.copies and key is not None:
+                numbers.append(numbers[plan.first[key]])
             else:
                 numbers.append((block.epoch if block else 0, next(new)))
-        for key, number in zip(keys, numbers, strict=True):
+        for key, number in zip(plan.keys, numbers, strict=True):
             if key:
                 self._numbered.put((group, *key), number)
         return numbers
@@ -292,8 +319,43 @@ class Publisher:
         Publisher handed out in the group's epoch (the counter's store lost writes)."""
         # Read BEFORE the reservation: every block recorded by then was handed out before this
         # one was asked for, so a healthy counter gives more (a concurrent one may give less).
-        epoch, handed = self._handed.get(group) or (None, 0)
-        block = counter.reserve(group, count)
+        before = self._handed.get(group)
+        return self._accept(group, counter.reserve(group, count), before)
+
+    def _reserve_all(
+        self, counter: SequenceCounter, requests: dict[str, int]
+    ) -> dict[str, SequenceBlock | Exception]:
+        """:meth:`_reserve` for every group of ``requests``: one round trip through the
+        counter's ``reserve_many`` when it has one (Redis), else a reservation per group; a
+        group's failure is its value, the others go on."""
+        many = getattr(counter, "reserve_many", None)
+        if many is None or len(requests) < 2:
+            out: dict[str, SequenceBlock | Exception] = {}
+            for group, count in requests.items():
+                try:
+                    out[group] = self._reserve(counter, group, count)
+                except Exception as exc:
+                    out[group] = exc
+            return out
+        before = {group: self._handed.get(group) for group in requests}  # see _reserve
+        try:
+            blocks: dict[str, SequenceBlock] = many(requests)
+        except Exception as exc:  # nothing reserved for any of them
+            return dict.fromkeys(requests, exc)
+        accepted: dict[str, SequenceBlock | Exception] = {}
+        for group, block in blocks.items():
+            try:
+                accepted[group] = self._accept(group, block, before[group])
+            except StoreUnavailableError as exc:
+                accepted[group] = exc
+        return accepted
+
+    def _accept(
+        self, group: str, block: SequenceBlock, before: tuple[int, int] | None
+    ) -> SequenceBlock:
+        """``block`` recorded as handed out, unless it lies at or below what this Publisher
+        handed out in its epoch ``before`` asking: then ALERT and StoreUnavailableError."""
+        epoch, handed = before or (None, 0)
         if block.epoch == epoch and block.first <= handed:
             logger.error(
                 "ALERT: the counter of group %r handed out %d..%d, but this Publisher already "
@@ -308,9 +370,9 @@ class Publisher:
                 f"group {group!r}: the counter went back to {block.first} (at least {handed} "
                 "was handed out): its store lost writes"
             )
-        self._handed.put(
-            group, (block.epoch, max(block.last, handed if epoch == block.epoch else 0))
-        )
+        latest = self._handed.get(group)  # another thread may have recorded more meanwhile
+        top = latest[1] if latest is not None and latest[0] == block.epoch else 0
+        self._handed.put(group, (block.epoch, max(block.last, top)))
         return block
 
     def _send(self, message: OutboundMessage) -> PublishFuture:

@@ -4,13 +4,12 @@ message checked against the contract (ingress's own rules) before anything is re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
-from pubsub_toolkit.envelope import parse_envelope
+from pubsub_toolkit.envelope import check_produced
 from pubsub_toolkit.errors import ContractViolation
-from pubsub_toolkit.message import Message
 
 # Only the Publisher may write these: a group's numbers must all come from its counter, and its
 # end mark sits on a number the Publisher reserved (the keyword to pass instead of each).
@@ -94,6 +93,6 @@ def validate(data: bytes, stamped: Mapping[str, str]) -> None:
         probe[FIFO_EPOCH] = "1"
     try:
         # The placeholder id stands in for the message_id Pub/Sub will assign.
-        parse_envelope(Message(data, probe, message_id="unpublished"), now=datetime.now(UTC))
+        check_produced(data, probe, message_id="unpublished")
     except ContractViolation as exc:
         raise ValueError(f"the message breaks the attribute contract ({exc})") from exc

@@ -38,7 +38,7 @@ number is a gap, detectable as described in :mod:`pubsub_toolkit.stores.counters
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
@@ -126,6 +126,29 @@ class RedisSequenceCounter:
             lambda: self._coalescer.run(lambda pipe: pipe.eval(_RESERVE, 1, key, count, ttl))
         )
         return SequenceBlock.ending_at(group, int(last), count, int(epoch))
+
+    def reserve_many(self, requests: Mapping[str, int]) -> dict[str, SequenceBlock]:
+        """A block of ``count`` numbers for each ``group: count``, in ONE round trip (a
+        pipeline of the reservation script; on a cluster, a call per group's shard): what the
+        Publisher's numbering thread asks for all the groups it has messages waiting in. All or
+        nothing for the caller: any failure raises (StoreUnavailableError), nothing is used."""
+        for group, count in requests.items():
+            check_reservation(group, count)
+        if self._cluster:
+            return {group: self.reserve(group, count) for group, count in requests.items()}
+        items = list(requests.items())
+
+        def run() -> list[tuple[bytes | int, bytes | int]]:  # (highest number, epoch)
+            pipe = self._client.pipeline(transaction=False)
+            for group, count in items:
+                pipe.eval(_RESERVE, 1, self._key(group), count, self._ttl_ms)
+            return pipe.execute()
+
+        results = self._call(run)
+        return {
+            group: SequenceBlock.ending_at(group, int(last), count, int(epoch))
+            for (group, count), (last, epoch) in zip(items, results, strict=True)
+        }
 
     def current(self, group: str) -> int:
         check_group(group)
