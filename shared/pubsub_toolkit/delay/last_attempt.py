@@ -20,6 +20,16 @@ operator checks that first. Where the relay *knows* it published the message (th
 see :class:`~pubsub_toolkit.delay.relay.Relay`) it answers 2xx and dead-letters nothing. If the
 dead-letter publish fails too, nothing is left to try: the task is answered 5xx and dropped,
 with an ALERT naming the key.
+
+A dead-lettered FIFO number is followed by a **filler** on the final topic
+(``fifo_filler=dead_lettered:REASON``), as ingress does for every FIFO message it dead-letters:
+the consumer's gate passes over the number with a tombstone, so the group goes on once the
+faults heal instead of waiting for a number that will not come - and a replay of the dead letter
+arriving later is kept (``fifo_late_after_skip``), never run out of order. Waiting for an
+operator's ``fifo skip`` instead failed when the operator came later than the group's record
+(an idle group forgets its record ``DEDUP_TTL`` after its last change; the relay gives up days
+after the due time): the skip was refused ("waits for 1"). If the filler's publish fails too,
+an ALERT names the group and number to skip.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.errors import StoreUnavailableError, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.producer.sink import MessageSink
 
 REASON_STORE_UNAVAILABLE = "relay_store_unavailable"
 REASON_RETRIES_EXHAUSTED = "relay_retries_exhausted"
@@ -107,6 +118,38 @@ class LastAttempt:
             **number,
         )
         return reason
+
+    def fill(self, sink: MessageSink, topic: str, message: Message, key: str, reason: str) -> None:
+        """For a FIFO number just dead-lettered with ``reason``: a filler on ``topic`` (the
+        final topic), so its group passes over the number (see the module doc)."""
+        group, seq = message.attributes.get(attr.FIFO_GROUP), message.attributes.get(attr.FIFO_SEQ)
+        if not (group and seq):
+            return
+        why = f"{attr.FILLER_DEAD_LETTERED}{reason}"
+        epoch = message.attributes.get(attr.FIFO_EPOCH)
+        try:
+            sink.publish(topic, attr.filler_message(group, seq, key, why, epoch=epoch))
+        except Exception as exc:
+            # The dead letter holds the message; only the group's way on is missing.
+            self._log.decision(
+                "filler_unsent",
+                f"ALERT: {group}#{seq} was dead-lettered but its filler was not published "
+                f"({exc}): the group waits at that number - skip it (pubsub-toolkit fifo skip "
+                f"GROUP {seq}) or replay the dead letter",
+                dedup_key=key,
+                level=logging.ERROR,
+                alert="relay_filler_unsent",
+                fifo_group=group,
+                fifo_seq=seq,
+            )
+            return
+        self._log.decision(
+            "filler_forwarded",
+            f"{group}#{seq} carries no message ({why})",
+            dedup_key=key,
+            fifo_group=group,
+            fifo_seq=seq,
+        )
 
     def published_unrecorded(self, key: str) -> None:
         """Log that this process had published ``key``, so it is answered 2xx, not dead-lettered."""

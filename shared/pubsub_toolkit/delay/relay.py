@@ -15,8 +15,9 @@ mismatch is dead-lettered once per content, however often Cloud Tasks retries th
 
 A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff -
 except on the queue's last attempt (:mod:`.attempts`): then the message is dead-lettered with a
-reason rather than lost with the task (:mod:`.last_attempt`). A release record lives as long as
-a cancel tombstone (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
+reason rather than lost with the task, and a FIFO one is followed by a filler so its group goes
+on (:mod:`.last_attempt`). A release record lives as long as a cancel tombstone
+(:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
 """
 
 from __future__ import annotations
@@ -200,6 +201,7 @@ class Relay:
             last.published_unrecorded(key)
             return RelayResult(RelayOutcome.PUBLISHED, key, published)
         reason = last.dead_letter(_as_message(delayed), key)
+        last.fill(self._sink, self._final_topic, _as_message(delayed), delayed.dedup_key, reason)
         return RelayResult(RelayOutcome.DEAD_LETTERED, key, reason)
 
     def _release(self, delayed: DelayedMessage) -> RelayResult:
