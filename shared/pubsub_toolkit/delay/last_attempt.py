@@ -195,7 +195,7 @@ class LastAttempt:
                 "filler_unsent",
                 f"ALERT: {group}#{seq} was dead-lettered but its filler was not published "
                 f"({exc}): the group waits at that number - skip it (pubsub-toolkit fifo skip "
-                f"GROUP {seq}) or replay the dead letter",
+                f"{group} {seq}) or replay the dead letter",
                 dedup_key=key,
                 level=logging.ERROR,
                 alert="relay_filler_unsent",
