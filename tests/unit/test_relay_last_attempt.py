@@ -145,8 +145,8 @@ def test_a_store_outage_through_every_attempt_ends_on_the_dead_letter_topic(
 def test_the_last_attempts_alert_names_a_fifo_messages_group_and_number(
     relay: Relay, store: SwitchableStore, sink: RecordingSink, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The group waits at that number (no filler: the message may yet be replayed in its place);
-    # the ALERT must say which group and number the dead letter holds.
+    # The ALERT must say which group and number the dead letter holds (the group passes over
+    # it through the relay's filler: test_relay_fifo_give_up).
     message = OutboundMessage(b"p", {"dedup_key": "k", "fifo_group": "g", "fifo_seq": "7"})
     delayed = DelayedMessage(message, "k", datetime(2020, 1, 1, tzinfo=UTC)).to_json()
     store.down = True

@@ -30,6 +30,7 @@ from pubsub_toolkit.message import OutboundMessage
 
 VERSION = 1
 REASON_MALFORMED_TASK = "malformed_task"
+MAX_HOP = 999  # a body with a later hop is malformed (long delays need about 13)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,6 @@ def _time(value: object) -> datetime:
 
 
 def _hop(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1000:
-        raise _malformed("hop must be an integer from 0 to 999")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_HOP:
+        raise _malformed(f"hop must be an integer from 0 to {MAX_HOP}")
     return value

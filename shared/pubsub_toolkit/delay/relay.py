@@ -15,8 +15,9 @@ mismatch is dead-lettered once per content, however often Cloud Tasks retries th
 
 A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff -
 except on the queue's last attempt (:mod:`.attempts`): then the message is dead-lettered with a
-reason rather than lost with the task (:mod:`.last_attempt`). A release record lives as long as
-a cancel tombstone (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
+reason rather than lost with the task, and a FIFO one is followed by a filler so its group goes
+on (:mod:`.last_attempt`). A release record lives as long as a cancel tombstone
+(:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Protocol
+from datetime import timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
@@ -43,7 +43,7 @@ from pubsub_toolkit.delay.cancel import (
     release_once,
     released_message_id,
 )
-from pubsub_toolkit.delay.last_attempt import LastAttempt
+from pubsub_toolkit.delay.last_attempt import HopScheduler, LastAttempt
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
@@ -72,14 +72,6 @@ class RelayResult:
     outcome: RelayOutcome
     dedup_key: str | None
     detail: str = ""
-
-
-class HopScheduler(Protocol):
-    """What the relay needs of the scheduler: park a long delay's next hop."""
-
-    def schedule(
-        self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
-    ) -> str: ...
 
 
 class Relay:
@@ -199,7 +191,10 @@ class Relay:
         if published is not None:  # this process put it on the final topic
             last.published_unrecorded(key)
             return RelayResult(RelayOutcome.PUBLISHED, key, published)
+        if last.continued(self._scheduler, delayed, key):  # the queue keeps it: no dead letter
+            return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}")
         reason = last.dead_letter(_as_message(delayed), key)
+        last.fill(self._sink, self._final_topic, _as_message(delayed), delayed.dedup_key, reason)
         return RelayResult(RelayOutcome.DEAD_LETTERED, key, reason)
 
     def _release(self, delayed: DelayedMessage) -> RelayResult:
