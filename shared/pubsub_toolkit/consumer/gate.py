@@ -300,8 +300,9 @@ class FifoGate:
                 try:
                     self._deliver_run(group, deliveries, pending, results)
                 except Exception as exc:
-                    # A number failed (its copy parked for the retry) or the store did: each
-                    # delivery is judged alone - never nack the settled ones with the rest.
+                    if not results:
+                        raise  # nothing settled yet: the caller nacks the batch whole
+                    # Some are settled: never nack them with the rest - each one alone now.
                     number = deliveries[pending[0]][1]
                     self._decision("batch_stopped", group, number, f"{type(exc).__name__}: {exc}")
                 if pending[0] in results:
@@ -324,7 +325,7 @@ class FifoGate:
     ) -> None:
         """Run the consecutive deliveries from the group's head as one batch, if there are at
         least two and the group's lease can be had; their results go into ``results``. Raises
-        what the store or the run raised (the caller goes on one delivery at a time)."""
+        what the store raised before the run."""
         state = self._seen.load(group)
         now = self._clock.now()
         run: list[int] = []
@@ -350,7 +351,14 @@ class FifoGate:
         if leased is None:
             return  # someone else runs the group: one by one, they park
         steps = [(deliveries[i][1], deliveries[i][0]) for i in run]
-        result = self._run(group, steps, leased, from_park=False)
+        try:
+            result = self._run(group, steps, leased, from_park=False)
+        except Exception as exc:
+            # One number of the batch failed on its own (its copy is parked for the retry) or
+            # the store failed: each delivery is then judged alone - processed ones are
+            # duplicates now, the failed one is retrying, the rest wait parked behind it.
+            self._decision("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
+            return
         if result.outcome is GateOutcome.PROCESSED:
             for i in run:
                 results[i] = GateResult(GateOutcome.PROCESSED, group, deliveries[i][1])
