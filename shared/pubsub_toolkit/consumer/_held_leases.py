@@ -6,6 +6,12 @@ Why: taking the lease is a state write, so a group's every message would cost tw
 advance). With holding on, an advance keeps the lease (renewed for a whole ``lease``: the same
 one write), and the group's next delivery to this process runs under it with no lease write.
 
+It also knows which groups this process has a run under way on (:meth:`HeldLeases.running`):
+a handler that outlives its lease is still this process's run, so this process neither takes
+the group over (its sweeper, or a redelivery, would run the number a second time) nor, by
+the same token, runs it again - another process still may, after the lease; the gate's ALERT
+then says so.
+
 Holding costs no write of its own: an unused lease is never given back by a write; it simply
 expires. Nobody is kept waiting for it either: another process's copy of the group's head
 parks (the group is then listed for the sweepers), and this process's sweeper - visiting
@@ -17,6 +23,9 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from pubsub_toolkit.clock import Clock
@@ -43,6 +52,25 @@ class HeldLeases:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, datetime]] = {}  # group -> (token, since)
         self._holds = 0
+        self._running: Counter[str] = Counter()  # group -> runs under way in this process
+
+    @contextmanager
+    def running(self, group: str) -> Iterator[None]:
+        """A run under way on ``group`` in this process, for as long as the block lasts."""
+        with self._lock:
+            self._running[group] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[group] -= 1
+                if not self._running[group]:
+                    del self._running[group]
+
+    def busy(self, group: str) -> bool:
+        """True while this process has a run under way on ``group`` (see :meth:`running`)."""
+        with self._lock:
+            return group in self._running
 
     @property
     def enabled(self) -> bool:

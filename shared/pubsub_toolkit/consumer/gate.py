@@ -48,9 +48,9 @@ transition are pure functions in :mod:`.gate_rules`, and the store is read and w
 :class:`~._gate_store.SeenStore` (which repairs a group a store handed back older). It is still
 about 1190 lines because what remains is one state machine - deliver (one or a batch),
 sweep, the operator's skip and replay, the run loop (one number or a batch), failure handling,
-the advance and a group's end - whose steps share the lease token and the compare-and-set loop
+the advance - whose steps share the lease token and the compare-and-set loop
 of ``_update``; split further, a step would be read away from the loop it runs in. (The held
-leases' bookkeeping is :mod:`._held_leases`.)
+leases' bookkeeping is :mod:`._held_leases`, a group's end :mod:`._group_end`.)
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, SeenStore
+from pubsub_toolkit.consumer._group_end import GroupEnd
 from pubsub_toolkit.consumer._held_leases import Claim, HeldLeases
 from pubsub_toolkit.consumer._sequences import Sequences
 from pubsub_toolkit.consumer.gate_rules import (
-    REASON_AFTER_END,
     REASON_LATE_AFTER_SKIP,
     REASON_POISON,
     REASON_SEQUENCE_REUSED,
@@ -197,6 +197,7 @@ class FifoGate:
         )
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
+        self._end = GroupEnd(store, self._seen, consumer, self._decision, self._dead_letter)
         # A counter that started again (a new epoch) starts the group's sequence again.
         self._sequences = Sequences(
             self._seen,
@@ -258,7 +259,7 @@ class FifoGate:
             if verdict is not EndVerdict.OPEN:
                 if stored_copy:  # parked by an earlier turn of this loop, then the group ended
                     self._store.unpark(self.consumer, group, seq)
-                return self._after_end(message, group, seq, state, verdict)
+                return self._end.after_end(message, group, seq, state, verdict)
             at_head = seq == state.head
             if at_head and self._held.holds(group):
                 # This process kept the lease since the group's last advance: run under it
@@ -267,7 +268,7 @@ class FifoGate:
                 if leased is None:
                     continue  # no longer ours, or the state moved: decide again
                 return self._run(group, [(seq, message)], leased, from_park=False)
-            waiting = at_head and (state.lease_live(now) or state.backing_off(now))
+            waiting = at_head and self._busy(group, state, now)
             if seq > state.head or state.blocked_at is not None or waiting:
                 # Early, blocked, backing off, or this very number is being run elsewhere: keep
                 # a copy. (Acking a copy of a running head without parking it would lose the
@@ -296,7 +297,14 @@ class FifoGate:
         results: dict[int, GateResult | Exception] = {}
         while pending:  # each turn settles at least one delivery
             if self.batch > 1 and len(pending) > 1:
-                self._deliver_run(group, deliveries, pending, results)
+                try:
+                    self._deliver_run(group, deliveries, pending, results)
+                except Exception as exc:
+                    if not results:
+                        raise  # nothing settled yet: the caller nacks the batch whole
+                    # Some are settled: never nack them with the rest - each one alone now.
+                    number = deliveries[pending[0]][1]
+                    self._decision("batch_stopped", group, number, f"{type(exc).__name__}: {exc}")
                 if pending[0] in results:
                     pending = [i for i in pending if i not in results]
                     continue
@@ -316,7 +324,8 @@ class FifoGate:
         results: dict[int, GateResult | Exception],
     ) -> None:
         """Run the consecutive deliveries from the group's head as one batch, if there are at
-        least two and the group's lease can be had; their results go into ``results``."""
+        least two and the group's lease can be had; their results go into ``results``. Raises
+        what the store raised before the run."""
         state = self._seen.load(group)
         now = self._clock.now()
         run: list[int] = []
@@ -371,9 +380,9 @@ class FifoGate:
         if state.complete:
             # Nothing runs in a complete group; copies parked past its end (a crash between
             # the end and their dead-lettering) are settled here.
-            self._settle_after_end(group, state)
+            self._end.settle(group, state)
             return GateResult(GateOutcome.IDLE, group, state.head)
-        busy = state.lease_live(now) or state.backing_off(now)
+        busy = self._busy(group, state, now)
         if state.blocked_at is not None or busy or not state.parked:
             return GateResult(GateOutcome.IDLE, group, state.head)
         if state.head not in state.parked:
@@ -510,6 +519,10 @@ class FifoGate:
             return renewed
         return None
 
+    def _busy(self, group: str, state: GroupState, now: datetime) -> bool:
+        """The group's head waits: leased, backing off, or run by this process past its lease."""
+        return state.lease_live(now) or state.backing_off(now) or self._held.busy(group)
+
     def _holds(self, group: str) -> bool:
         # Read at each call: use_lease_hold replaces self._held.
         return self._held.holds(group)
@@ -585,62 +598,6 @@ class FifoGate:
         self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
-    def _after_end(
-        self, message: Message, group: str, seq: int, state: GroupState, verdict: EndVerdict
-    ) -> GateResult:
-        """A delivery numbered past the end of a complete group (``verdict`` says which kind)."""
-        end = state.last_processed
-        if verdict is EndVerdict.DUPLICATE:
-            self._decision(
-                "duplicate",
-                group,
-                seq,
-                f"past the group's end ({end}), but a copy of a message "
-                "that already ran (a renumbered retry)",
-            )
-            return GateResult(GateOutcome.DUPLICATE, group, seq)
-        if verdict is EndVerdict.FILLER:
-            self._decision("filled", group, seq, f"a filler past the group's end ({end})")
-            return GateResult(GateOutcome.FILLED, group, seq)
-        detail = f"{group}#{seq} arrived after the group had ended at {end} (fifo_end)"
-        self._decision("after_end", group, seq, detail, level=logging.WARNING)
-        self._dead_letter(message, group, seq, REASON_AFTER_END, detail)
-        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
-
-    def _settle_after_end(self, group: str, state: GroupState) -> None:
-        """The copies parked past a complete group's end: each judged as a delivery would be
-        (dead-lettered, or dropped as a duplicate or a filler), then unlisted.
-
-        Dead letter first, unpark next, the state last: a crash in between leaves the number
-        listed, and the next sweep settles it again (the dead letter happens once per copy
-        through ``rejections``).
-        """
-        pending = tuple(s for s in state.parked if s > state.last_processed)
-        if not pending:
-            return
-        for seq in pending:
-            copy = self._store.parked_message(self.consumer, group, seq)
-            if copy is not None:
-                try:
-                    self._after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
-                except PermanentError:
-                    # No dead-letter topic, and the copy was acked when parked: say so loudly.
-                    self._decision(
-                        "after_end_dropped",
-                        group,
-                        seq,
-                        "ALERT: a message parked past the group's end could not be "
-                        "dead-lettered (no dead-letter topic)",
-                        level=logging.ERROR,
-                        alert="after_end_dropped",
-                    )
-            self._store.unpark(self.consumer, group, seq)
-        for _ in range(MAX_CAS_ROUNDS):
-            current = self._seen.load(group)
-            if self._seen.save(group, rules.without_after_end(current, pending), current):
-                return
-        raise TransientError(f"{group}: the state kept changing; settled again at the next sweep")
-
     def _park_copy(self, group: str, seq: int, message: Message, digest: str) -> bool:
         """Park an arrival (``digest`` its key's); True only if the stored copy is this message
         (a store keeps the first copy of a number, and the state must name the same one)."""
@@ -672,7 +629,7 @@ class FifoGate:
     def _take_lease(
         self, group: str, state: GroupState, now: datetime, digest: str
     ) -> GroupState | None:
-        if state.blocked_at is not None or state.lease_live(now):
+        if state.blocked_at is not None or state.lease_live(now) or self._held.busy(group):
             return None  # someone runs the group, or an operator must act first
         leased = rules.leased(state, digest, now=now, lease=self.policy.lease)
         return self._seen.save(group, leased, state)
@@ -689,31 +646,32 @@ class FifoGate:
         first, released = steps[0][0], 0
         first_outcome: GateOutcome | None = None
         token = state.lease_token
-        while True:
-            if len(steps) == 1:
-                state, outcome, stop = self._run_one(group, token, steps[0], state, from_park)
-            else:
-                state, outcome, stop = self._run_batch(group, token, steps, state, from_park)
-            first_outcome = first_outcome or outcome
-            if stop:
-                return GateResult(first_outcome, group, first, released)
-            if state.complete:
-                # The marked end is behind the group: nothing after it runs (its lease is free).
-                last = state.last_processed
-                self._decision("completed", group, last, "the group's last number (fifo_end)")
-                self._settle_after_end(group, state)
-                return GateResult(first_outcome, group, first, released)
-            if state.lease_until is None:
-                return GateResult(first_outcome, group, first, released)  # lease freed
-            steps = self._parked_steps(group, state)
-            if not steps:
-                if self._held.enabled:
-                    self._held.hold(group, token)  # for the group's next delivery (see GatePolicy)
+        with self._held.running(group):  # this process does not take it over
+            while True:
+                if len(steps) == 1:
+                    state, outcome, stop = self._run_one(group, token, steps[0], state, from_park)
                 else:
-                    self._release_lease(group, token, known=state)
-                return GateResult(first_outcome, group, first, released)
-            from_park = True
-            released += len(steps)
+                    state, outcome, stop = self._run_batch(group, token, steps, state, from_park)
+                first_outcome = first_outcome or outcome
+                if stop:
+                    return GateResult(first_outcome, group, first, released)
+                if state.complete:
+                    # The marked end is behind the group: nothing after it runs (its lease is free).
+                    last = state.last_processed
+                    self._decision("completed", group, last, "the group's last number (fifo_end)")
+                    self._end.settle(group, state)
+                    return GateResult(first_outcome, group, first, released)
+                if state.lease_until is None:
+                    return GateResult(first_outcome, group, first, released)  # lease freed
+                steps = self._parked_steps(group, state)
+                if not steps:
+                    if self._held.enabled:
+                        self._held.hold(group, token)  # for the group's next delivery
+                    else:
+                        self._release_lease(group, token, known=state)
+                    return GateResult(first_outcome, group, first, released)
+                from_park = True
+                released += len(steps)
 
     def _run_one(
         self, group: str, token: int, step: Step, state: GroupState, from_park: bool
@@ -740,9 +698,10 @@ class FifoGate:
                 known=state,
                 found=found,
             )
-        except (StaleClaimError, StoreUnavailableError):
+        except (StaleClaimError, StoreUnavailableError) as exc:
             # Not the handler's failure: we lost the group, or the store hiccuped after the
             # handler ran. Counting it as an attempt could dead-letter a processed message.
+            self._outlived(group, [] if filled else [step], exc)
             raise
         except Exception as exc:
             state, stop = self._on_failure(
@@ -774,7 +733,8 @@ class FifoGate:
         numbers = f"#{steps[0][0]}-#{steps[-1][0]}"
         try:
             state = self._handle_and_advance_batch(group, token, steps, known=state, found=found)
-        except (StaleClaimError, StoreUnavailableError):
+        except (StaleClaimError, StoreUnavailableError) as exc:
+            self._outlived(group, steps, exc)
             raise  # as for one number: not the handler's failure
         except RetryLater as exc:
             # The handler's own decision for the whole batch, not a failure to narrow down:
@@ -805,6 +765,21 @@ class FifoGate:
                 self._store.unpark(self.consumer, group, seq)
             self._decision("processed", group, seq, f"processed in order (batch {numbers})")
         return state, GateOutcome.PROCESSED, False
+
+    def _outlived(self, group: str, steps: list[Step], exc: Exception) -> None:
+        """Said for each of ``steps`` whose run ended fenced (``exc``: the handler outlived the
+        lease and another worker took the group over, or an operator skipped it): it ran here,
+        and the worker that holds the group now may run it again."""
+        for seq, message in steps if isinstance(exc, StaleClaimError) else ():
+            self._decision(
+                "lease_outlived",
+                group,
+                seq,
+                f"ALERT: ran here, then fenced ({exc}): it may run again elsewhere",
+                level=logging.ERROR,
+                dedup_key=message_key(message),
+                alert="lease_outlived",
+            )
 
     def _parked_steps(self, group: str, state: GroupState) -> list[Step]:
         """The parked head to run next - with, in batch mode, the consecutive parked numbers

@@ -1,0 +1,101 @@
+"""A FIFO group's end (``fifo_end``), as the gate handles it: a delivery numbered past the end
+of a complete group, and the copies parked past the end before it ran.
+
+A number past the end is dead-lettered ``fifo_after_end`` (never parked for ever) - unless it
+is a copy of a message that already ran (a renumbered retry: a duplicate) or a filler (nothing
+to keep). The gate (:mod:`.gate`) decides when; this is what each verdict does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pubsub_toolkit.consumer import gate_rules as rules
+from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
+from pubsub_toolkit.consumer.gate_rules import (
+    REASON_AFTER_END,
+    EndVerdict,
+    GateOutcome,
+    GateResult,
+)
+from pubsub_toolkit.errors import PermanentError, TransientError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
+
+# The gate's dead-lettering: (message, group, seq, reason, detail), once per copy.
+DeadLetter = Callable[[Message, str, int, str, str], None]
+
+
+class GroupEnd:
+    """What happens past a complete group's end, for one gate."""
+
+    def __init__(
+        self,
+        store: FifoStore,
+        seen: SeenStore,
+        consumer: str,
+        decide: Decide,
+        dead_letter: DeadLetter,
+    ) -> None:
+        self._store = store
+        self._seen = seen
+        self._consumer = consumer
+        self._decide = decide
+        self._dead_letter = dead_letter
+
+    def after_end(
+        self, message: Message, group: str, seq: int, state: GroupState, verdict: EndVerdict
+    ) -> GateResult:
+        """A delivery numbered past the end of a complete group (``verdict`` says which kind)."""
+        end = state.last_processed
+        if verdict is EndVerdict.DUPLICATE:
+            self._decide(
+                "duplicate",
+                group,
+                seq,
+                f"past the group's end ({end}), but a copy of a message "
+                "that already ran (a renumbered retry)",
+            )
+            return GateResult(GateOutcome.DUPLICATE, group, seq)
+        if verdict is EndVerdict.FILLER:
+            self._decide("filled", group, seq, f"a filler past the group's end ({end})")
+            return GateResult(GateOutcome.FILLED, group, seq)
+        detail = f"{group}#{seq} arrived after the group had ended at {end} (fifo_end)"
+        self._decide("after_end", group, seq, detail, level=logging.WARNING)
+        self._dead_letter(message, group, seq, REASON_AFTER_END, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def settle(self, group: str, state: GroupState) -> None:
+        """The copies parked past a complete group's end: each judged as a delivery would be
+        (dead-lettered, or dropped as a duplicate or a filler), then unlisted.
+
+        Dead letter first, unpark next, the state last: a crash in between leaves the number
+        listed, and the next sweep settles it again (the dead letter happens once per copy
+        through the gate's ``rejections``).
+        """
+        pending = tuple(s for s in state.parked if s > state.last_processed)
+        if not pending:
+            return
+        for seq in pending:
+            copy = self._store.parked_message(self._consumer, group, seq)
+            if copy is not None:
+                try:
+                    self.after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
+                except PermanentError:
+                    # No dead-letter topic, and the copy was acked when parked: say so loudly.
+                    self._decide(
+                        "after_end_dropped",
+                        group,
+                        seq,
+                        "ALERT: a message parked past the group's end could not be "
+                        "dead-lettered (no dead-letter topic)",
+                        level=logging.ERROR,
+                        alert="after_end_dropped",
+                    )
+            self._store.unpark(self._consumer, group, seq)
+        for _ in range(MAX_CAS_ROUNDS):
+            current = self._seen.load(group)
+            if self._seen.save(group, rules.without_after_end(current, pending), current):
+                return
+        raise TransientError(f"{group}: the state kept changing; settled again at the next sweep")
