@@ -35,6 +35,8 @@ REFUSALS = frozenset(
         "task_too_large",
         "malformed_task",
         "fifo_state_expired",
+        # Cloud Tasks refuses a schedule time beyond 30 days: the scheduler must hop instead.
+        "schedule_rejected",
     }
 )
 

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from pubsub_toolkit.delay.scheduler import plan_task, task_id
+from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.clock import SimClock, to_seconds
 from tests.simulation.events import EventLoop
@@ -54,6 +55,14 @@ class _Task:
 Executor = Callable[[bytes, str, int], bool]
 
 
+# Cloud Tasks refuses a task scheduled further ahead than this (InvalidArgument).
+MAX_SCHEDULE_SECONDS = 30 * 86_400
+
+
+class TaskRejected(ValueError):
+    """Cloud Tasks refused the task (InvalidArgument): a permanent error for the caller."""
+
+
 class CloudTasks:
     """The queue: tasks by name, dispatched on virtual time to ``execute``."""
 
@@ -76,8 +85,12 @@ class CloudTasks:
         self._tasks: dict[str, _Task] = {}
 
     def create(self, name: str, body: bytes, schedule_time: datetime) -> bool:
-        """Create a task; False if the name is taken (AlreadyExists)."""
+        """Create a task; False if the name is taken (AlreadyExists). A schedule time more
+        than 30 days past the service's clock is refused (InvalidArgument), as Cloud Tasks
+        does: :class:`TaskRejected`."""
         now = self._loop.now
+        if to_seconds(schedule_time) > now + self._skew + MAX_SCHEDULE_SECONDS:
+            raise TaskRejected(f"{name}: schedule time beyond 30 days")
         existing = self._tasks.get(name)
         if existing is not None and (
             existing.state == "scheduled" or now < existing.ended_at + NAME_RESERVED_SECONDS
@@ -153,9 +166,14 @@ class TasksView:
         """Park ``message`` until ``deliver_at`` (or the horizon); return the task name."""
         plan = plan_task(message, deliver_at, dedup_key, hop, now=self._clock.now())
         name = f"{QUEUE}/tasks/{plan.task_id}"
-        self._call(
-            "tasks.create", lambda: self._service.create(name, plan.body, plan.schedule_time)
-        )
+        try:
+            self._call(
+                "tasks.create", lambda: self._service.create(name, plan.body, plan.schedule_time)
+            )
+        except TaskRejected as exc:  # as CloudTasksScheduler maps InvalidArgument
+            raise PermanentError(
+                "schedule_rejected", f"Cloud Tasks rejected the task: {exc}"
+            ) from exc
         return name  # created, or AlreadyExists: "already scheduled" either way
 
     def delete(self, dedup_key: str, hop: int = 0) -> bool:
