@@ -747,6 +747,81 @@ def issue_24() -> tuple[Mutation, ...]:
                 "::test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable",
             ),
         ),
+        Mutation(
+            "24.batch",
+            "process_batch raises a store failure after part of the batch was settled",
+            (
+                SourceEdit(
+                    gate,
+                    "FifoGate.deliver_batch",
+                    "                except Exception as exc:\n                    if not results:",
+                    "                except ZeroDivisionError as exc:\n"
+                    "                    if not results:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_batch_store_failures.py"
+                "::test_a_store_outage_after_a_batch_ran_is_answered_per_delivery_not_raised",
+            ),
+        ),
+        Mutation(
+            "24.outlived",
+            "a run that outlived its lease and was taken over is not an ALERT naming it",
+            (
+                SourceEdit(
+                    gate,
+                    "FifoGate._outlived",
+                    "for seq, message in steps if isinstance(exc, StaleClaimError) else ():",
+                    "for seq, message in ():",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_lease_outlived.py"
+                "::test_a_run_that_outlived_its_lease_and_was_taken_over_is_an_alert_naming_it",
+            ),
+        ),
+        Mutation(
+            "24.busy",
+            "a process takes over its own run still under way past the lease",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._held_leases",
+                    "HeldLeases.busy",
+                    "return group in self._running",
+                    "return False",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_lease_outlived.py"
+                "::test_its_own_process_does_not_take_over_a_run_still_under_way",
+            ),
+        ),
+        Mutation(
+            "24.handover",
+            "the relay's last attempt dead-letters instead of handing the message to a new task",
+            (
+                SourceEdit(
+                    relay,
+                    "Relay._last_attempt_failed",
+                    "if last.continued(self._scheduler, delayed, key):",
+                    "if False:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_relay_last_attempt_continues.py",),
+        ),
+        Mutation(
+            "24.filler",
+            "a FIFO message the relay dead-letters leaves its group waiting (no filler)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.last_attempt",
+                    "LastAttempt.fill",
+                    "if not (group and seq):",
+                    "if True:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_relay_fifo_give_up.py",),
+        ),
     )
 
 
