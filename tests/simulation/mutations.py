@@ -442,7 +442,7 @@ def issue_24() -> tuple[Mutation, ...]:
             (
                 SourceEdit(
                     envelope,
-                    "parse_envelope",
+                    "check_produced",
                     "max_attributes=MAX_ATTRIBUTES, max_bytes=MAX_MESSAGE_BYTES)\n"
                     "    _check_room_on_path(attrs)\n",
                     "max_attributes=MAX_ATTRIBUTES - 5, max_bytes=MAX_MESSAGE_BYTES)\n",
@@ -538,7 +538,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "ingress forwards a producer's dlq_* attributes (its message reads as a dead letter)",
             (
                 SourceEdit(
-                    envelope, "parse_envelope", "    _check_no_dead_letter_attribute(attrs)\n", ""
+                    envelope, "check_produced", "    _check_no_dead_letter_attribute(attrs)\n", ""
                 ),
             ),
             guarded_by=(
@@ -597,7 +597,7 @@ def issue_24() -> tuple[Mutation, ...]:
             (
                 SourceEdit(
                     "pubsub_toolkit.producer.publisher",
-                    "Publisher._numbers",
+                    "Publisher._plan",
                     "known = [self._numbered.get((group, *k)) if k else None for k in keys]",
                     "known = [None for k in keys]",
                 ),
