@@ -159,7 +159,7 @@ class Drivers:
         # When the call that ended in an ack BEGAN: the gate may write the message's parked
         # copy before a store loss that lands while the call is still running (and acks).
         started = self._w.loop.now
-        answer = self._run(slot, label, lambda app: app.processor.process(message))
+        answer = self._run(slot, label, lambda app: app.deliver(message))
         lid = self._w.ledger.lid_of(message)
         if answer is Answer.ACK and lid is not None:
             self._w.ledger.reached_gate.setdefault(lid, started)
