@@ -7,9 +7,11 @@ change; never together with ``process_batch`` (its own shape). Each drives the r
 * ``idempotent_callback`` - every delivery goes to a google-cloud-pubsub-style subscriber
   callback decorated with the public ``@idempotent``: the decorator's own dispatch, key
   stamping, ``DeliveredMessage`` and ack/nack decision run unchanged; the callback calls
-  ``message.ack()`` on success and, in half of the schedules, ``message.nack()`` on a transient
-  failure (else it raises; poison and ``RetryLater`` always raise). The received message is
-  the simulated Pub/Sub's delivery; its ``ack()``/``nack()`` is the answer the driver returns;
+  ``message.ack()`` on success; on a failure it raises, or ``nack()``s the transient ones
+  (:data:`NACKS`, half of the schedules each; ``RetryLater`` is always raised);
+  ``idempotent_callback_nacks_all`` (opt-in, ``--shape``) ``nack()``s every failure. The
+  received message is the simulated Pub/Sub's delivery; its ``ack()``/``nack()`` is the
+  answer the driver returns;
 * ``idempotent_cloudevent`` - plain (non-FIFO) deliveries go to a functions-framework-style
   CloudEvent function (a real ``cloudevents`` ``CloudEvent``) decorated with ``@idempotent``:
   return = ack, raise (the handler's error, the decorator's 503) = nack. The decorator's
@@ -46,7 +48,7 @@ from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.decorators import DeliveredMessage, _delivered, idempotent
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
-from pubsub_toolkit.errors import RetryLater
+from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
@@ -61,6 +63,7 @@ T = TypeVar("T")
 class Shape(enum.StrEnum):
     PROCESS = "process"
     CALLBACK = "idempotent_callback"
+    CALLBACK_NACKS_ALL = "idempotent_callback_nacks_all"  # opt-in (--shape): see NACKS
     CLOUDEVENT = "idempotent_cloudevent"
     ASYNCIO = "asyncio"
 
@@ -92,9 +95,9 @@ def build(world: Any, process: Process, shape: Shape) -> c.ConsumerApp:
     if shape is Shape.PROCESS:
         return c.build_consumer(world, process)
     handle = world.handler_for(process)  # batch is 1 for these shapes (world.py)
-    nack = random.Random(f"shape-nack:{world.seed}").random() < 0.5
-    if shape is Shape.CALLBACK:
-        callback = _callback(handle, nack)
+    nack = random.Random(f"shape-nack:{world.seed}").choice(NACKS)
+    if shape in (Shape.CALLBACK, Shape.CALLBACK_NACKS_ALL):
+        callback = _callback(handle, "nack_all" if shape is Shape.CALLBACK_NACKS_ALL else nack)
         app = c.build_consumer(world, process, lambda m: callback(_delivered(m)))
         guarded = _guard(callback, app)
         return c.ConsumerApp(app.processor, app.gate, lambda m: _pull(guarded, m))
@@ -121,16 +124,25 @@ def _guard(handler: Callable[..., Any], app: c.ConsumerApp) -> Callable[[Any], A
     return guarded
 
 
-def _callback(handle: Callable[[Message], None], nack: bool) -> Callable[[DeliveredMessage], None]:
+# How the callback answers a failure: raise it, or ``nack()`` the transient ones (its dependency
+# down) and raise the rest. The ``idempotent_callback_nacks_all`` shape (opt-in) ``nack()``s
+# every failure (``except Exception: message.nack()``): a poison message in a FIFO group is then
+# never poison - ``nack()`` raises NackRequested, a TransientError, which the gate never counts
+# - and its group is retried forever (seeds 27, 44, 51, 63, 68, 83 of that shape).
+NACKS = ("raise", "nack_transient")
+
+
+def _callback(handle: Callable[[Message], None], nack: str) -> Callable[[DeliveredMessage], None]:
     """A subscriber callback written as users write them: ``ack()`` when done."""
 
     def callback(message: DeliveredMessage) -> None:
         try:
             handle(message)
         except RetryLater:
-            raise
-        except (ConnectionError, OSError) as exc:  # the handler's dependency: transient
-            if not nack:
+            raise  # the toolkit's own answer: never a nack
+        except Exception as exc:
+            transient = isinstance(exc, ConnectionError | TransientError)
+            if nack == "raise" or (nack == "nack_transient" and not transient):
                 raise
             message.nack()  # raises NackRequested: the decorator nacks
             raise AssertionError("nack() returned") from exc
