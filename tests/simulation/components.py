@@ -101,6 +101,8 @@ class ConsumerApp:
     processor: Any  # MessageProcessor (AsyncMessageProcessor in the asyncio shape)
     gate: Any  # FifoGate, or one with its call shape
     deliver: Callable[[Any], object]
+    # Consumer's convoy shape: queue a delivery (message, attempt, settle) and answer DEFERRED
+    convoy: Callable[[Any, int, Any], Any] | None = None
 
 
 def build_ingress(world: Any, process: Process) -> Ingress:

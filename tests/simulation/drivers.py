@@ -155,6 +155,13 @@ class Drivers:
         slot = self._w.consumers.pick()
         if slot is not None:
             self.poke(slot)
+        if slot is not None and slot.app.convoy is not None:
+            # Consumer's shape: queued on the instance's convoy, answered when its turn ran
+            return slot.app.convoy(message, attempt, self._w.final.settler())
+        return self.consume(slot, message, attempt)
+
+    def consume(self, slot: Slot | None, message: Message, attempt: int) -> Answer:
+        """One delivery through ``slot``'s consumer, now; the answer."""
         label = f"consume {message.message_id} (attempt {attempt})"
         # When the call that ended in an ack BEGAN: the gate may write the message's parked
         # copy before a store loss that lands while the call is still running (and acks).

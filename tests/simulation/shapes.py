@@ -21,7 +21,9 @@ change; never together with ``process_batch`` (its own shape). Each drives the r
 * ``asyncio`` - ``AsyncMessageProcessor`` with an ``async def`` handler over the library's
   async memory stores (``AsyncMemoryDedupStore``/``AsyncMemoryFifoStore`` wrapping the
   process's faulty store views), its gate's sweeps through ``AsyncFifoGate``. See :func:`drive`
-  for how a coroutine runs on the one-threaded virtual clock.
+  for how a coroutine runs on the one-threaded virtual clock;
+* ``consumer_convoy`` - ``Consumer``'s ``ConvoyDispatcher`` queues each delivery per group and
+  runs it on the simulation's events (:mod:`.convoy`).
 
 The one seam: ``@idempotent`` builds its processor from the environment on the first delivery
 (real clients); the simulation hands it the processor the ``process`` shape builds over the
@@ -54,6 +56,7 @@ from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
 from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore
 from tests.simulation import components as c
+from tests.simulation import convoy
 from tests.simulation.faults import FaultPlan, Kind
 from tests.simulation.process import Process
 
@@ -66,11 +69,17 @@ class Shape(enum.StrEnum):
     CALLBACK_NACKS_ALL = "idempotent_callback_nacks_all"  # opt-in (--shape): see NACKS
     CLOUDEVENT = "idempotent_cloudevent"
     ASYNCIO = "asyncio"
+    CONVOY = "consumer_convoy"
 
 
 # Each new shape's share of the default mix (the rest: ``process``); modest, so a default
 # schedule costs about what it did.
-RATES: dict[Shape, float] = {Shape.CALLBACK: 0.06, Shape.CLOUDEVENT: 0.06, Shape.ASYNCIO: 0.08}
+RATES: dict[Shape, float] = {
+    Shape.CALLBACK: 0.06,
+    Shape.CLOUDEVENT: 0.06,
+    Shape.ASYNCIO: 0.08,
+    Shape.CONVOY: 0.06,
+}
 
 
 def draw(seed: int, plan: FaultPlan, forced: tuple[str, ...] = ()) -> Shape:
@@ -92,6 +101,8 @@ def build(world: Any, process: Process, shape: Shape) -> c.ConsumerApp:
     """A consumer instance of ``shape`` for ``process``."""
     if shape is Shape.ASYNCIO:
         return _build_async(world, process)
+    if shape is Shape.CONVOY:
+        return convoy.build(world, process)
     if shape is Shape.PROCESS:
         return c.build_consumer(world, process)
     handle = world.handler_for(process)  # batch is 1 for these shapes (world.py)

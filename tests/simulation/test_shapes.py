@@ -1,6 +1,7 @@
 """Each consumer shape (:mod:`tests.simulation.shapes`) keeps every invariant, and its schedules
 see a line broken in the code only that shape runs (the async bridge, the ``@idempotent``
-decorator's answer): the shapes drive the real code, so they can fail."""
+decorator's answer, the convoy's bookkeeping): the shapes drive the real code, so they can
+fail."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.simulation.mutations import Mutation, SourceEdit, applied
 from tests.simulation.shapes import Shape
 from tests.simulation.world import Options, run_schedule
 
-NEW_SHAPES = (Shape.CALLBACK, Shape.CLOUDEVENT, Shape.ASYNCIO)
+NEW_SHAPES = (Shape.CALLBACK, Shape.CLOUDEVENT, Shape.ASYNCIO, Shape.CONVOY)
 BOUND = 300  # schedules of the shape within which each broken line must be found
 
 BROKEN: dict[Shape, Mutation] = {
@@ -52,6 +53,19 @@ BROKEN: dict[Shape, Mutation] = {
                 "Idempotent._on_cloud_event",
                 'flask.abort(503, description="being processed elsewhere; deliver again later")',
                 "return None",
+            ),
+        ),
+    ),
+    # The convoy leaves a drained group marked active: its later deliveries are never run.
+    Shape.CONVOY: Mutation(
+        "convoy-active",
+        "a drained group is never freed",
+        (
+            SourceEdit(
+                "pubsub_toolkit.consumer.convoy",
+                "ConvoyDispatcher._run_group",
+                "self._queues.pop(group, None)\n" + " " * 24 + "self._active.discard(group)",
+                "self._queues.pop(group, None)",
             ),
         ),
     ),

@@ -143,7 +143,7 @@ class World:
             config=config.origin,
             dead_letter_topic=c.DEAD_LETTERS,
         )
-        final = broker.subscribe(
+        self.final = final = broker.subscribe(
             c.FINAL,
             "final",
             self.drivers.on_final,
