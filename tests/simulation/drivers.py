@@ -1,8 +1,10 @@
 """How the services reach the components, and the consumer's handler and sweeper.
 
 * the origin subscription pushes to an ingress instance (``Ingress.handle``: return = ack,
-  raise = nack); the final subscription feeds a consumer instance
-  (``MessageProcessor.process``: return = ack, any exception = nack), as ``Consumer`` does;
+  raise = nack); the final subscription feeds a consumer instance through its shape's entry
+  point (``ConsumerApp.deliver``: ``MessageProcessor.process``, ``@idempotent``, the async
+  processor - :mod:`.shapes`; return = ack, any exception = nack), or queues it on the
+  instance's convoy (``consumer_convoy``: answered when its turn ran, :mod:`.convoy`);
 * Cloud Tasks runs a task on a relay instance (``Relay.release``: return = 2xx, raise = 5xx);
 * each consumer instance sweeps every group periodically, like ``Consumer._sweep_loop``
   (every second while there is work; the interval doubles while sweeps find nothing, so a
