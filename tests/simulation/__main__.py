@@ -4,6 +4,7 @@
     python -m tests.simulation --seed 123
     python -m tests.simulation --seeds 500 --enable store_restart_empty,long_pause [--strict]
     python -m tests.simulation --seeds 500 --all     # every opt-in kind of issue 24
+    python -m tests.simulation --seeds 500 --shape asyncio,idempotent_callback
 
 Exit status 1 when any schedule breaks an invariant. Run with PYTHONHASHSEED=0 (``make sim``
 does) - the simulation never depends on set order, but a fixed hash seed makes sure of it.
@@ -16,6 +17,7 @@ import sys
 
 from tests.simulation.faults import EXTRA_KINDS, Kind
 from tests.simulation.runner import replay, run_many, write
+from tests.simulation.shapes import Shape
 from tests.simulation.world import Options
 
 
@@ -42,11 +44,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a store loss excuses only the messages and groups an ALERT named",
     )
+    parser.add_argument(
+        "--shape",
+        default="",
+        help="comma-separated consumer shapes every schedule is drawn from: "
+        + ",".join(s.value for s in Shape),
+    )
     args = parser.parse_args(argv)
+    forced = tuple(Shape(s).value for s in args.shape.split(",") if s)
     only = None if args.only is None else tuple(Kind(k) for k in args.only.split(",") if k)
     enable = EXTRA_KINDS if args.all else tuple(Kind(k) for k in args.enable.split(",") if k)
     if args.seed is not None:
-        result, small = replay(args.seed, Options(only=only, enable=enable, strict=args.strict))
+        result, small = replay(
+            args.seed, Options(only=only, enable=enable, strict=args.strict, shapes=forced)
+        )
         write(
             "replay",
             {
@@ -60,10 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1 if result.violations else 0
     figures = run_many(
-        args.start, args.seeds, workers=args.workers, only=only, enable=enable, strict=args.strict
+        args.start,
+        args.seeds,
+        workers=args.workers,
+        only=only,
+        enable=enable,
+        strict=args.strict,
+        forced_shapes=forced,
     )
     section = "run" if only is None else "run_only"
     section = "run_opt_in" if enable else "run_strict" if args.strict else section
+    section = "run_shapes" if forced else section
     write(section, figures)
     return 1 if figures["schedules_with_violations"] else 0
 

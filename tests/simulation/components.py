@@ -95,8 +95,14 @@ class Pool:
 
 @dataclass(frozen=True)
 class ConsumerApp:
-    processor: MessageProcessor
-    gate: FifoGate
+    """A consumer instance: its processor, the gate its sweeper visits (``groups``, ``sweep``)
+    and how one delivery reaches it (return = ack, raise = nack: :mod:`.shapes`)."""
+
+    processor: Any  # MessageProcessor (AsyncMessageProcessor in the asyncio shape)
+    gate: Any  # FifoGate, or one with its call shape
+    deliver: Callable[[Any], object]
+    # Consumer's convoy shape: queue a delivery (message, attempt, settle) and answer DEFERRED
+    convoy: Callable[[Any, int, Any], Any] | None = None
 
 
 def build_ingress(world: Any, process: Process) -> Ingress:
@@ -155,14 +161,30 @@ def build_gate(world: Any, process: Process, handler: Callable[..., object]) -> 
     )
 
 
-def build_consumer(world: Any, process: Process) -> ConsumerApp:
+def lease(world: Any) -> timedelta:
+    return timedelta(seconds=world.config.dedup_lease)
+
+
+def retry_scheduler(world: Any, process: Process) -> Any:
+    """retry_later: a plain message's RetryLater goes through the delay path (Cloud Tasks)."""
+    return (
+        world.boundaries.scheduler(process, world.tasks)
+        if world.plan.has(Kind.RETRY_LATER)
+        else None
+    )
+
+
+def build_consumer(
+    world: Any, process: Process, handler: Callable[..., object] | None = None
+) -> ConsumerApp:
+    """``MessageProcessor`` for ``process`` (``handler``: the user's, else the world's)."""
     b = world.boundaries
-    handler = world.handler_for(process)
+    handler = handler or world.handler_for(process)
     gate = build_gate(world, process, handler)
     dedup = IdempotentProcessor(
         b.store_view(process, "dedup"),
         namespace=CONSUMER_ID,
-        lease=timedelta(seconds=world.config.dedup_lease),
+        lease=lease(world),
         ttl=TTL,
         log=gate.log,
         clock=process.clock,
@@ -172,12 +194,14 @@ def build_consumer(world: Any, process: Process) -> ConsumerApp:
         if world.config.gate_dead_letters
         else None
     )
-    # retry_later: a plain message's RetryLater goes through the delay path (Cloud Tasks).
-    retries = b.scheduler(process, world.tasks) if world.plan.has(Kind.RETRY_LATER) else None
     processor = MessageProcessor(
-        handler=handler, dedup=dedup, gate=gate, dead_letters=dead_letters, scheduler=retries
+        handler=handler,
+        dedup=dedup,
+        gate=gate,
+        dead_letters=dead_letters,
+        scheduler=retry_scheduler(world, process),
     )
-    return ConsumerApp(processor, gate)
+    return ConsumerApp(processor, gate, processor.process)
 
 
 def build_producer(world: Any, process: Process) -> Publisher:

@@ -1,8 +1,10 @@
 """How the services reach the components, and the consumer's handler and sweeper.
 
 * the origin subscription pushes to an ingress instance (``Ingress.handle``: return = ack,
-  raise = nack); the final subscription feeds a consumer instance
-  (``MessageProcessor.process``: return = ack, any exception = nack), as ``Consumer`` does;
+  raise = nack); the final subscription feeds a consumer instance through its shape's entry
+  point (``ConsumerApp.deliver``: ``MessageProcessor.process``, ``@idempotent``, the async
+  processor - :mod:`.shapes`; return = ack, any exception = nack), or queues it on the
+  instance's convoy (``consumer_convoy``: answered when its turn ran, :mod:`.convoy`);
 * Cloud Tasks runs a task on a relay instance (``Relay.release``: return = 2xx, raise = 5xx);
 * each consumer instance sweeps every group periodically, like ``Consumer._sweep_loop``
   (every second while there is work; the interval doubles while sweeps find nothing, so a
@@ -155,11 +157,18 @@ class Drivers:
         slot = self._w.consumers.pick()
         if slot is not None:
             self.poke(slot)
+        if slot is not None and slot.app.convoy is not None:
+            # Consumer's shape: queued on the instance's convoy, answered when its turn ran
+            return slot.app.convoy(message, attempt, self._w.final.settler())
+        return self.consume(slot, message, attempt)
+
+    def consume(self, slot: Slot | None, message: Message, attempt: int) -> Answer:
+        """One delivery through ``slot``'s consumer, now; the answer."""
         label = f"consume {message.message_id} (attempt {attempt})"
         # When the call that ended in an ack BEGAN: the gate may write the message's parked
         # copy before a store loss that lands while the call is still running (and acks).
         started = self._w.loop.now
-        answer = self._run(slot, label, lambda app: app.processor.process(message))
+        answer = self._run(slot, label, lambda app: app.deliver(message))
         lid = self._w.ledger.lid_of(message)
         if answer is Answer.ACK and lid is not None:
             self._w.ledger.reached_gate.setdefault(lid, started)

@@ -41,6 +41,7 @@ class Answer(enum.Enum):
     NACK = "nack"
     NONE = "none"  # crashed, or the ack was lost: the ack deadline decides
     LATER = "later"  # no subscriber instance running: try again soon, no attempt counted
+    DEFERRED = "deferred"  # queued (Consumer's convoy): answered later through ``settler()``
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class Subscription:
         self.config = config
         self._subscriber = subscriber
         self._dead_letter_topic = dead_letter_topic
+        self._delivering: tuple[str, _Held, int] = ("", _Held(Message(b"")), 0)
         self._held: dict[str, _Held] = {}
         # process_batch shape: a group's ready messages are handed over together
         self.batch_subscriber: BatchSubscriber | None = None
@@ -128,8 +130,15 @@ class Subscription:
             self._deliver_batch([(message_id, held), *mates])
             return
         self._out(message_id, held)
+        self._delivering = (message_id, held, generation)
         answer = self._subscriber(held.message, held.attempts)
         self._settle(message_id, held, generation, answer)
+
+    def settler(self) -> Callable[[Answer], None]:
+        """Inside the subscriber's call: how to answer this delivery later (it answered
+        ``DEFERRED``), as a streaming-pull client acks or nacks a message it queued."""
+        message_id, held, generation = self._delivering
+        return lambda answer: self._settle(message_id, held, generation, answer)
 
     def _out(self, message_id: str, held: _Held) -> None:
         held.attempts += 1
@@ -170,8 +179,8 @@ class Subscription:
 
     def _settle(self, message_id: str, held: _Held, generation: int, answer: Answer) -> None:
         """Apply a subscriber's answer to one delivery."""
-        if held is not self._held.get(message_id):
-            return  # acked by another copy while this one ran
+        if held is not self._held.get(message_id) or answer is Answer.DEFERRED:
+            return  # acked by another copy while this one ran; or answered later
         if answer is Answer.ACK:
             del self._held[message_id]
         elif answer is Answer.LATER:

@@ -63,11 +63,13 @@ def run_many(
     only: tuple[Kind, ...] | None = None,
     enable: tuple[Kind, ...] = (),
     strict: bool = False,
+    forced_shapes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Run ``count`` schedules from seed ``start`` (``only``: just these fault kinds;
-    ``enable``: opt-in kinds drawn too; ``strict``: see ``Options``); returns (and prints)
+    ``enable``: opt-in kinds drawn too; ``strict``: see ``Options``; ``forced_shapes``: the
+    consumer shapes to draw from, see :mod:`.shapes`); returns (and prints)
     the figures."""
-    options = Options(only=only, enable=enable, strict=strict)
+    options = Options(only=only, enable=enable, strict=strict, shapes=forced_shapes)
     began = time.monotonic()
     faults: Counter[str] = Counter()
     shapes: Counter[str] = Counter()
@@ -99,6 +101,7 @@ def run_many(
         "only_fault_kinds": None if only is None else [k.value for k in only],
         "enabled_opt_in_kinds": [k.value for k in enable],
         "strict": strict,
+        "forced_shapes": list(forced_shapes),
         "schedules_by_shape": dict(sorted(shapes.items())),
         "schedules_by_fault_kind": dict(sorted(kinds.items())),
         "failing_schedules_by_fault_kind": dict(sorted(failing_by_kind.items())),

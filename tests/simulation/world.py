@@ -12,11 +12,12 @@ operator act (:mod:`.operators`), and repeats until the operator has nothing mor
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.message import Message
 from tests.simulation import components as c
+from tests.simulation import shapes
 from tests.simulation.alerts import capture
 from tests.simulation.boundaries import Boundaries
 from tests.simulation.clock import CallerClock, SimClock
@@ -45,6 +46,7 @@ class Options:
     only: tuple[Kind, ...] | None = None  # force the enabled fault kinds (shrinking)
     enable: tuple[Kind, ...] = ()  # opt-in kinds (faults.EXTRA_KINDS) this run may draw
     strict: bool = False  # a store loss excuses only messages an ALERT named (issue 24)
+    shapes: tuple[str, ...] = ()  # force the consumer's shape to one of these (shapes.Shape)
     max_events: int = 150_000
 
 
@@ -56,7 +58,7 @@ class Result:
     enabled: tuple[str, ...]
     events: int
     messages: int
-    shape: str = "process"  # how the consumer was driven (process | process_batch; +batch)
+    shape: str = "process"  # how the consumer was driven (shapes.py; process_batch; +batch)
     trace: str = field(default="", repr=False)
 
 
@@ -78,6 +80,10 @@ class World:
             self.plan,
             random.Random(f"reshape:{seed}"),
         )
+        self.consumer_shape = shapes.draw(seed, self.plan, options.shapes)
+        if self.consumer_shape is not shapes.Shape.PROCESS:
+            # @idempotent and the async processor take one message at a time
+            self.workload = replace(self.workload, config=replace(self.workload.config, batch=1))
         self.config = self.workload.config
         self._specs = {m.lid: m for m in self.workload.messages}
         interleave = self.plan.interleave_rate if self.plan.has(Kind.INTERLEAVE) else 0.0
@@ -116,7 +122,10 @@ class World:
         )
         self.relays = c.Pool(self, "relay", self.config.relays, lambda p: c.build_relay(self, p))
         self.consumers = c.Pool(
-            self, "consumer", self.config.consumers, lambda p: c.build_consumer(self, p)
+            self,
+            "consumer",
+            self.config.consumers,
+            lambda p: shapes.build(self, p, self.consumer_shape),
         )
         self.consumers.on_start = self.drivers.start_sweeps
         self.producers = c.Pool(self, "producer", 1, lambda p: c.build_producer(self, p))
@@ -134,7 +143,7 @@ class World:
             config=config.origin,
             dead_letter_topic=c.DEAD_LETTERS,
         )
-        final = broker.subscribe(
+        self.final = final = broker.subscribe(
             c.FINAL,
             "final",
             self.drivers.on_final,
@@ -295,6 +304,8 @@ class World:
     @property
     def shape(self) -> str:
         """The consumer's shape: which processor call, and a batch handler or not."""
+        if self.consumer_shape is not shapes.Shape.PROCESS:
+            return self.consumer_shape.value
         call = "process_batch" if self.plan.has(Kind.PROCESS_BATCH) else "process"
         return call + ("+batch_handler" if self.config.batch > 1 else "")
 
