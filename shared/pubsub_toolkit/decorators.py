@@ -61,7 +61,7 @@ from pubsub_toolkit.errors import (
     ClaimInProgressError,
     ConfigurationError,
     PermanentError,
-    TransientError,
+    RedeliveryRequested,
 )
 from pubsub_toolkit.message import Message
 
@@ -75,8 +75,9 @@ KeyFunction = Callable[[Message], "str | None"]
 MissingKey = Literal["dead_letter", "run"]
 
 
-class NackRequested(TransientError):
-    """Raised by :meth:`DeliveredMessage.nack`: the callback asked for a redelivery."""
+class NackRequested(RedeliveryRequested):
+    """Raised by :meth:`DeliveredMessage.nack`: the callback asked for a redelivery (counted
+    toward poison like any failure; see :class:`~pubsub_toolkit.errors.RedeliveryRequested`)."""
 
 
 @dataclass(frozen=True)

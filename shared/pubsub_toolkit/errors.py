@@ -69,6 +69,16 @@ class StaleClaimError(TransientError):
     """
 
 
+class RedeliveryRequested(TransientError):
+    """The handler asked for a redelivery itself (``message.nack()`` under ``@idempotent``).
+
+    Delivered again like any transient error, but - unlike a failure the toolkit knows to be
+    temporary - it **counts** as an attempt toward poison, as Pub/Sub counts a nack as a
+    delivery attempt: a callback that ``nack()``s every failure would otherwise keep a FIFO
+    group retrying a poison message for ever, with no ALERT.
+    """
+
+
 # Far beyond any real retry; keeps ``now + delay`` well inside datetime's range.
 MAX_RETRY_DELAY = timedelta(days=3650)
 

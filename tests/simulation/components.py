@@ -200,6 +200,7 @@ def build_consumer(
         gate=gate,
         dead_letters=dead_letters,
         scheduler=retry_scheduler(world, process),
+        clock=process.clock,  # a RetryLater's due time on the virtual clock
     )
     return ConsumerApp(processor, gate, processor.process)
 

@@ -8,8 +8,8 @@ change; never together with ``process_batch`` (its own shape). Each drives the r
   callback decorated with the public ``@idempotent``: the decorator's own dispatch, key
   stamping, ``DeliveredMessage`` and ack/nack decision run unchanged; the callback calls
   ``message.ack()`` on success; on a failure it raises, or ``nack()``s the transient ones
-  (:data:`NACKS`, half of the schedules each; ``RetryLater`` is always raised);
-  ``idempotent_callback_nacks_all`` (opt-in, ``--shape``) ``nack()``s every failure. The
+  (:data:`NACKS`, a third of the schedules each; ``RetryLater`` is always raised);
+  ``idempotent_callback_nacks_all`` (``--shape``) always ``nack()``s every failure. The
   received message is the simulated Pub/Sub's delivery; its ``ack()``/``nack()`` is the
   answer the driver returns;
 * ``idempotent_cloudevent`` - plain (non-FIFO) deliveries go to a functions-framework-style
@@ -66,7 +66,7 @@ T = TypeVar("T")
 class Shape(enum.StrEnum):
     PROCESS = "process"
     CALLBACK = "idempotent_callback"
-    CALLBACK_NACKS_ALL = "idempotent_callback_nacks_all"  # opt-in (--shape): see NACKS
+    CALLBACK_NACKS_ALL = "idempotent_callback_nacks_all"  # forced only (--shape): see NACKS
     CLOUDEVENT = "idempotent_cloudevent"
     ASYNCIO = "asyncio"
     CONVOY = "consumer_convoy"
@@ -135,12 +135,13 @@ def _guard(handler: Callable[..., Any], app: c.ConsumerApp) -> Callable[[Any], A
     return guarded
 
 
-# How the callback answers a failure: raise it, or ``nack()`` the transient ones (its dependency
-# down) and raise the rest. The ``idempotent_callback_nacks_all`` shape (opt-in) ``nack()``s
-# every failure (``except Exception: message.nack()``): a poison message in a FIFO group is then
-# never poison - ``nack()`` raises NackRequested, a TransientError, which the gate never counts
-# - and its group is retried forever (seeds 27, 44, 51, 63, 68, 83 of that shape).
-NACKS = ("raise", "nack_transient")
+# How the callback answers a failure: raise it, ``nack()`` the transient ones (its dependency
+# down) and raise the rest, or ``nack()`` every failure (``except Exception: message.nack()``).
+# The last found a defect: ``nack()`` raises NackRequested, a TransientError the gate never
+# counted, so a poison message in a FIFO group was retried for ever with no ALERT (seeds 27,
+# 44, 51, 63, 68, 83 of ``idempotent_callback_nacks_all``); a nack now counts as an attempt
+# (``errors.RedeliveryRequested``).
+NACKS = ("raise", "nack_transient", "nack_all")
 
 
 def _callback(handle: Callable[[Message], None], nack: str) -> Callable[[DeliveredMessage], None]:
@@ -301,5 +302,6 @@ def _build_async(world: Any, process: Process) -> c.ConsumerApp:
         gate=gate,
         dead_letters=dead_letters,
         scheduler=c.retry_scheduler(world, process),
+        clock=process.clock,  # a RetryLater's due time on the virtual clock
     )
     return c.ConsumerApp(processor, _DrivenGate(gate), lambda m: drive(processor.process(m)))

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
-from pubsub_toolkit.errors import RetryLater, TransientError
+from pubsub_toolkit.errors import RedeliveryRequested, RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
     KEY_WINDOW,
@@ -344,8 +344,9 @@ def lease_released(state: GroupState) -> GroupState:
 
 def counts_as_attempt(exc: BaseException) -> bool:
     """A failure counts toward poison unless it is transient ("not my fault, try later"); a
-    :class:`RetryLater` is the handler's own decision and counts, or a group could wait forever."""
-    return isinstance(exc, RetryLater) or not isinstance(exc, TransientError)
+    :class:`RetryLater` or a handler's own nack (:class:`RedeliveryRequested`) is the handler's
+    decision and counts, or a group could wait forever."""
+    return isinstance(exc, RetryLater | RedeliveryRequested) or not isinstance(exc, TransientError)
 
 
 def next_attempt_at(

@@ -16,6 +16,7 @@ from typing import Any
 
 from pubsub_toolkit._bridge import awaiting, run_sync
 from pubsub_toolkit._loop_thread import LoopThread
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
 from pubsub_toolkit.consumer.gate_rules import GateResult
@@ -42,9 +43,11 @@ class AsyncMessageProcessor:
         dead_letters: DeadLetterer | None = None,
         scheduler: RetryScheduler | None = None,
         max_attempts: int = 5,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """``scheduler`` re-schedules a RetryLater outside FIFO groups (its Cloud Tasks call is
-        sync: one blocking call on the loop per such retry, like a dead-letter publish)."""
+        sync: one blocking call on the loop per such retry, like a dead-letter publish);
+        ``clock`` dates it, as :class:`MessageProcessor`'s does."""
         self._clients: list[Any] = []  # the store clients from_settings made (aclose closes)
         self.gate = gate
         self.dedup = dedup
@@ -56,6 +59,7 @@ class AsyncMessageProcessor:
             dead_letters=dead_letters,
             scheduler=scheduler,
             max_attempts=max_attempts,
+            clock=clock,
         )
 
     @classmethod
