@@ -822,6 +822,18 @@ def issue_24() -> tuple[Mutation, ...]:
             ),
             guarded_by=("tests/unit/test_relay_fifo_give_up.py",),
         ),
+        Mutation(
+            "24.nack",
+            "a handler's own nack() is not counted toward poison (a FIFO group retries for ever)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer.gate_rules",
+                    "counts_as_attempt",
+                    "isinstance(exc, RetryLater | RedeliveryRequested)",
+                    "isinstance(exc, RetryLater)",
+                ),
+            ),
+        ),
     )
 
 
