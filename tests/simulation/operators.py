@@ -1,10 +1,16 @@
 """The operator: after the faults stop, acts on what the alerts and the dead letters say.
 
-An operator reads ALERTs and the dead-letter topic, never the simulation's ledger. For each
-group that has not reached its last published number, once the system is quiet:
+An operator reads ALERTs and the dead-letter topic, never the simulation's ledger: the letters
+are read with the library's own tooling (``dead_letters.listing.read_letter``, what
+``pubsub-toolkit dlq list`` shows: the original message, its group and number, the reason).
+For each group that has not reached its last published number, once the system is quiet:
 
 * a group **blocked** on poison (an ALERT said so): ``FifoGate.replay`` it once (the cause may
   have been fixed), and ``FifoGate.skip`` the number if it blocks again;
+* a group **waiting** for a number that Pub/Sub's own dead-letter policy forwarded (its
+  attempts ran out while the pipeline could not take it; the guarantees' weaker case 5):
+  ``dlq replay`` that letter once (the library's replay: the replay id minted in ingress's
+  store, the original published to origin), and skip the number if the group still waits;
 * a group **waiting** for a number: skip it when an ALERT for the group was logged and the
   dead-letter topic holds that number (it will not come), or the number never reached the
   origin topic (a reserved number whose publish failed: the ``Publisher`` logged that it
@@ -18,7 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.simulation.components import CONSUMER_ID, build_gate
+from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
+from pubsub_toolkit.dead_letters.replay import is_minted, mint
+from pubsub_toolkit.message import OutboundMessage
+from tests.simulation.components import CONSUMER_ID, ORIGIN, build_gate
 from tests.simulation.ledger import OperatorAction
 from tests.simulation.process import Process
 
@@ -29,6 +39,7 @@ class Operator:
     def __init__(self, world: Any) -> None:
         self._w = world
         self._replayed: set[tuple[str, int]] = set()
+        self._replayed_letters: set[str] = set()  # the keys of messages `dlq replay` sent again
         self._process: Process | None = None
 
     def _gate(self) -> Any:
@@ -46,6 +57,11 @@ class Operator:
         if len(w.ledger.operator) >= MAX_ACTIONS:
             return False
         acted = False
+        for letter in self._letters():
+            # `dlq replay` of what Pub/Sub forwarded outside groups (its attempts ran out while
+            # a dependency was down): once each, now that the faults are over.
+            if letter.reason == REASON_FORWARDED and letter.group is None:
+                acted |= self._replay_once(letter)
         targets = w.targets()
         for group in sorted(targets):
             # Where the group stands - an expired idle record is a group that went quiet
@@ -54,13 +70,19 @@ class Operator:
             if state.last_processed >= targets[group]:
                 continue
             head = state.last_processed + 1
+            letters = [d for d in self._letters() if d.group == group and d.seq == head]
+            forwarded = [d for d in letters if d.reason == REASON_FORWARDED]
+            if state.blocked_at is None and forwarded and (group, head) not in self._replayed:
+                # The letter explains the wait by itself (`status` shows the group waiting at
+                # the number `dlq list` shows forwarded): replay it, no ALERT needed.
+                acted |= self._replay_letter(group, head, forwarded[0])
+                continue
             alerted = any(d.get("fifo_group") == group for d in w.ledger.decisions)
             if not alerted:
                 continue
             if state.blocked_at is not None:
                 acted |= self._unblock(group, head)
                 continue
-            letters = [d for d in w.ledger.dead_letters if d.group == group and d.seq == str(head)]
             unused = not any(o.group == group and o.seq == str(head) for o in w.ledger.origins)
             if letters:
                 acted |= self._do(group, head, "skip", f"dead letter {letters[0].reason}")
@@ -69,6 +91,68 @@ class Operator:
             elif w.relax_operator:
                 acted |= self._do(group, head, "skip", "ALERT after a store rollback")
         return acted
+
+    def _letters(self) -> list[DeadLetter]:
+        """The dead-letter topic as ``dlq list`` shows it: each letter read by the library."""
+        out = []
+        for received in self._w.dead_letter_topic:
+            reading = read_letter(received)
+            out.append(
+                DeadLetter(
+                    reading.message,
+                    reading.reason,
+                    reading.detail,
+                    None,
+                    ack_id=received.message_id,
+                    dead_letter_id=received.message_id,
+                    unreadable=reading.unreadable,
+                )
+            )
+        return out
+
+    def _replay_once(self, letter: DeadLetter) -> bool:
+        if letter.replay_key in self._replayed_letters:
+            return False  # once per message: a poison message is forwarded again
+        self._replayed_letters.add(letter.replay_key)
+        return self._replay_letter(None, None, letter)
+
+    def _replay_letter(self, group: str | None, head: int | None, letter: DeadLetter) -> bool:
+        """``dlq replay`` of one letter, as ``dead_letters.replay`` does it: mint the replay id
+        in ingress's store, then publish the original to origin with it."""
+        w = self._w
+        self._replayed.add((str(group), head or 0))
+        process = self._process_for_io()
+        key = letter.replay_key
+        store = w.boundaries.store_view(process, "dedup")
+        try:
+            mint(store, letter.dead_letter_id, key)
+            if not is_minted(store, letter.dead_letter_id, key):
+                raise RuntimeError("the replay id could not be minted")
+            attributes = {
+                **letter.message.attributes,
+                attr.DEDUP_KEY: key,
+                attr.REPLAY_ID: letter.dead_letter_id,
+            }
+            w.boundaries.sink(process).publish(
+                ORIGIN, OutboundMessage(letter.message.data, attributes, ordering_key=group or "")
+            )
+        except Exception as exc:  # the operator tries again at the next round
+            self._replayed.discard((str(group), head or 0))
+            self._replayed_letters.discard(letter.replay_key)
+            w.trace.add(f"OPERATOR dlq replay {letter.replay_key} failed: {exc}")
+            return False
+        why = f"dlq replay of the letter Pub/Sub forwarded ({letter.dead_letter_id})"
+        w.trace.add(f"OPERATOR dlq replay {letter.replay_key} ({group}#{head}): {why}")
+        w.ledger.operator.append(
+            OperatorAction(w.loop.now, group or "", head or 0, "dlq_replay", why)
+        )
+        return True
+
+    def _process_for_io(self) -> Process:
+        if self._process is None or not self._process.alive:
+            clock = self._w.consumers.slots[0].process.clock
+            self._process = Process("operator", 0, 0, clock, lambda p, s: None)
+        return self._process
 
     def _unblock(self, group: str, head: int) -> bool:
         if (group, head) not in self._replayed:

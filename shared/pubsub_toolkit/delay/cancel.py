@@ -105,9 +105,15 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
 
 
 def is_cancelled(store: DedupStore, dedup_key: str) -> bool:
-    """True when the fate record of ``dedup_key`` is a cancel tombstone."""
+    """True when the fate record of ``dedup_key`` is a cancel tombstone - or, for a DLQ
+    replay's own fate key (``key#replay:ID``, see :func:`fate_key`), the original's is: a
+    message ``cancel()`` answered "not delivered" stays undelivered when an operator replays
+    its dead letter (one more read, for replays only)."""
     record = store.get(RELAY_NAMESPACE, dedup_key)
-    return record is not None and record.fingerprint == CANCELLED
+    if record is not None and record.fingerprint == CANCELLED:
+        return True
+    original, replay, _ = dedup_key.partition(_REPLAY_MARK)
+    return bool(replay) and is_cancelled(store, original)
 
 
 def is_released(store: DedupStore, dedup_key: str) -> bool:
@@ -160,13 +166,16 @@ def released_message_id(result: str | None) -> str:
     return result or ""
 
 
+_REPLAY_MARK = "#replay:"  # a DLQ replay's fate key: the original's key, this, the replay id
+
+
 def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
     """The key of a message's fate record (and task): its own for a DLQ replay, and for each
     attempt of a consumer's delayed retry (``retry_consumer`` and ``retry_attempt``)."""
     key = dedup_key
     replay_id = attributes.get(REPLAY_ID)
     if replay_id:
-        key = f"{key}#replay:{replay_id}"
+        key = f"{key}{_REPLAY_MARK}{replay_id}"
     consumer, attempt = attributes.get(RETRY_CONSUMER), attributes.get(RETRY_ATTEMPT)
     if consumer and attempt:
         key = f"{key}#retry:{consumer}:{attempt}"
