@@ -28,11 +28,13 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
 from pubsub_toolkit.dead_letters.replay import is_minted, mint
 from pubsub_toolkit.message import OutboundMessage
-from tests.simulation.components import CONSUMER_ID, ORIGIN, build_gate
+from tests.simulation.components import CONSUMER_ID, ORIGIN, TTL, build_gate
 from tests.simulation.ledger import OperatorAction
 from tests.simulation.process import Process
+from tests.simulation.pubsub import SOURCE_SUBSCRIPTION_ATTRIBUTE
 
 MAX_ACTIONS = 200
+ORIGIN_PUSH = "origin-push"  # the origin subscription (world._wire_topics)
 
 
 class Operator:
@@ -57,10 +59,15 @@ class Operator:
         if len(w.ledger.operator) >= MAX_ACTIONS:
             return False
         acted = False
-        for letter in self._letters():
-            # `dlq replay` of what Pub/Sub forwarded outside groups (its attempts ran out while
-            # a dependency was down): once each, now that the faults are over.
-            if letter.reason == REASON_FORWARDED and letter.group is None:
+        for letter, source, at in self._listing():
+            # `dlq replay` of what Pub/Sub forwarded from the origin subscription outside groups
+            # (ingress could not take it while the store was down): once each, now that the
+            # faults are over, and - as docs/how-to/operate.md says - within DEDUP_TTL of the
+            # letter (later, the records that make a replay of a message that did run a
+            # duplicate have expired).
+            recent = w.loop.now - at < TTL.total_seconds()
+            forwarded = letter.reason == REASON_FORWARDED and source == ORIGIN_PUSH
+            if forwarded and recent and letter.group is None:
                 acted |= self._replay_once(letter)
         targets = w.targets()
         for group in sorted(targets):
@@ -94,20 +101,24 @@ class Operator:
 
     def _letters(self) -> list[DeadLetter]:
         """The dead-letter topic as ``dlq list`` shows it: each letter read by the library."""
+        return [letter for letter, _, _ in self._listing()]
+
+    def _listing(self) -> list[tuple[DeadLetter, str, float]]:
+        """Each letter, the subscription Pub/Sub forwarded it from ("" for the toolkit's own
+        letters), and when it reached the dead-letter topic."""
         out = []
-        for received in self._w.dead_letter_topic:
+        for received, at in self._w.dead_letter_topic:
             reading = read_letter(received)
-            out.append(
-                DeadLetter(
-                    reading.message,
-                    reading.reason,
-                    reading.detail,
-                    None,
-                    ack_id=received.message_id,
-                    dead_letter_id=received.message_id,
-                    unreadable=reading.unreadable,
-                )
+            letter = DeadLetter(
+                reading.message,
+                reading.reason,
+                reading.detail,
+                None,
+                ack_id=received.message_id,
+                dead_letter_id=received.message_id,
+                unreadable=reading.unreadable,
             )
+            out.append((letter, received.attributes.get(SOURCE_SUBSCRIPTION_ATTRIBUTE, ""), at))
         return out
 
     def _replay_once(self, letter: DeadLetter) -> bool:

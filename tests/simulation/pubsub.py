@@ -31,6 +31,7 @@ from tests.simulation.faults import Faults
 from tests.simulation.tracing import Trace
 
 DELIVERY_COUNT_ATTRIBUTE = "CloudPubSubDeadLetterSourceDeliveryCount"  # set by Pub/Sub
+SOURCE_SUBSCRIPTION_ATTRIBUTE = "CloudPubSubDeadLetterSourceSubscription"  # and this
 CRASH_LOOP = 100  # deliveries of one message; real dead-letter policies stop at 5-100
 
 
@@ -211,7 +212,11 @@ class Subscription:
         limit = self.config.max_delivery_attempts
         if limit is not None and held.attempts >= limit and self._dead_letter_topic:
             del self._held[message_id]
-            attrs = {**held.message.attributes, DELIVERY_COUNT_ATTRIBUTE: str(held.attempts)}
+            attrs = {
+                **held.message.attributes,
+                DELIVERY_COUNT_ATTRIBUTE: str(held.attempts),
+                SOURCE_SUBSCRIPTION_ATTRIBUTE: self.name,
+            }
             self._broker.trace.add(
                 f"pubsub: {self.name} {message_id} forwarded to the dead-letter topic "
                 f"after {held.attempts} attempts"

@@ -131,8 +131,9 @@ class World:
         self.producers = c.Pool(self, "producer", 1, lambda p: c.build_producer(self, p))
         self.last_activity = 0.0
         self.loop.on_event = self._on_event
-        # The dead-letter topic as the operator's `dlq list` reads it (the letters themselves).
-        self.dead_letter_topic: list[Message] = []
+        # The dead-letter topic as the operator's `dlq list` reads it: each letter, and when it
+        # was published there.
+        self.dead_letter_topic: list[tuple[Message, float]] = []
 
     def _wire_topics(self) -> None:
         broker, config = self.broker, self.config
@@ -209,10 +210,10 @@ class World:
             ledger.finals.append(final)
             ledger.final_publish(lid)
         elif DELIVERY_COUNT_ATTRIBUTE in a:
-            self.dead_letter_topic.append(message)
+            self.dead_letter_topic.append((message, now))
             ledger.dead_letter(message, now, "max_delivery_attempts", "pubsub")
         else:
-            self.dead_letter_topic.append(message)
+            self.dead_letter_topic.append((message, now))
             letter = ledger.dead_letter(
                 message, now, a.get(attr.ERROR_REASON, "unknown"), "toolkit"
             )
