@@ -125,6 +125,19 @@ class Sequences:
                 "the old sequence runs: deliver again later",
             )
             raise TransientError(f"{group}: the old sequence's #{state.head} is running")
+        if state.head in state.parked:
+            # The old sequence's head waits parked (backing off, blocked, or not yet swept): it
+            # and the parked run after it were published before this counter began, so they
+            # run first, in order - dropping them would lose a message that can still run
+            # (with no dead-letter topic, silently but for an ALERT). The sweep runs them.
+            self._decide(
+                "sequence_waits",
+                group,
+                state.head,
+                f"the group's counter started again (epoch {epoch}) while #{state.head} of "
+                "the old sequence waits parked: it runs first; deliver again later",
+            )
+            raise TransientError(f"{group}: the old sequence's #{state.head} waits parked")
         if state.parked:
             # Fenced first, so nobody runs a copy this worker is about to dead-letter.
             fenced = replace(
