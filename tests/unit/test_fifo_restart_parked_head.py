@@ -13,7 +13,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
+from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
@@ -71,3 +71,45 @@ def test_the_old_sequences_parked_head_runs_before_the_new_sequence(
     assert gate.deliver(n, "g", 1).outcome is GateOutcome.PROCESSED
     assert handled == ["a", "b", "n"]
     assert dead_letters.on(DLQ) == []
+
+
+def test_an_old_head_blocked_as_poison_without_a_dead_letter_topic_waits_for_the_operator() -> None:
+    """With no dead-letter topic poison blocks its group until an operator skips (or replays)
+    it: the gate never drops it. A counter that starts again meanwhile (the group idle past
+    its counter's life: seed 170 of ``--enable long_pause``) does not drop it either - the new
+    sequence waits, and runs once the operator has skipped the poison."""
+    store, clock, log = MemoryFifoStore(), ManualClock(), DecisionLog("consumer-a")
+    handled: list[str] = []
+
+    def handle(message: Message) -> None:
+        key = message.attributes["dedup_key"]
+        if key == "p":
+            raise ValueError("poison")
+        handled.append(key)
+
+    gate = FifoGate(
+        store,
+        consumer="consumer-a",
+        handler=handle,
+        policy=GatePolicy(max_attempts=1),
+        clock=clock,
+        log=log,
+    )
+    sink = RecordingSink()
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish(
+        b"p", fifo_group="g", dedup_key="p"
+    )
+    Publisher(sink, ORIGIN, counter=MemorySequenceCounter()).publish(
+        b"n", fifo_group="g", dedup_key="n"
+    )
+    p, n = (
+        Message(o.data, dict(o.attributes), message_id=o.data.decode()) for o in sink.on(ORIGIN)
+    )
+    assert gate.deliver(p, "g", 1).outcome is GateOutcome.BLOCKED
+    with pytest.raises(TransientError):
+        gate.deliver(n, "g", 1)
+    assert store.load("consumer-a", "g").blocked_at == 1  # still the operator's to decide
+    clock.advance(timedelta(minutes=2))  # the lease the restart took to settle it expires
+    gate.skip("g", 1)
+    assert gate.deliver(n, "g", 1).outcome is GateOutcome.PROCESSED
+    assert handled == ["n"]

@@ -125,11 +125,13 @@ class Sequences:
                 "the old sequence runs: deliver again later",
             )
             raise TransientError(f"{group}: the old sequence's #{state.head} is running")
-        if state.head in state.parked:
-            # The old sequence's head waits parked (backing off, blocked, or not yet swept): it
-            # and the parked run after it were published before this counter began, so they
-            # run first, in order - dropping them would lose a message that can still run
-            # (with no dead-letter topic, silently but for an ALERT). The sweep runs them.
+        if state.head in state.parked and state.blocked_at is None:
+            # The old sequence's head waits parked (backing off, or not yet swept): it and the
+            # parked run after it were published before this counter began, so they run first,
+            # in order - dropping them would lose messages that can still run (with no dead-
+            # letter topic, to an ALERT). The sweep runs them. (A head blocked as poison is
+            # on the dead-letter topic already, and without one waits for an operator: see
+            # _settle_and_restart.)
             self._decide(
                 "sequence_waits",
                 group,
@@ -162,7 +164,7 @@ class Sequences:
             for seq in sorted(set(state.parked) - set(settled)):
                 copy = self._store.parked_message(self._consumer, group, seq)
                 if copy is not None:
-                    self._keep(copy, group, seq, state)
+                    self._keep(copy, group, seq, state, blocked=seq == state.blocked_at)
                 self._store.unpark(self._consumer, group, seq)
                 settled.append(seq)
             new = self._seen.save(group, rules.restarted(state, epoch), state)
@@ -172,7 +174,9 @@ class Sequences:
             state = self._seen.load(group)  # a copy parked meanwhile: settle it too
         raise TransientError(f"{group}: the state kept changing while its sequence restarted")
 
-    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> None:
+    def _keep(
+        self, copy: Message, group: str, seq: int, state: GroupState, *, blocked: bool
+    ) -> None:
         detail = (
             f"{group}#{seq} was parked in the group's sequence of epoch {state.epoch}, which "
             f"ended at {state.last_processed}: its counter started again, so this number will "
@@ -181,6 +185,17 @@ class Sequences:
         try:
             self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
         except PermanentError:
+            if blocked:
+                # Poison with no dead-letter topic blocks its group until an operator skips
+                # or replays it (it is never dropped by the gate): so does the new sequence.
+                self._decide(
+                    "sequence_waits",
+                    group,
+                    seq,
+                    f"the group's counter started again while #{seq} of the old sequence is "
+                    "blocked as poison and there is no dead-letter topic: skip or replay it",
+                )
+                raise TransientError(f"{group}: the old sequence is blocked at #{seq}") from None
             # No dead-letter topic, and the copy was acked when parked: the operator gets it.
             self._decide(
                 "restarted_unkept",
