@@ -17,11 +17,11 @@ judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from typing import NoReturn
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
@@ -156,15 +156,17 @@ class Sequences:
 
     def _settle_and_restart(self, group: str, fenced: GroupState, epoch: int) -> GroupState | None:
         """Under this worker's lease: every copy parked in the old sequence dead-lettered and
-        unparked, then the new sequence written."""
+        unparked, then the new sequence written. With no dead-letter topic to keep them they
+        are never dropped: the lease is given back and the new sequence waits (see
+        :meth:`_wait`)."""
         state, settled = fenced, list[int]()
         for _ in range(MAX_CAS_ROUNDS):
             if state.lease_token != fenced.lease_token:
                 return None  # fenced in turn (a store-loss repair): decide again
             for seq in sorted(set(state.parked) - set(settled)):
                 copy = self._store.parked_message(self._consumer, group, seq)
-                if copy is not None:
-                    self._keep(copy, group, seq, state, blocked=seq == state.blocked_at)
+                if copy is not None and not self._keep(copy, group, seq, state):
+                    self._wait(group, seq, state)
                 self._store.unpark(self._consumer, group, seq)
                 settled.append(seq)
             new = self._seen.save(group, rules.restarted(state, epoch), state)
@@ -174,9 +176,8 @@ class Sequences:
             state = self._seen.load(group)  # a copy parked meanwhile: settle it too
         raise TransientError(f"{group}: the state kept changing while its sequence restarted")
 
-    def _keep(
-        self, copy: Message, group: str, seq: int, state: GroupState, *, blocked: bool
-    ) -> None:
+    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> bool:
+        """Dead-letter ``copy``; False when there is no dead-letter topic to keep it."""
         detail = (
             f"{group}#{seq} was parked in the group's sequence of epoch {state.epoch}, which "
             f"ended at {state.last_processed}: its counter started again, so this number will "
@@ -185,30 +186,27 @@ class Sequences:
         try:
             self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
         except PermanentError:
-            if blocked:
-                # Poison with no dead-letter topic blocks its group until an operator skips
-                # or replays it (it is never dropped by the gate): so does the new sequence.
-                self._decide(
-                    "sequence_waits",
-                    group,
-                    seq,
-                    f"the group's counter started again while #{seq} of the old sequence is "
-                    "blocked as poison and there is no dead-letter topic: skip or replay it",
-                )
-                raise TransientError(f"{group}: the old sequence is blocked at #{seq}") from None
-            # No dead-letter topic, and the copy was acked when parked: the operator gets it.
-            self._decide(
-                "restarted_unkept",
-                group,
-                seq,
-                f"ALERT: {detail}; there is no dead-letter topic to keep it: this line carries "
-                "its data and attributes",
-                level=logging.ERROR,
-                alert="sequence_restarted",
-                dedup_key=rules.message_key(copy),
-                data_base64=base64.b64encode(copy.data).decode(),
-                attributes=dict(copy.attributes),
-            )
+            return False
+        return True
+
+    def _wait(self, group: str, seq: int, fenced: GroupState) -> NoReturn:
+        """No dead-letter topic: a copy parked in the old sequence (acked when parked) cannot
+        be kept, so it is not dropped - the old sequence goes on as it would have (poison
+        blocks until an operator skips or replays it; a gap waits for its number, or for
+        its policy or an operator to skip it) and the new sequence waits for it: the lease
+        taken to settle it is given back, and this delivery is nacked."""
+        self._seen.save(group, replace(fenced, lease_until=None), fenced)
+        why = "blocked as poison" if seq == fenced.blocked_at else "parked"
+        self._decide(
+            "sequence_waits",
+            group,
+            seq,
+            f"the group's counter started again while #{seq} of the old sequence is {why} and "
+            "there is no dead-letter topic to keep it: the new sequence waits for the old one "
+            "(skip or replay what holds it)",
+            level=logging.WARNING,
+        )
+        raise TransientError(f"{group}: the old sequence's #{seq} cannot be kept; it goes first")
 
     def _said(self, group: str, old: GroupState, epoch: int, settled: list[int]) -> None:
         text = (
