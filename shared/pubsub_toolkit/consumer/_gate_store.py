@@ -10,14 +10,12 @@ it could not restore, and keeps - as reused numbers - copies parked at numbers t
 already passed. The gate (:mod:`.gate`) reads and writes only through it.
 
 The repair fences every lease - except the live one this process took itself for a run still
-under way: that run's lease moves to the repaired record under a new token
-(:meth:`SeenStore.lease_now` tells the run), so its advance is recorded instead of being
-refused as if it had outlived its lease, and the message does not run a second time.
+under way: that run's lease moves to the repaired record under a new token (:meth:`SeenStore.
+lease_now`), so its advance is recorded, not refused, and the message does not run twice.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +24,8 @@ from typing import Protocol
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer import gate_rules as rules
+from pubsub_toolkit.consumer._ran_keys import RanKeys
+from pubsub_toolkit.consumer._unkept import hand_over
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
@@ -74,8 +74,7 @@ class SeenStore:
         held: Callable[[str], bool] = lambda group: False,
     ) -> None:
         """``date`` stamps every state before it is written (the gate's idle-record expiry);
-        ``held`` says whether this process holds a group's lease idle between deliveries (not
-        a run under way: a repair fences it like any other)."""
+        ``held``: this process holds a group's lease idle (no run under it: a repair fences it)."""
         self._date = date
         self._held = held
         self._store = store
@@ -86,10 +85,11 @@ class SeenStore:
         self._witness: Witness[str, GroupState] = Witness()
         # The messages this process parked: a store that loses them can be given them back.
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
-        # The lease token this process last took per group, and the token a repair moved a
-        # live one of them to: a run that holds the first goes on under the second.
+        # The lease token this process last took per group, and the token a repair moved a live
+        # one of them to (a run that holds the first goes on under the second).
         self._own_leases: Witness[str, int] = Witness()
         self._moved_leases: Witness[tuple[str, int], int] = Witness()
+        self.ran = RanKeys()  # keys seen processed, beyond the state's window
 
     def groups(self) -> list[str]:
         """The groups the store lists (those needing attention) - and those this process saw
@@ -173,6 +173,7 @@ class SeenStore:
     def witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
         """``state``, remembered for ``group`` unless this process saw it further along."""
         if group is not None:
+            self.ran.note(group, state)
             seen = self._witness.get(group)
             if (
                 seen is None
@@ -181,24 +182,6 @@ class SeenStore:
             ):
                 self._witness.put(group, state)
         return state
-
-    def _hand_over(self, group: str, seq: int, copy: Message) -> None:
-        """A reissued copy with no dead-letter topic to keep it: it was acked when parked, so
-        its whole content goes to the operator in an ALERT (publish it again from there)."""
-        self._decide(
-            "reissued_unkept",
-            group,
-            seq,
-            f"ALERT: {group}#{seq} ({rules.message_key(copy)}) was parked at a number the store "
-            "gave again and there is no dead-letter topic to keep it: this line carries its "
-            "data and attributes - publish it again as a new message (its number is taken), "
-            "or drop it",
-            level=logging.ERROR,
-            alert="store_rollback",
-            dedup_key=rules.message_key(copy),
-            data_base64=base64.b64encode(copy.data).decode(),
-            attributes=dict(copy.attributes),
-        )
 
     def _keep_own_lease(
         self, group: str, seen: GroupState, repaired: GroupState
@@ -287,7 +270,7 @@ class SeenStore:
             try:
                 self._keep_reissued(copy, group, seq, repaired)
             except PermanentError:
-                self._hand_over(group, seq, copy)
+                hand_over(self._decide, group, seq, copy)
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             return False  # someone wrote meanwhile: look again

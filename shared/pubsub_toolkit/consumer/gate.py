@@ -325,7 +325,9 @@ class FifoGate:
             message, seq = deliveries[i]
             if seq != state.head + len(run) or len(run) == self.batch:
                 break
-            if not self._batchable(state, seq, message, digests) or rules.forgotten_after_expiry(
+            if not self._batchable(
+                group, state, seq, message, digests
+            ) or rules.forgotten_after_expiry(
                 state, message, now=now, retention=self.policy.completed_retention
             ):
                 break
@@ -728,6 +730,8 @@ class FifoGate:
     ) -> tuple[GroupState, GateOutcome, bool]:
         seq, message = step
         ran_before = ran_earlier(state, seq, message)
+        if ran_before is None:  # further back than the state's keys: as this process saw it
+            ran_before = self._seen.ran.earlier(group, state, seq, message)
         filled = attr.is_filler(message) or ran_before is not None
         found = _Found()
         try:
@@ -816,19 +820,21 @@ class FifoGate:
         if message is None:
             return []
         steps: list[Step] = [(head, message)]
-        if self.batch == 1 or not self._batchable(state, head, message, set()):
+        if self.batch == 1 or not self._batchable(group, state, head, message, set()):
             return steps
         digests = {key_digest(message_key(message))}
         while len(steps) < self.batch and steps[-1][0] + 1 in state.parked:
             seq = steps[-1][0] + 1
             following = self._store.parked_message(self.consumer, group, seq)
-            if following is None or not self._batchable(state, seq, following, digests):
+            if following is None or not self._batchable(group, state, seq, following, digests):
                 break
             digests.add(key_digest(message_key(following)))
             steps.append((seq, following))
         return steps
 
-    def _batchable(self, state: GroupState, seq: int, message: Message, digests: set[str]) -> bool:
+    def _batchable(
+        self, group: str, state: GroupState, seq: int, message: Message, digests: set[str]
+    ) -> bool:
         """True if ``message`` at ``seq`` can join a batch: a plain message whose number is its
         own - no filler, no end of group, no copy of a key that ran (or is in the batch) -
         so it needs none of the one-number rules; anything else runs on its own."""
@@ -840,6 +846,7 @@ class FifoGate:
             and not state.complete
             and rules.same_sequence(state, message)
             and ran_earlier(state, seq, message) is None
+            and self._seen.ran.earlier(group, state, seq, message) is None
             and state.key_of(seq) in (None, digest)
             # (A message without any identity - a hand-made one - has no duplicate to miss.)
             and not (key and digest in digests)
