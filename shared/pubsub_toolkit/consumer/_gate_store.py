@@ -25,7 +25,7 @@ from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._ran_keys import RanKeys
-from pubsub_toolkit.consumer._unkept import hand_over
+from pubsub_toolkit.consumer._repair_alerts import hand_over, rollback_text
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
@@ -117,9 +117,21 @@ class SeenStore:
             self._store.park(self._consumer, group, seq, message)
         self.remember_parked(group, seq, message)
 
-    def parked_copy(self, group: str, seq: int) -> Message | None:
-        """This process's own copy of what it parked at ``seq``, if it still has it."""
-        return self._parked_copies.get((group, seq))
+    def parked(self, group: str, state: GroupState, seq: int) -> Message | None:
+        """The copy to run at ``seq``: the stored one if it is the message ``state`` lists there,
+        else this process's own copy of that one, parked again (the store lost it, or a stray -
+        a crash before an unpark - holds the number); else None (a stray is unparked)."""
+        listed = state.key_of(seq)
+        stored = self._store.parked_message(self._consumer, group, seq)
+        if stored is not None and listed in (None, key_digest(rules.message_key(stored))):
+            return stored
+        if stored is not None:
+            self._store.unpark(self._consumer, group, seq)
+        copy = self._parked_copies.get((group, seq))
+        if copy is None or listed not in (None, key_digest(rules.message_key(copy))):
+            return None
+        self._store.park(self._consumer, group, seq, copy)
+        return copy
 
     def load(self, group: str) -> GroupState:
         """The group's state; one older than this process saw is repaired first."""
@@ -183,6 +195,18 @@ class SeenStore:
                 self._witness.put(group, state)
         return state
 
+    def _unpark_own(self, group: str, copies: dict[int, Message]) -> None:
+        """Unpark what a refused repair parked, where the record (as it is now) lists nothing."""
+        listed = self._store.load(self._consumer, group).parked
+        for seq, copy in copies.items():
+            stored = self._store.parked_message(self._consumer, group, seq)
+            if (
+                seq not in listed
+                and stored
+                and rules.message_key(stored) == rules.message_key(copy)
+            ):
+                self._store.unpark(self._consumer, group, seq)
+
     def _keep_own_lease(
         self, group: str, seen: GroupState, repaired: GroupState
     ) -> tuple[GroupState, int | None]:
@@ -202,16 +226,16 @@ class SeenStore:
         lost = rules.lost_parked(seen, state)
         # The store's sequence began after this one: copies parked in this one never run.
         ended = rules.other_sequence(seen, state) and state.epoch > seen.epoch
-        restored, reissued = [], list[tuple[int, Message]]()
+        restored, reissued = dict[int, Message](), list[tuple[int, Message]]()
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
             if copy is not None and ended:
                 reissued.append((seq, copy))
             elif copy is not None:
                 self._store.park(self._consumer, group, seq, copy)
-                restored.append(seq)
+                restored[seq] = copy
         lost = [s for s in lost if s not in restored and s not in dict(reissued)]
-        repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
+        repaired = rules.repaired(seen, state, restored=list(restored), now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
         # Copies parked at numbers the group had already passed (a reissued number parked
         # after the loss) can never run: they were acked when parked, so each is kept (dead-
@@ -231,38 +255,7 @@ class SeenStore:
             "store_rollback",
             group,
             state.head,
-            "ALERT: the store lost writes: "
-            + (
-                f"a new sequence (epoch {state.epoch}) began on a record that had lost the one "
-                f"seen here (epoch {seen.epoch}, at {seen.last_processed}): that one's end and "
-                "last keys carried over"
-                if ended
-                else f"last processed went back from {seen.last_processed} to "
-                f"{state.last_processed}; restored to {last}"
-                if state.last_processed < seen.last_processed
-                else f"last processed {state.last_processed}, {last} seen here"
-            )
-            + (
-                f"; #{rewritten} records another message than the one that ran there (the "
-                "number was given again): both runs are kept"
-                if rewritten is not None
-                else ""
-            )
-            + (f"; parked again from this process's copies: {restored}" if restored else "")
-            + (f"; the run under this process's lease {kept} goes on" if kept else "")
-            + (
-                f"; parked messages lost: {lost} (seek the subscription back to before they "
-                "were published, or skip them)"
-                if lost
-                else ""
-            )
-            + (
-                f"; numbers given again and parked since the loss, kept as "
-                f"{rules.REASON_SEQUENCE_REUSED}: "
-                f"{[(s, rules.message_key(c)) for s, c in reissued]}"
-                if reissued
-                else ""
-            ),
+            rollback_text(seen, state, ended, rewritten, list(restored), kept, lost, reissued),
             level=logging.ERROR,
             alert="store_rollback",
         )
@@ -273,6 +266,7 @@ class SeenStore:
                 hand_over(self._decide, group, seq, copy)
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
+            self._unpark_own(group, restored)  # no state lists them: they would be strays
             return False  # someone wrote meanwhile: look again
         if kept is not None:
             self._moved_leases.put((group, kept), repaired.lease_token)

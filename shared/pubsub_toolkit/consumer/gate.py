@@ -388,20 +388,8 @@ class FifoGate:
         """Run the group's parked head, under the lease this process holds or one taken now;
         a head listed but not stored is repaired or forgotten first."""
         now = self._clock.now()
-        message = self._store.parked_message(self.consumer, group, state.head)
-        copy = self._seen.parked_copy(group, state.head)
-        if (
-            message is None
-            and copy is not None
-            and state.key_of(state.head)
-            in (
-                None,
-                key_digest(message_key(copy)),
-            )
-        ):
-            # Listed but not stored (the store lost the write): this process still has it.
-            self._store.park(self.consumer, group, state.head, copy)
-            message = copy
+        # The listed message's copy (re-parked from this process's own if the store lost it).
+        message = self._seen.parked(group, state, state.head)
         if message is None:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
@@ -814,9 +802,7 @@ class FifoGate:
         """The parked head to run next - with, in batch mode, the consecutive parked numbers
         after it that can join its batch; [] if the head is not parked (or not stored)."""
         head = state.head
-        message = (
-            self._store.parked_message(self.consumer, group, head) if head in state.parked else None
-        )
+        message = self._seen.parked(group, state, head) if head in state.parked else None
         if message is None:
             return []
         steps: list[Step] = [(head, message)]
@@ -825,7 +811,7 @@ class FifoGate:
         digests = {key_digest(message_key(message))}
         while len(steps) < self.batch and steps[-1][0] + 1 in state.parked:
             seq = steps[-1][0] + 1
-            following = self._store.parked_message(self.consumer, group, seq)
+            following = self._seen.parked(group, state, seq)
             if following is None or not self._batchable(group, state, seq, following, digests):
                 break
             digests.add(key_digest(message_key(following)))
