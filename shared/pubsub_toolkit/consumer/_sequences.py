@@ -9,8 +9,11 @@ judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
 * none, or the group's own: the usual rules decide (a record without an epoch - new, or from
   before epochs - adopts the message's and keeps its position);
 * newer: the group's sequence starts again (:func:`~.gate_rules.restarted`) - once no number of
-  the old one is running; copies parked in the old one can never run now, so each is dead-
-  lettered ``fifo_sequence_restarted`` first, under a lease this worker takes for the purpose;
+  the old one is running, nor waits parked at its head (that run goes first: it was published
+  before the new counter began); copies parked behind a gap in the old one can never run now,
+  so each is dead-lettered ``fifo_sequence_restarted`` first, under a lease this worker takes
+  for the purpose - and with no dead-letter topic to keep them, the new sequence waits for
+  the old one (they were acked when parked: none is dropped);
 * older: a late copy of an earlier sequence - a duplicate if that sequence had passed its
   number, else dead-lettered ``fifo_sequence_restarted`` (it never ran, and never will).
 """
