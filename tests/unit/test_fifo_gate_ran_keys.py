@@ -85,3 +85,35 @@ def test_a_retry_renumbered_far_away_does_not_run_twice_on_the_process_that_ran_
             GateOutcome.FILLED
         )
     assert handled.count("k") == 1
+
+
+def test_another_message_at_a_number_further_back_than_the_states_keys_is_not_a_duplicate() -> None:
+    """A producer reuses #1 with another message once the group is 70 numbers on (seeds 36 of
+    ``--enable renumber_far`` and 541 of ``--enable renumber_far,long_pause,
+    store_restart_empty``): the state no longer records #1's key, but this process saw what ran
+    there - the newcomer is dead-lettered ``fifo_sequence_reused``, not acked as a redelivery
+    (lost silently); a real redelivery of #1 is still a duplicate."""
+    store, log, dead_letters = MemoryFifoStore(), DecisionLog("consumer-a"), RecordingSink()
+    handled: list[str] = []
+    gate = FifoGate(
+        store,
+        consumer="consumer-a",
+        handler=lambda m: handled.append(m.attributes["dedup_key"]),
+        dead_letters=DeadLetterer(dead_letters, DLQ, log),
+        clock=ManualClock(),
+        log=log,
+    )
+    sink = RecordingSink()
+    publisher = Publisher(sink, ORIGIN, counter=MemorySequenceCounter())
+    for n in range(FAR + 1):
+        publisher.publish(b"x", fifo_group="g", dedup_key=f"x{n}")
+    for out in sink.on(ORIGIN):
+        message = Message(out.data, dict(out.attributes), message_id=out.attributes["dedup_key"])
+        gate.deliver(message, "g", int(out.attributes["fifo_seq"]))
+    first = sink.on(ORIGIN)[0]
+    again = Message(first.data, dict(first.attributes), message_id="x0")
+    assert gate.deliver(again, "g", 1).outcome is GateOutcome.DUPLICATE
+    impostor = Message(b"h", {**first.attributes, "dedup_key": "h"}, message_id="h")
+    assert gate.deliver(impostor, "g", 1).outcome is GateOutcome.DEAD_LETTERED
+    assert [m.attributes["error_reason"] for m in dead_letters.on(DLQ)] == ["fifo_sequence_reused"]
+    assert "h" not in handled

@@ -229,6 +229,8 @@ class FifoGate:
             state, now = met, self._clock.now()
             if state.key_of(seq) is not None and not state.records(seq, digest):
                 return self._reused(message, group, seq, state)
+            if self._seen.ran.reused(group, state, seq, digest):  # past the state's 64 keys
+                return self._reused(message, group, seq, state)
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
                     self._store.unpark(self.consumer, group, seq)
