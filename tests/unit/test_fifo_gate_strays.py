@@ -4,9 +4,13 @@ runs in place of the listed message, and a refused repair leaves no stray behind
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.consumer.gate import HandlerFailedError
 from pubsub_toolkit.consumer.gate_rules import GateOutcome
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink
@@ -70,3 +74,21 @@ def test_a_repair_whose_save_is_refused_leaves_no_stray_behind() -> None:
     gate.sweep("g")  # reads, finds #3 lost, repairs: the save is refused, it looks again
     assert store.load("consumer-a", "g").last_processed == 3
     assert store.parked_message("consumer-a", "g", 3) is None
+
+
+def test_a_failed_runs_copy_replaces_a_stray_for_every_process_not_only_its_own() -> None:
+    """A stray (j) is stored at #1 when this process runs k1 there and the handler asks to be
+    retried later: the copy parked for the retry replaces the stray in the store, so another
+    process - which has no copy of k1 of its own - runs k1 from the park, not j, and does not
+    find #1 lost (mutation 24.2c's fix, behind SeenStore.parked's own guard)."""
+    store, sink, clock = MemoryFifoStore(), RecordingSink(), ManualClock()
+    this, other_handler = KeyRecorder(), KeyRecorder()
+    this.failing.add(("g", 1))
+    gate = make_gate(this, clock, sink, store)
+    other = make_gate(other_handler, clock, sink, store)
+    store.park("consumer-a", "g", 1, keyed("g", 1, "j"))  # a stray nobody lists
+    with pytest.raises(HandlerFailedError):  # nacked; its copy parked for the retry
+        gate.deliver(keyed("g", 1, "k1"), "g", 1)
+    clock.advance(timedelta(minutes=10))
+    assert other.sweep("g").outcome is GateOutcome.PROCESSED
+    assert other_handler.keys == ["k1"]
