@@ -10,14 +10,12 @@ it could not restore, and keeps - as reused numbers - copies parked at numbers t
 already passed. The gate (:mod:`.gate`) reads and writes only through it.
 
 The repair fences every lease - except the live one this process took itself for a run still
-under way: that run's lease moves to the repaired record under a new token
-(:meth:`SeenStore.lease_now` tells the run), so its advance is recorded instead of being
-refused as if it had outlived its lease, and the message does not run a second time.
+under way: that run's lease moves to the repaired record under a new token (:meth:`SeenStore.
+lease_now`), so its advance is recorded, not refused, and the message does not run twice.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +24,8 @@ from typing import Protocol
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer import gate_rules as rules
+from pubsub_toolkit.consumer._ran_keys import RanKeys
+from pubsub_toolkit.consumer._repair_alerts import hand_over, rollback_text
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
@@ -74,8 +74,7 @@ class SeenStore:
         held: Callable[[str], bool] = lambda group: False,
     ) -> None:
         """``date`` stamps every state before it is written (the gate's idle-record expiry);
-        ``held`` says whether this process holds a group's lease idle between deliveries (not
-        a run under way: a repair fences it like any other)."""
+        ``held``: this process holds a group's lease idle (no run under it: a repair fences it)."""
         self._date = date
         self._held = held
         self._store = store
@@ -86,10 +85,11 @@ class SeenStore:
         self._witness: Witness[str, GroupState] = Witness()
         # The messages this process parked: a store that loses them can be given them back.
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
-        # The lease token this process last took per group, and the token a repair moved a
-        # live one of them to: a run that holds the first goes on under the second.
+        # The lease token this process last took per group, and the token a repair moved a live
+        # one of them to (a run that holds the first goes on under the second).
         self._own_leases: Witness[str, int] = Witness()
         self._moved_leases: Witness[tuple[str, int], int] = Witness()
+        self.ran = RanKeys()  # keys seen processed, beyond the state's window
 
     def groups(self) -> list[str]:
         """The groups the store lists (those needing attention) - and those this process saw
@@ -117,9 +117,21 @@ class SeenStore:
             self._store.park(self._consumer, group, seq, message)
         self.remember_parked(group, seq, message)
 
-    def parked_copy(self, group: str, seq: int) -> Message | None:
-        """This process's own copy of what it parked at ``seq``, if it still has it."""
-        return self._parked_copies.get((group, seq))
+    def parked(self, group: str, state: GroupState, seq: int) -> Message | None:
+        """The copy to run at ``seq``: the stored one if it is the message ``state`` lists there,
+        else this process's own copy of that one, parked again (the store lost it, or a stray -
+        a crash before an unpark - holds the number); else None (a stray is unparked)."""
+        listed = state.key_of(seq)
+        stored = self._store.parked_message(self._consumer, group, seq)
+        if stored is not None and listed in (None, key_digest(rules.message_key(stored))):
+            return stored
+        if stored is not None:
+            self._store.unpark(self._consumer, group, seq)
+        copy = self._parked_copies.get((group, seq))
+        if copy is None or listed not in (None, key_digest(rules.message_key(copy))):
+            return None
+        self._store.park(self._consumer, group, seq, copy)
+        return copy
 
     def load(self, group: str) -> GroupState:
         """The group's state; one older than this process saw is repaired first."""
@@ -173,6 +185,7 @@ class SeenStore:
     def witnessed(self, state: GroupState, group: str | None = None) -> GroupState:
         """``state``, remembered for ``group`` unless this process saw it further along."""
         if group is not None:
+            self.ran.note(group, state)
             seen = self._witness.get(group)
             if (
                 seen is None
@@ -182,23 +195,17 @@ class SeenStore:
                 self._witness.put(group, state)
         return state
 
-    def _hand_over(self, group: str, seq: int, copy: Message) -> None:
-        """A reissued copy with no dead-letter topic to keep it: it was acked when parked, so
-        its whole content goes to the operator in an ALERT (publish it again from there)."""
-        self._decide(
-            "reissued_unkept",
-            group,
-            seq,
-            f"ALERT: {group}#{seq} ({rules.message_key(copy)}) was parked at a number the store "
-            "gave again and there is no dead-letter topic to keep it: this line carries its "
-            "data and attributes - publish it again as a new message (its number is taken), "
-            "or drop it",
-            level=logging.ERROR,
-            alert="store_rollback",
-            dedup_key=rules.message_key(copy),
-            data_base64=base64.b64encode(copy.data).decode(),
-            attributes=dict(copy.attributes),
-        )
+    def _unpark_own(self, group: str, copies: dict[int, Message]) -> None:
+        """Unpark what a refused repair parked, where the record (as it is now) lists nothing."""
+        listed = self._store.load(self._consumer, group).parked
+        for seq, copy in copies.items():
+            stored = self._store.parked_message(self._consumer, group, seq)
+            if (
+                seq not in listed
+                and stored
+                and rules.message_key(stored) == rules.message_key(copy)
+            ):
+                self._store.unpark(self._consumer, group, seq)
 
     def _keep_own_lease(
         self, group: str, seen: GroupState, repaired: GroupState
@@ -219,16 +226,16 @@ class SeenStore:
         lost = rules.lost_parked(seen, state)
         # The store's sequence began after this one: copies parked in this one never run.
         ended = rules.other_sequence(seen, state) and state.epoch > seen.epoch
-        restored, reissued = [], list[tuple[int, Message]]()
+        restored, reissued = dict[int, Message](), list[tuple[int, Message]]()
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
             if copy is not None and ended:
                 reissued.append((seq, copy))
             elif copy is not None:
                 self._store.park(self._consumer, group, seq, copy)
-                restored.append(seq)
+                restored[seq] = copy
         lost = [s for s in lost if s not in restored and s not in dict(reissued)]
-        repaired = rules.repaired(seen, state, restored=restored, now=self._clock.now())
+        repaired = rules.repaired(seen, state, restored=list(restored), now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
         # Copies parked at numbers the group had already passed (a reissued number parked
         # after the loss) can never run: they were acked when parked, so each is kept (dead-
@@ -248,38 +255,7 @@ class SeenStore:
             "store_rollback",
             group,
             state.head,
-            "ALERT: the store lost writes: "
-            + (
-                f"a new sequence (epoch {state.epoch}) began on a record that had lost the one "
-                f"seen here (epoch {seen.epoch}, at {seen.last_processed}): that one's end and "
-                "last keys carried over"
-                if ended
-                else f"last processed went back from {seen.last_processed} to "
-                f"{state.last_processed}; restored to {last}"
-                if state.last_processed < seen.last_processed
-                else f"last processed {state.last_processed}, {last} seen here"
-            )
-            + (
-                f"; #{rewritten} records another message than the one that ran there (the "
-                "number was given again): both runs are kept"
-                if rewritten is not None
-                else ""
-            )
-            + (f"; parked again from this process's copies: {restored}" if restored else "")
-            + (f"; the run under this process's lease {kept} goes on" if kept else "")
-            + (
-                f"; parked messages lost: {lost} (seek the subscription back to before they "
-                "were published, or skip them)"
-                if lost
-                else ""
-            )
-            + (
-                f"; numbers given again and parked since the loss, kept as "
-                f"{rules.REASON_SEQUENCE_REUSED}: "
-                f"{[(s, rules.message_key(c)) for s, c in reissued]}"
-                if reissued
-                else ""
-            ),
+            rollback_text(seen, state, ended, rewritten, list(restored), kept, lost, reissued),
             level=logging.ERROR,
             alert="store_rollback",
         )
@@ -287,9 +263,10 @@ class SeenStore:
             try:
                 self._keep_reissued(copy, group, seq, repaired)
             except PermanentError:
-                self._hand_over(group, seq, copy)
+                hand_over(self._decide, group, seq, copy)
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
+            self._unpark_own(group, restored)  # no state lists them: they would be strays
             return False  # someone wrote meanwhile: look again
         if kept is not None:
             self._moved_leases.put((group, kept), repaired.lease_token)

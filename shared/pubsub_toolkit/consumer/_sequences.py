@@ -9,19 +9,22 @@ judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
 * none, or the group's own: the usual rules decide (a record without an epoch - new, or from
   before epochs - adopts the message's and keeps its position);
 * newer: the group's sequence starts again (:func:`~.gate_rules.restarted`) - once no number of
-  the old one is running; copies parked in the old one can never run now, so each is dead-
-  lettered ``fifo_sequence_restarted`` first, under a lease this worker takes for the purpose;
+  the old one is running, nor waits parked at its head (that run goes first: it was published
+  before the new counter began); copies parked behind a gap in the old one can never run now,
+  so each is dead-lettered ``fifo_sequence_restarted`` first, under a lease this worker takes
+  for the purpose - and with no dead-letter topic to keep them, the new sequence waits for
+  the old one (they were acked when parked: none is dropped);
 * older: a late copy of an earlier sequence - a duplicate if that sequence had passed its
   number, else dead-lettered ``fifo_sequence_restarted`` (it never ran, and never will).
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from typing import NoReturn
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
@@ -125,6 +128,21 @@ class Sequences:
                 "the old sequence runs: deliver again later",
             )
             raise TransientError(f"{group}: the old sequence's #{state.head} is running")
+        if state.head in state.parked and state.blocked_at is None:
+            # The old sequence's head waits parked (backing off, or not yet swept): it and the
+            # parked run after it were published before this counter began, so they run first,
+            # in order - dropping them would lose messages that can still run (with no dead-
+            # letter topic, to an ALERT). The sweep runs them. (A head blocked as poison is
+            # on the dead-letter topic already, and without one waits for an operator: see
+            # _settle_and_restart.)
+            self._decide(
+                "sequence_waits",
+                group,
+                state.head,
+                f"the group's counter started again (epoch {epoch}) while #{state.head} of "
+                "the old sequence waits parked: it runs first; deliver again later",
+            )
+            raise TransientError(f"{group}: the old sequence's #{state.head} waits parked")
         if state.parked:
             # Fenced first, so nobody runs a copy this worker is about to dead-letter.
             fenced = replace(
@@ -141,15 +159,17 @@ class Sequences:
 
     def _settle_and_restart(self, group: str, fenced: GroupState, epoch: int) -> GroupState | None:
         """Under this worker's lease: every copy parked in the old sequence dead-lettered and
-        unparked, then the new sequence written."""
+        unparked, then the new sequence written. With no dead-letter topic to keep them they
+        are never dropped: the lease is given back and the new sequence waits (see
+        :meth:`_wait`)."""
         state, settled = fenced, list[int]()
         for _ in range(MAX_CAS_ROUNDS):
             if state.lease_token != fenced.lease_token:
                 return None  # fenced in turn (a store-loss repair): decide again
             for seq in sorted(set(state.parked) - set(settled)):
                 copy = self._store.parked_message(self._consumer, group, seq)
-                if copy is not None:
-                    self._keep(copy, group, seq, state)
+                if copy is not None and not self._keep(copy, group, seq, state):
+                    self._wait(group, seq, state)
                 self._store.unpark(self._consumer, group, seq)
                 settled.append(seq)
             new = self._seen.save(group, rules.restarted(state, epoch), state)
@@ -159,7 +179,8 @@ class Sequences:
             state = self._seen.load(group)  # a copy parked meanwhile: settle it too
         raise TransientError(f"{group}: the state kept changing while its sequence restarted")
 
-    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> None:
+    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> bool:
+        """Dead-letter ``copy``; False when there is no dead-letter topic to keep it."""
         detail = (
             f"{group}#{seq} was parked in the group's sequence of epoch {state.epoch}, which "
             f"ended at {state.last_processed}: its counter started again, so this number will "
@@ -168,19 +189,27 @@ class Sequences:
         try:
             self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
         except PermanentError:
-            # No dead-letter topic, and the copy was acked when parked: the operator gets it.
-            self._decide(
-                "restarted_unkept",
-                group,
-                seq,
-                f"ALERT: {detail}; there is no dead-letter topic to keep it: this line carries "
-                "its data and attributes",
-                level=logging.ERROR,
-                alert="sequence_restarted",
-                dedup_key=rules.message_key(copy),
-                data_base64=base64.b64encode(copy.data).decode(),
-                attributes=dict(copy.attributes),
-            )
+            return False
+        return True
+
+    def _wait(self, group: str, seq: int, fenced: GroupState) -> NoReturn:
+        """No dead-letter topic: a copy parked in the old sequence (acked when parked) cannot
+        be kept, so it is not dropped - the old sequence goes on as it would have (poison
+        blocks until an operator skips or replays it; a gap waits for its number, or for
+        its policy or an operator to skip it) and the new sequence waits for it: the lease
+        taken to settle it is given back, and this delivery is nacked."""
+        self._seen.save(group, replace(fenced, lease_until=None), fenced)
+        why = "blocked as poison" if seq == fenced.blocked_at else "parked"
+        self._decide(
+            "sequence_waits",
+            group,
+            seq,
+            f"the group's counter started again while #{seq} of the old sequence is {why} and "
+            "there is no dead-letter topic to keep it: the new sequence waits for the old one "
+            "(skip or replay what holds it)",
+            level=logging.WARNING,
+        )
+        raise TransientError(f"{group}: the old sequence's #{seq} cannot be kept; it goes first")
 
     def _said(self, group: str, old: GroupState, epoch: int, settled: list[int]) -> None:
         text = (

@@ -230,6 +230,8 @@ class FifoGate:
             state, now = met, self._clock.now()
             if state.key_of(seq) is not None and not state.records(seq, digest):
                 return self._reused(message, group, seq, state)
+            if self._seen.ran.reused(group, state, seq, digest):  # past the state's 64 keys
+                return self._reused(message, group, seq, state)
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
                     self._store.unpark(self.consumer, group, seq)
@@ -334,7 +336,9 @@ class FifoGate:
             message, seq = deliveries[i]
             if seq != state.head + len(run) or len(run) == self.batch:
                 break
-            if not self._batchable(state, seq, message, digests) or rules.forgotten_after_expiry(
+            if not self._batchable(
+                group, state, seq, message, digests
+            ) or rules.forgotten_after_expiry(
                 state, message, now=now, retention=self.policy.completed_retention
             ):
                 break
@@ -395,20 +399,8 @@ class FifoGate:
         """Run the group's parked head, under the lease this process holds or one taken now;
         a head listed but not stored is repaired or forgotten first."""
         now = self._clock.now()
-        message = self._store.parked_message(self.consumer, group, state.head)
-        copy = self._seen.parked_copy(group, state.head)
-        if (
-            message is None
-            and copy is not None
-            and state.key_of(state.head)
-            in (
-                None,
-                key_digest(message_key(copy)),
-            )
-        ):
-            # Listed but not stored (the store lost the write): this process still has it.
-            self._store.park(self.consumer, group, state.head, copy)
-            message = copy
+        # The listed message's copy (re-parked from this process's own if the store lost it).
+        message = self._seen.parked(group, state, state.head)
         if message is None:
             # Listed as parked but not stored (a crash between the two writes): forget it, so
             # the gap logic - not a lease held for nothing - decides what happens next.
@@ -686,6 +678,8 @@ class FifoGate:
     ) -> tuple[GroupState, GateOutcome, bool]:
         seq, message = step
         ran_before = ran_earlier(state, seq, message)
+        if ran_before is None:  # further back than the state's keys: as this process saw it
+            ran_before = self._seen.ran.earlier(group, state, seq, message)
         filled = attr.is_filler(message) or ran_before is not None
         found = _Found()
         try:
@@ -785,25 +779,25 @@ class FifoGate:
         """The parked head to run next - with, in batch mode, the consecutive parked numbers
         after it that can join its batch; [] if the head is not parked (or not stored)."""
         head = state.head
-        message = (
-            self._store.parked_message(self.consumer, group, head) if head in state.parked else None
-        )
+        message = self._seen.parked(group, state, head) if head in state.parked else None
         if message is None:
             return []
         steps: list[Step] = [(head, message)]
-        if self.batch == 1 or not self._batchable(state, head, message, set()):
+        if self.batch == 1 or not self._batchable(group, state, head, message, set()):
             return steps
         digests = {key_digest(message_key(message))}
         while len(steps) < self.batch and steps[-1][0] + 1 in state.parked:
             seq = steps[-1][0] + 1
-            following = self._store.parked_message(self.consumer, group, seq)
-            if following is None or not self._batchable(state, seq, following, digests):
+            following = self._seen.parked(group, state, seq)
+            if following is None or not self._batchable(group, state, seq, following, digests):
                 break
             digests.add(key_digest(message_key(following)))
             steps.append((seq, following))
         return steps
 
-    def _batchable(self, state: GroupState, seq: int, message: Message, digests: set[str]) -> bool:
+    def _batchable(
+        self, group: str, state: GroupState, seq: int, message: Message, digests: set[str]
+    ) -> bool:
         """True if ``message`` at ``seq`` can join a batch: a plain message whose number is its
         own - no filler, no end of group, no copy of a key that ran (or is in the batch) -
         so it needs none of the one-number rules; anything else runs on its own."""
@@ -815,6 +809,7 @@ class FifoGate:
             and not state.complete
             and rules.same_sequence(state, message)
             and ran_earlier(state, seq, message) is None
+            and self._seen.ran.earlier(group, state, seq, message) is None
             and state.key_of(seq) in (None, digest)
             # (A message without any identity - a hand-made one - has no duplicate to miss.)
             and not (key and digest in digests)

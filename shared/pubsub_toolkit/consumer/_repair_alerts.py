@@ -1,0 +1,83 @@
+"""What a store-loss repair (:mod:`._gate_store`) says: its ``store_rollback`` ALERT, and a
+parked copy it can neither run nor keep, handed to the operator whole.
+
+A copy parked at a number the store gave again (a store that lost writes) can never run; it was
+acked when parked, so it is dead-lettered ``fifo_sequence_reused`` - and with no dead-letter
+topic, its data and attributes go to the operator in a ``reissued_unkept`` ALERT instead (store-
+loss docs: "publish it again as a new message, or drop it").
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+
+from pubsub_toolkit.consumer.gate_rules import REASON_SEQUENCE_REUSED, message_key
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import GroupState
+
+
+def hand_over(decide: Callable[..., None], group: str, seq: int, copy: Message) -> None:
+    """Log ``copy`` whole as a ``reissued_unkept`` ALERT through the gate's ``decide``."""
+    decide(
+        "reissued_unkept",
+        group,
+        seq,
+        f"ALERT: {group}#{seq} ({message_key(copy)}) was parked at a number the store "
+        "gave again and there is no dead-letter topic to keep it: this line carries its "
+        "data and attributes - publish it again as a new message (its number is taken), "
+        "or drop it",
+        level=logging.ERROR,
+        alert="store_rollback",
+        dedup_key=message_key(copy),
+        data_base64=base64.b64encode(copy.data).decode(),
+        attributes=dict(copy.attributes),
+    )
+
+
+def rollback_text(  # noqa: PLR0917 - the repair's findings, one call site
+    seen: GroupState,
+    state: GroupState,
+    ended: bool,
+    rewritten: int | None,
+    restored: list[int],
+    kept: int | None,
+    lost: list[int],
+    reissued: list[tuple[int, Message]],
+) -> str:
+    """The ALERT of a repair: what went back, and what was restored, kept or lost."""
+    last = max(seen.last_processed, state.last_processed)
+    return (
+        "ALERT: the store lost writes: "
+        + (
+            f"a new sequence (epoch {state.epoch}) began on a record that had lost the one "
+            f"seen here (epoch {seen.epoch}, at {seen.last_processed}): that one's end and "
+            "last keys carried over"
+            if ended
+            else f"last processed went back from {seen.last_processed} to "
+            f"{state.last_processed}; restored to {last}"
+            if state.last_processed < seen.last_processed
+            else f"last processed {state.last_processed}, {last} seen here"
+        )
+        + (
+            f"; #{rewritten} records another message than the one that ran there (the "
+            "number was given again): both runs are kept"
+            if rewritten is not None
+            else ""
+        )
+        + (f"; parked again from this process's copies: {restored}" if restored else "")
+        + (f"; the run under this process's lease {kept} goes on" if kept else "")
+        + (
+            f"; parked messages lost: {lost} (seek the subscription back to before they "
+            "were published, or skip them)"
+            if lost
+            else ""
+        )
+        + (
+            f"; numbers given again and parked since the loss, kept as "
+            f"{REASON_SEQUENCE_REUSED}: {[(s, message_key(c)) for s, c in reissued]}"
+            if reissued
+            else ""
+        )
+    )
