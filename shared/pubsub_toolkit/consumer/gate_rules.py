@@ -153,7 +153,11 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
         # record that had lost this one (the store lost it, then a process adopted the new
         # epoch on the empty record) is: this process still knows what ran there.
         return state.epoch < seen.epoch or not succeeds(state, seen)
-    lost_parked = any(s > state.last_processed and s not in state.parked for s in seen.parked)
+    # Copies parked past a complete group's end leave the list too: whichever process ended
+    # the group settles them (dead-lettered, or dropped as duplicates) - seed 1997, fifo_end.
+    lost_parked = not state.complete and any(
+        s > state.last_processed and s not in state.parked for s in seen.parked
+    )
     return (
         state.last_processed < seen.last_processed
         or state.lease_token < seen.lease_token
