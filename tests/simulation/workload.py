@@ -183,8 +183,8 @@ def _hostile(
     """Raw publishes that break the rules; each must end dead-lettered or with one effect."""
     out: list[LogicalMessage] = []
     plain_keys = [m for m in legit if m.dedup_key and not m.group and not m.delayed]
-    for n in range(rng.randint(1, 2)):
-        lid = f"L{len(legit) + n + 1}"
+    for _ in range(rng.randint(1, 2)):
+        lid = f"L{len(legit) + len(out) + 1}"  # no gap: later bursts number from the end
         data = f"{lid}:hostile{rng.getrandbits(32):08x}".encode()
         kind = rng.choice(("reused_seq", "out_of_range_seq", "key_reuse"))
         at = rng.uniform(0, window)
