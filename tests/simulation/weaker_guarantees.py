@@ -50,7 +50,12 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    at that number and dead-letters the other with ``fifo_sequence_reused`` and an ALERT
    (defect 9). If the dead-lettered one was the legitimate message and its producer also
    retried it at another number, that copy may run: the victim may then be both run and
-   dead-lettered, and run out of publish order. Nothing is lost or run twice.
+   dead-lettered, and run out of publish order. Nothing is lost or run twice. And the gate
+   tells messages at a number apart by the keys of the group's last 64 numbers (and each
+   process by the keys it ran itself): a hostile message at a number further back than that,
+   on a process that did not run the number, cannot be told from a redelivery of the message
+   that ran there, and is acked as a duplicate (``forgotten_reuse``; seed 1361 of
+   ``--enable renumber_far``). The legitimate message ran once.
 
 5. **Pub/Sub's own dead-letter policy** forwards a message after N failed delivery attempts
    even when an earlier attempt had its effect (the attempts that failed were copies). A
@@ -60,17 +65,16 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    number, explained by that dead letter, until it is replayed (``dlq replay``) or skipped.
 
 6. **The relay's last Cloud Tasks attempt** (``delay/last_attempt.py``): when the relay's store
-   is down for the queue's whole retry budget, the last attempt dead-letters the message
-   (``relay_store_unavailable`` / ``relay_retries_exhausted``) rather than lose it. If an
-   earlier run - on another instance, or on one that restarted since - had published it to the
-   final topic and then failed before recording that, the message is *both* delivered and
+   is down for the queue's whole retry budget, the last attempt hands the message to a new task
+   (an ALERT ``relay_deferred``) and only dead-letters it (``relay_store_unavailable`` /
+   ``relay_retries_exhausted``) when no new task can be made. If an earlier run - on another
+   instance, or on one that restarted since - had published it to the final topic and then
+   failed before recording that, such a dead-lettered message is *both* delivered and
    dead-lettered (the letter's detail says it may be; a replay is a duplicate to consumers).
    Excused only for those reasons, and only when a run that published the message to the final
-   topic did not end done (its publish at risk). Seen: seed 141 of ``--enable
-   relay_store_outage,slow_handler,fifo_end,store_error_reply``. And a message a producer's
-   retry put at two FIFO numbers has a task per number: each last attempt, knowing nothing of
-   the other copy, dead-letters its own (two letters, or a letter next to the effect the other
-   number ran: seeds 15, 167 and 199 of ``--enable relay_store_outage``).
+   topic did not end done (its publish at risk). And a message a producer's retry put at two
+   FIFO numbers has a task per number: each last attempt, knowing nothing of the other copy,
+   handles its own (two letters, or a letter next to the effect the other number ran).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ import base64
 from dataclasses import dataclass
 
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.stores.fifo_state.base import KEY_WINDOW
 from tests.simulation.ledger import DeadLetter, Decision, Ledger
 
 LAST_ATTEMPT_REASONS = frozenset({"relay_store_unavailable", "relay_retries_exhausted"})
@@ -109,6 +114,26 @@ def _named(ledger: Ledger) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(lids), frozenset(groups)
 
 
+def _forgotten_reuse(ledger: Ledger) -> frozenset[str]:
+    """Hostile messages published at a number more than the gate's key window behind the
+    highest number its group had published by then (weaker guarantee 4)."""
+    out = set()
+    for o in ledger.origins:
+        if not (o.hostile and o.group and o.seq and o.lid and o.seq.isdigit()):
+            continue
+        highest = max(
+            (
+                int(p.seq)
+                for p in ledger.origins
+                if p.group == o.group and not p.hostile and p.seq and p.at <= o.at
+            ),
+            default=0,
+        )
+        if int(o.seq) <= highest - KEY_WINDOW:
+            out.add(o.lid)
+    return frozenset(out)
+
+
 @dataclass(frozen=True)
 class Relaxation:
     """What one schedule's checker may accept (see the module docstring).
@@ -129,6 +154,8 @@ class Relaxation:
     strict: bool = False  # False: a store loss excuses every message, named or not (today's)
     silent_risk: frozenset[str] = frozenset()  # effects at risk only by a live error
     renumbered: frozenset[str] = frozenset()  # published at more than one FIFO number
+    # hostile messages at a number further back than the gate's key window (weaker 4)
+    forgotten_reuse: frozenset[str] = frozenset()
 
     @classmethod
     def for_schedule(cls, ledger: Ledger, *, strict: bool = False) -> Relaxation:
@@ -147,6 +174,7 @@ class Relaxation:
         }
         lids, groups = _named(ledger)
         return cls(
+            forgotten_reuse=_forgotten_reuse(ledger),
             victims=frozenset(victims),
             handed_over=frozenset(lid for lid in handed_over if lid is not None),
             rollback=bool(ledger.rollbacks),
@@ -184,6 +212,8 @@ class Relaxation:
     def may_be_lost(self, lid: str) -> bool:
         """Acked by the consumer before the store lost writes - the rollback's residue -
         and named by an ALERT; or handed to the operator whole."""
+        if lid in self.forgotten_reuse:
+            return True  # weaker 4: acked as a redelivery of the number's own message
         reached = dict(self.reached_gate).get(lid)
         before = reached is not None and reached <= self.last_rollback
         return self.rollback and ((before and self.named(lid)) or lid in self.handed_over)
