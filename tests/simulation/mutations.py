@@ -644,6 +644,10 @@ def issue_24() -> tuple[Mutation, ...]:
                     "if False:",
                 ),
             ),
+            guarded_by=(
+                "tests/unit/test_fifo_gate_strays.py"
+                "::test_a_failed_runs_copy_replaces_a_stray_for_every_process_not_only_its_own",
+            ),
         ),
         Mutation(
             "24.3",
@@ -821,6 +825,100 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_relay_fifo_give_up.py",),
+        ),
+        Mutation(
+            "24.L1",
+            "a counter restart drops the old sequence's parked head instead of running it first",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._sequences",
+                    "Sequences._restart",
+                    "if state.head in state.parked and state.blocked_at is None:",
+                    "if False:",
+                ),
+                SourceEdit(
+                    "pubsub_toolkit.consumer._sequences",
+                    "Sequences._settle_and_restart",
+                    "self._wait(group, seq, state)",
+                    "pass",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_restart_parked_head.py",),
+        ),
+        Mutation(
+            "24.L2",
+            "a process runs again a key it ran, renumbered beyond the state's 64 keys",
+            (
+                SourceEdit(
+                    gate,
+                    "FifoGate._run_number",
+                    "ran_before = self._seen.ran.earlier(group, state, seq, message)",
+                    "ran_before = None",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_gate_ran_keys.py",),
+        ),
+        Mutation(
+            "24.L3",
+            "another message at a number beyond the state's keys is acked as a duplicate",
+            (
+                SourceEdit(
+                    gate,
+                    "FifoGate.deliver",
+                    "if self._seen.ran.reused(group, state, seq, digest):",
+                    "if False:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_gate_ran_keys.py"
+                "::test_another_message_at_a_number_further_back_than_the_states_keys_is_not_a_duplicate",
+            ),
+        ),
+        Mutation(
+            "24.L4",
+            "a stray copy at a parked number runs in place of the listed message",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._gate_store",
+                    "SeenStore.parked",
+                    "if stored is not None and listed in (None, "
+                    "key_digest(rules.message_key(stored))):",
+                    "if stored is not None:",
+                ),
+                SourceEdit(
+                    "pubsub_toolkit.consumer._gate_store",
+                    "SeenStore._repair",
+                    "self._unpark_own(group, restored)",
+                    "pass",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_gate_strays.py",),
+        ),
+        Mutation(
+            "24.fifo_end",
+            "a copy settled past the group's end by another process reads as a lost write",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer.gate_rules",
+                    "went_back",
+                    "lost_parked = not state.complete and any(",
+                    "lost_parked = any(",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_end_other_process.py",),
+        ),
+        Mutation(
+            "24.replay_cancel",
+            "a DLQ replay of a cancelled message is delivered (its own fate key only)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.cancel",
+                    "is_cancelled",
+                    "return bool(replay) and is_cancelled(store, original)",
+                    "return False",
+                ),
+            ),
+            guarded_by=("tests/unit/test_replay_of_cancelled.py",),
         ),
         Mutation(
             "24.nack",
