@@ -631,8 +631,8 @@ def issue_24() -> tuple[Mutation, ...]:
                     "return bool(seen.epoch) and state.epoch != seen.epoch",
                 ),
             ),
-            # Schedules found it before the strays and restart fixes (seed 72 of
-            # store_restart_empty); since, none in 3,000 default nor 1,500 with that kind.
+            # Schedules found it before today's strays and restart fixes; since, none in 3,000
+            # default schedules nor 1,500 with store_restart_empty.
             guarded_by=(
                 "tests/unit/test_fifo_epochs.py"
                 "::test_a_process_that_saw_the_group_before_its_epoch_takes_a_restart_for_no_loss",
