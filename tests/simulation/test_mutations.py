@@ -12,8 +12,15 @@ import pytest
 from tests.simulation.mutations import BOUND, Mutation, mutations, search
 
 # Only the schedule-found ones: a test-guarded mutation runs its (integration) tests in a
-# subprocess, which ``make sim-mutations`` does.
-SCHEDULE_FOUND = tuple(m for m in mutations() if not m.guarded_by)
+# subprocess, which ``make sim-mutations`` does. The few that need hundreds of schedules (each
+# run twice: mutated and not) are marked slow - ``make sim-mutations`` and ``make test-slow``
+# run them - so that ``make test`` stays within its time.
+SLOW = frozenset({"4", "6b", "24.nack"})
+SCHEDULE_FOUND = tuple(
+    pytest.param(m, marks=pytest.mark.slow) if m.defect in SLOW else m
+    for m in mutations()
+    if not m.guarded_by
+)
 
 
 @pytest.mark.parametrize("mutation", SCHEDULE_FOUND, ids=lambda m: f"defect-{m.defect}")
