@@ -149,6 +149,19 @@ class Ledger:
         key = message.attributes.get(attr.DEDUP_KEY)
         return self.keys.get(key) if key else None
 
+    def lids_of_key(self, key: str, until: float) -> frozenset[str]:
+        """The logical messages an ALERT naming dedup key ``key`` at ``until`` may be about: the
+        one the key was made for, and every message whose effect ran under it by then - a
+        hostile producer's ``key_reuse`` copy may reach the handler first, and a consumer's
+        ``complete_failed`` for that key is then about the copy, not the key's owner."""
+        lids = {
+            e.lid
+            for e in self.effects
+            if e.lid is not None and e.dedup_key == key and e.at <= until
+        }
+        owner = self.keys.get(key)
+        return frozenset(lids | ({owner} if owner else set()))
+
     # --- actions --------------------------------------------------------------------------
 
     def begin(self, label: str) -> _Action:
