@@ -11,6 +11,7 @@ from __future__ import annotations
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.message import Message
 from tests.simulation.ledger import Ledger
+from tests.simulation.weaker_guarantees import Relaxation
 
 
 def _ledger_with_reused_key() -> Ledger:
@@ -31,3 +32,14 @@ def test_an_alert_names_no_effect_that_ran_after_it() -> None:
     ledger = _ledger_with_reused_key()
     assert ledger.lids_of_key("k5", 16.0) == {"L5"}
     assert ledger.lids_of_key("k9", 22.0) == frozenset()
+
+
+def test_a_complete_failed_alert_on_a_reused_key_excuses_the_copys_rerun() -> None:
+    ledger = _ledger_with_reused_key()
+    ledger.decision(
+        22.0,
+        "ALERT: effect done but not recorded; a redelivery after the lease may repeat it",
+        {"outcome": "complete_failed", "dedup_key": "k5", "consumer": "sim-consumer"},
+    )
+    relax = Relaxation.for_schedule(ledger)
+    assert relax.repeat_excused("L8", ["consumer0#0", "consumer2#0"])

@@ -106,6 +106,8 @@ def _named(ledger: Ledger) -> tuple[frozenset[str], frozenset[str]]:
         lid = ledger.keys.get(key) or ids.get(key)
         if lid is not None:
             lids.add(lid)
+        # and every message whose effect ran under that key by then (a foreign copy of the key)
+        lids.update(ledger.lids_of_key(key, d.at))
         data = d.get("data_base64")
         if data:
             named = ledger.lid_of(Message(base64.b64decode(data), {}))
