@@ -159,7 +159,10 @@ variable "ingress_message_ordering" {
     so the consumer parks fewer early arrivals. Costs: Pub/Sub pushes one message per group at
     a time, so a group moves at one ingress round trip per message, and a message ingress keeps
     failing (a store outage) holds its whole group until it is acked or dead-lettered. Off by
-    default: the consumer's gate orders each group either way. docs/how-to/deploy.md.
+    default: the consumer's gate orders each group either way. Pub/Sub fixes ordering when a
+    subscription is created, so changing this on a deployed stack replaces ingress-push, and
+    messages not yet pushed are lost with the old one: stop the publishers and let its backlog
+    drain first. docs/how-to/deploy.md.
   EOT
   default     = false
   nullable    = false

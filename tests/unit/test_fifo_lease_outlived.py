@@ -14,7 +14,7 @@ import pytest
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
-from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.errors import StaleClaimError, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 
@@ -81,3 +81,39 @@ def test_its_own_process_does_not_take_over_a_run_still_under_way() -> None:
     assert store.load("c", "g").last_processed == 1
     gate.sweep("g")  # the copy the redelivery parked is a duplicate now
     assert ran == [1] and store.load("c", "g").parked == ()
+
+
+def test_a_counter_restart_waits_for_this_processs_run_that_outlived_its_lease() -> None:
+    """Found in review: a new-epoch message reaching the process that is still running the
+    old sequence's number past its lease restarted the group under the run - its advance was
+    refused and its redelivery dead-lettered ``fifo_sequence_restarted``, although it ran."""
+    clock = ManualClock()
+    store = MemoryFifoStore(clock=clock)
+    ran: list[str] = []
+    answers: list[str] = []
+    gate: FifoGate
+
+    def new_epoch(seq: int) -> Message:
+        attributes = {
+            "fifo_group": "g",
+            "fifo_seq": str(seq),
+            "fifo_epoch": "2",
+            "dedup_key": f"n{seq}",
+        }
+        return Message(f"n{seq}".encode(), attributes, message_id=f"n{seq}")
+
+    def slow(message: Message) -> None:
+        ran.append(message.data.decode())
+        if message.data == b"1":
+            clock.advance(LEASE * 2)  # past the lease, still running here
+            try:
+                answers.append(gate.deliver(new_epoch(1), "g", 1).outcome.value)
+            except TransientError:
+                answers.append("wait")
+
+    first = Message(b"1", {**keyed(1).attributes, "fifo_epoch": "1"}, message_id="m1")
+    gate = gate_on(store, clock, slow)
+    assert gate.deliver(first, "g", 1).outcome is GateOutcome.PROCESSED
+    assert answers == ["wait"]  # the restart waits for the run under way
+    assert store.load("c", "g").last_processed == 1
+    assert ran == ["1"]

@@ -15,6 +15,8 @@ that process - dead-lettered - not a redelivery acked as a duplicate.
 
 from __future__ import annotations
 
+import threading
+
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import is_filler
 from pubsub_toolkit.consumer.gate_rules import message_key
@@ -31,19 +33,23 @@ class RanKeys:
         self._ran: Witness[tuple[str, str], tuple[int, int]] = Witness(capacity)
         # (group, epoch, number) -> the keys recorded there (two after a repaired reissue).
         self._at: Witness[tuple[str, int, int], tuple[str, ...]] = Witness(capacity)
+        # note() reads and extends what a number holds: two threads noting different keys at
+        # one number (after a repaired reissue) must not drop either.
+        self._lock = threading.Lock()
 
     def note(self, group: str, state: GroupState) -> None:
         """Remember the keys ``state`` records at numbers it has passed."""
-        for seq, digest in state.keys:
-            if seq > state.last_processed:
-                continue
-            plain, number = plain_digest(digest), (group, state.epoch, seq)
-            there = self._at.get(number) or ()
-            if plain not in there:
-                self._at.put(number, (*there, plain))
-            key = (group, plain)
-            if not digest.startswith(FILLER_MARK) and self._ran.get(key) is None:
-                self._ran.put(key, (state.epoch, seq))  # the first place stays the key's place
+        with self._lock:
+            for seq, digest in state.keys:
+                if seq > state.last_processed:
+                    continue
+                plain, number = plain_digest(digest), (group, state.epoch, seq)
+                there = self._at.get(number) or ()
+                if plain not in there:
+                    self._at.put(number, (*there, plain))
+                key = (group, plain)
+                if not digest.startswith(FILLER_MARK) and self._ran.get(key) is None:
+                    self._ran.put(key, (state.epoch, seq))  # the first place stays the key's
 
     def reused(self, group: str, state: GroupState, seq: int, digest: str) -> bool:
         """True when ``seq`` is passed, ``state`` no longer records its key, and this process

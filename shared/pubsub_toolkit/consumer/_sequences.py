@@ -57,9 +57,11 @@ class Sequences:
         dead_letter: DeadLetter,
         lease: timedelta,
         held: Callable[[str], bool],
+        busy: Callable[[str], bool],
     ) -> None:
         """``held(group)``: whether this process holds the group's lease idle between
-        deliveries (no run of the old sequence is under way then)."""
+        deliveries (no run of the old sequence is under way then); ``busy(group)``: whether
+        this process is running one of the group's numbers now (past its lease, too)."""
         self._seen = seen
         self._store = store
         self._consumer = consumer
@@ -68,6 +70,7 @@ class Sequences:
         self._dead_letter = dead_letter
         self._lease = lease
         self._held = held
+        self._busy = busy
 
     def meet(
         self, group: str, state: GroupState, message: Message, seq: int
@@ -119,7 +122,9 @@ class Sequences:
 
     def _restart(self, group: str, state: GroupState, epoch: int) -> GroupState | None:
         now = self._clock.now()
-        if state.lease_live(now) and not self._held(group):
+        # A run under way here - even one that outlived its lease - finishes first: a restart
+        # now would refuse its advance and dead-letter its redelivery although it ran.
+        if (state.lease_live(now) and not self._held(group)) or self._busy(group):
             self._decide(
                 "sequence_waits",
                 group,

@@ -208,6 +208,7 @@ class FifoGate:
             self._dead_letter,
             self.policy.lease,
             self._holds,
+            self._running_here,
         )
 
     @property
@@ -514,6 +515,11 @@ class FifoGate:
     def _busy(self, group: str, state: GroupState, now: datetime) -> bool:
         """The group's head waits: leased, backing off, or run by this process past its lease."""
         return state.lease_live(now) or state.backing_off(now) or self._held.busy(group)
+
+    def _running_here(self, group: str) -> bool:
+        """Whether this process is running one of ``group``'s numbers now (``_held`` is
+        replaced by :meth:`use_lease_hold`, so it is looked up at each call)."""
+        return self._held.busy(group)
 
     def _holds(self, group: str) -> bool:
         # Read at each call: use_lease_hold replaces self._held.
