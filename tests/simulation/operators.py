@@ -26,7 +26,7 @@ from typing import Any
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
-from pubsub_toolkit.dead_letters.replay import is_minted, mint
+from pubsub_toolkit.dead_letters.replay import is_minted, mint, never_replayed
 from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.components import CONSUMER_ID, ORIGIN, TTL, build_gate
 from tests.simulation.ledger import OperatorAction
@@ -128,9 +128,14 @@ class Operator:
         return self._replay_letter(None, None, letter)
 
     def _replay_letter(self, group: str | None, head: int | None, letter: DeadLetter) -> bool:
-        """``dlq replay`` of one letter, as ``dead_letters.replay`` does it: mint the replay id
-        in ingress's store, then publish the original to origin with it."""
+        """``dlq replay`` of one letter, as ``dead_letters.replay`` does it: a letter the tool
+        keeps (``never_replayed``) stays; else mint the replay id in ingress's store, then
+        publish the original to origin with it."""
         w = self._w
+        kept = never_replayed(letter)
+        if kept:
+            w.trace.add(f"OPERATOR dlq replay {letter.replay_key} kept: {kept[:80]}")
+            return False
         self._replayed.add((str(group), head or 0))
         process = self._process_for_io()
         key = letter.replay_key

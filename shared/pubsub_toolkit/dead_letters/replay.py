@@ -31,7 +31,12 @@ from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dead_letters.listing import DeadLetter, pull_letters, release_letters
+from pubsub_toolkit.dead_letters.listing import (
+    REASON_FORWARDED,
+    DeadLetter,
+    pull_letters,
+    release_letters,
+)
 from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit.message import OutboundMessage
 from pubsub_toolkit.producer.sink import MessageSink
@@ -84,7 +89,7 @@ def replay(
     try:  # from here on, whatever fails (select may read a store), the pulled letters go back
         replayable = []
         for letter in letters:
-            why = _never_replayed(letter)
+            why = never_replayed(letter)
             if not why:
                 replayable.append(letter)
                 continue
@@ -111,8 +116,17 @@ def replay(
     return chosen
 
 
-def _never_replayed(letter: DeadLetter) -> str:
+def never_replayed(letter: DeadLetter) -> str:
     """Why ``letter`` is never replayed ("" when it may be)."""
+    if letter.reason == REASON_FORWARDED and letter.dedup_key is None:
+        # Pub/Sub gives a forwarded copy a new message id and keeps no trace of the old one,
+        # which was the message's key at ingress: a replay would be a new message to every
+        # store, and run again if the original did run (its ack was lost, say).
+        return (
+            "Pub/Sub forwarded it without a dedup_key, so the key ingress gave it (its original "
+            "message id) is lost: a replay could run it a second time. Publish it again by hand "
+            "once you know it never ran"
+        )
     if letter.unreadable:
         return f"it is unreadable ({letter.unreadable}); read it with gcloud and handle it by hand"
     if letter.is_filler:
