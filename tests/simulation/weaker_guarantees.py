@@ -74,7 +74,10 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    Excused only for those reasons, and only when a run that published the message to the final
    topic did not end done (its publish at risk). And a message a producer's retry put at two
    FIFO numbers has a task per number: each last attempt, knowing nothing of the other copy,
-   handles its own (two letters, or a letter next to the effect the other number ran).
+   handles its own (two letters, or a letter next to the effect the other number ran); and
+   when its group skipped both numbers while the tasks waited (a days-long outage past the gap
+   timeout), each copy arriving late is dead-lettered ``fifo_late_after_skip`` at its own
+   number (seed 24633).
 """
 
 from __future__ import annotations
@@ -253,8 +256,10 @@ class Relaxation:
         )
 
     def _copy_gave_up(self, lid: str, reason: str) -> bool:
-        """weaker 6: a renumbered copy's own task, dead-lettered on its last attempt."""
-        return reason in LAST_ATTEMPT_REASONS and lid in self.renumbered
+        """weaker 6: a renumbered copy's own task, dead-lettered on its last attempt, or late
+        at a number its group skipped while the task waited."""
+        own = reason in LAST_ATTEMPT_REASONS or reason == "fifo_late_after_skip"
+        return own and lid in self.renumbered
 
     def early_tolerance(self, releaser_ahead: float) -> float:
         """How early (seconds, true time) a release may be when its releaser's clock runs
