@@ -15,7 +15,9 @@ judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
   for the purpose - and with no dead-letter topic to keep them, the new sequence waits for
   the old one (they were acked when parked: none is dropped);
 * older: a late copy of an earlier sequence - a duplicate if that sequence had passed its
-  number, else dead-lettered ``fifo_sequence_restarted`` (it never ran, and never will).
+  number (but dead-lettered ``fifo_sequence_reused``, with an ALERT, when the record holds
+  another message's key there: a producer reused the number), else dead-lettered
+  ``fifo_sequence_restarted`` (it never ran, and never will).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
 from pubsub_toolkit.consumer.gate_rules import (
     REASON_SEQUENCE_RESTARTED,
+    REASON_SEQUENCE_REUSED,
     GateOutcome,
     GateResult,
 )
@@ -104,20 +107,42 @@ class Sequences:
     def _older(
         self, group: str, state: GroupState, message: Message, seq: int, epoch: int
     ) -> GateResult:
-        if rules.ran_in_prior(state, epoch, seq) or attr.is_filler(message):
-            self._decide(
-                "duplicate",
-                group,
-                seq,
-                f"of an earlier sequence of the group (epoch {epoch}) that was past it",
-            )
-            return GateResult(GateOutcome.DUPLICATE, group, seq)
+        if attr.is_filler(message):
+            return self._duplicate(group, seq, epoch)
+        if rules.ran_in_prior(state, epoch, seq):
+            if rules.taken_in_prior(state, epoch, seq, message):
+                # Another key ran at this number (a producer reused it): this message never
+                # ran, so it is kept with the reason, as in the group's current sequence -
+                # acking it as a redelivery would lose it silently (seed 10205).
+                return self._taken(group, state, message, seq, epoch)
+            return self._duplicate(group, seq, epoch)
         detail = (
             f"{group}#{seq} belongs to an earlier sequence of the group (epoch {epoch}); its "
             f"counter started again (epoch {state.epoch}) before this number ran"
         )
         self._decide("sequence_ended", group, seq, f"ALERT: {detail}", level=logging.ERROR)
         self._dead_letter(message, group, seq, REASON_SEQUENCE_RESTARTED, detail)
+        return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
+
+    def _duplicate(self, group: str, seq: int, epoch: int) -> GateResult:
+        self._decide(
+            "duplicate",
+            group,
+            seq,
+            f"of an earlier sequence of the group (epoch {epoch}) that was past it",
+        )
+        return GateResult(GateOutcome.DUPLICATE, group, seq)
+
+    def _taken(
+        self, group: str, state: GroupState, message: Message, seq: int, epoch: int
+    ) -> GateResult:
+        detail = (
+            f"{group}#{seq} of an earlier sequence of the group (epoch {epoch}) already belongs "
+            f"to another dedup key (that sequence ended at {state.prior[0][1]}): a producer "
+            "reused the number, or the counter's store lost writes"
+        )
+        self._decide("sequence_reused", group, seq, f"ALERT: {detail}", level=logging.ERROR)
+        self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
     def _restart(self, group: str, state: GroupState, epoch: int) -> GroupState | None:

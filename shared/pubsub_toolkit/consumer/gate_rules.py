@@ -19,9 +19,10 @@ the group waits for):
 * :func:`ended`, :func:`after_end`, :func:`without_after_end` - the end of a group: the number
   marked ``fifo_end`` behind it, the group is complete, its record a tombstone that expires,
   and a later number is refused (``fifo_after_end``) unless it is a copy of a message that ran;
-* :func:`message_epoch`, :func:`restarted`, :func:`ran_in_prior` - the counter's epochs: a
-  newer one starts the group's sequence again, a copy of an older one is a duplicate if its
-  sequence passed it, else dead-lettered (``fifo_sequence_restarted``).
+* :func:`message_epoch`, :func:`restarted`, :func:`ran_in_prior`, :func:`taken_in_prior` - the
+  counter's epochs: a newer one starts the group's sequence again, a copy of an older one is a
+  duplicate if its sequence passed it (dead-lettered ``fifo_sequence_reused`` if another key ran
+  at its number), else dead-lettered (``fifo_sequence_restarted``).
 
 (About 420 lines: one small function per state change the gate makes, kept in one module so
 every rule over a ``GroupState`` is read - and tested - side by side.)
@@ -535,3 +536,15 @@ def restarted(state: GroupState, epoch: int) -> GroupState:
 def ran_in_prior(state: GroupState, epoch: int, seq: int) -> bool:
     """True when ``seq`` of the earlier sequence ``epoch`` is behind that sequence's end."""
     return any(e == epoch and seq <= last for e, last in state.prior)
+
+
+def taken_in_prior(state: GroupState, epoch: int, seq: int, message: Message) -> bool:
+    """True when the record holds another key at ``seq`` of the sequence just before this one
+    (``epoch``; :func:`restarted` keeps its last keys at the numbers up to 0) and not
+    ``message``'s: another message ran at that number (a producer reused it), so ``message``
+    is no redelivery of what ran there - the same rule as within a sequence."""
+    if not state.prior or state.prior[0][0] != epoch or not message_key(message):
+        return False
+    at = seq - state.prior[0][1]
+    there = {plain_digest(d) for s, d in state.keys if s == at}
+    return bool(there) and key_digest(message_key(message)) not in there
