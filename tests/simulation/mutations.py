@@ -927,6 +927,19 @@ def issue_24() -> tuple[Mutation, ...]:
             guarded_by=("tests/unit/test_replay_of_cancelled.py",),
         ),
         Mutation(
+            "24.older",
+            "a late message of the old sequence at a number another key took is a duplicate",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer._sequences",
+                    "Sequences._older",
+                    "if rules.taken_in_prior(state, epoch, seq, message):",
+                    "if False:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_epoch_reuse.py",),
+        ),
+        Mutation(
             "24.nack",
             "a handler's own nack() is not counted toward poison (a FIFO group retries for ever)",
             (

@@ -24,7 +24,7 @@ the group waits for):
   duplicate if its sequence passed it (dead-lettered ``fifo_sequence_reused`` if another key ran
   at its number), else dead-lettered (``fifo_sequence_restarted``).
 
-(About 420 lines: one small function per state change the gate makes, kept in one module so
+(About 550 lines: one small function per state change the gate makes, kept in one module so
 every rule over a ``GroupState`` is read - and tested - side by side.)
 """
 
