@@ -77,12 +77,20 @@ class Operator:
             if state.last_processed >= targets[group]:
                 continue
             head = state.last_processed + 1
-            letters = [d for d in self._letters() if d.group == group and d.seq == head]
-            forwarded = [d for d in letters if d.reason == REASON_FORWARDED]
-            if state.blocked_at is None and forwarded and (group, head) not in self._replayed:
+            listed = [(d, at) for d, _, at in self._listing() if d.group == group and d.seq == head]
+            letters = [d for d, _ in listed]
+            by_pubsub = [(d, at) for d, at in listed if d.reason == REASON_FORWARDED]
+            if state.blocked_at is None and by_pubsub and (group, head) not in self._replayed:
                 # The letter explains the wait by itself (`status` shows the group waiting at
-                # the number `dlq list` shows forwarded): replay it, no ALERT needed.
-                acted |= self._replay_letter(group, head, forwarded[0])
+                # the number `dlq list` shows forwarded): replay it, no ALERT needed - within
+                # DEDUP_TTL of the letter (docs/how-to/operate.md). Later, ingress has forgotten
+                # the key, so a copy a producer's retry put at another number would run again
+                # (seed 37470): the operator skips the number instead, the letter keeps it.
+                held, forwarded_at = by_pubsub[0]
+                if w.loop.now - forwarded_at < TTL.total_seconds():
+                    acted |= self._replay_letter(group, head, held)
+                else:
+                    acted |= self._do(group, head, "skip", "dead letter forwarded past DEDUP_TTL")
                 continue
             alerted = any(d.get("fifo_group") == group for d in w.ledger.decisions)
             if not alerted:
