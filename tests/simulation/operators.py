@@ -85,9 +85,14 @@ class Operator:
                 # the number `dlq list` shows forwarded): replay it, no ALERT needed - within
                 # DEDUP_TTL of the letter (docs/how-to/operate.md). Later, ingress has forgotten
                 # the key, so a copy a producer's retry put at another number would run again
-                # (seed 37470): the operator skips the number instead, the letter keeps it.
+                # (seed 37470): the operator skips the number instead, the letter keeps it - as
+                # when `dlq replay` keeps the letter (no dedup_key: seed 1638).
                 held, forwarded_at = by_pubsub[0]
-                if w.loop.now - forwarded_at < TTL.total_seconds():
+                kept = never_replayed(held)
+                if kept:
+                    w.trace.add(f"OPERATOR dlq replay {held.replay_key} kept: {kept[:80]}")
+                    acted |= self._do(group, head, "skip", "its dead letter is kept")
+                elif w.loop.now - forwarded_at < TTL.total_seconds():
                     acted |= self._replay_letter(group, head, held)
                 else:
                     acted |= self._do(group, head, "skip", "dead letter forwarded past DEDUP_TTL")
