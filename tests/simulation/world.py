@@ -78,6 +78,9 @@ class World:
             enable=options.enable,
             extra=random.Random(f"extra:{seed}"),
         )
+        if options.shapes and shapes.Shape.PROCESS.value not in options.shapes:
+            # a forced one-at-a-time shape: no process_batch (its own shape) in the plan
+            self.plan = self.plan.without((Kind.PROCESS_BATCH,))
         self.workload = reshape(
             draw(random.Random(f"workload:{seed}"), self.plan),
             self.plan,
