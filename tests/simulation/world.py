@@ -266,7 +266,8 @@ class World:
         self.trace.add(f"... {lost} records lost")
 
     def _drive(self) -> bool:
-        """Run to quiescence, with operator rounds; False if the event budget ran out."""
+        """Run to quiescence, with operator rounds; False if the event budget or the operator's
+        rounds ran out (invariant 11, not a false "lost silently")."""
         loop, operator = self.loop, Operator(self)
         for _ in range(MAX_OPERATOR_ROUNDS):
             while True:
@@ -278,7 +279,7 @@ class World:
             if not operator.act():
                 return True
             self.activity()
-        return True
+        return False  # the operator still acting when its rounds ran out: not quiescent
 
     def run(self) -> Result:
         with capture(self.ledger, lambda: self.loop.now):
