@@ -156,6 +156,8 @@ def _fifo_order(f: Final) -> Iterator[Violation]:
         by_number[(e.group, e.epoch, e.seq)].append(e)
         if e.lid not in legit or e.lid in f.relax.victims or not f.relax.checks_order(e.group):
             continue
+        if f.relax.ran_at_later_copy(str(e.lid), e.seq):
+            continue
         if repeat and f.relax.effect_at_risk(str(e.lid)):
             # A replay of an effect a crash left unrecorded (excused below, as a repeat): in
             # batch mode the whole batch runs again, so it may follow a later number's first

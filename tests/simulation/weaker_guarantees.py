@@ -78,6 +78,11 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    when its group skipped both numbers while the tasks waited (a days-long outage past the gap
    timeout), each copy arriving late is dead-lettered ``fifo_late_after_skip`` at its own
    number (seed 24633).
+
+7. **A producer's retry far from its first copy** (guarantees.md, "Producer retries through one
+   ``Publisher``"): a retry renumbered more than the gate's key window (64) after its first
+   copy, whose copy reached ingress first, runs once at the later number - after the messages
+   published between the two (invariant 2 not checked for that effect; seeds 85879, 95276).
 """
 
 from __future__ import annotations
@@ -139,6 +144,21 @@ def _forgotten_reuse(ledger: Ledger) -> frozenset[str]:
     return frozenset(out)
 
 
+def _far_copies(ledger: Ledger) -> tuple[tuple[str, int, int], ...]:
+    """Messages a producer's retry published at numbers more than the key window apart."""
+    numbers: dict[str, set[int]] = {}
+    for o in ledger.origins:
+        if o.lid and o.seq and o.seq.isdigit() and not o.hostile:
+            numbers.setdefault(o.lid, set()).add(int(o.seq))
+    return tuple(
+        sorted(
+            (lid, min(seqs), max(seqs))
+            for lid, seqs in numbers.items()
+            if max(seqs) - min(seqs) > KEY_WINDOW
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Relaxation:
     """What one schedule's checker may accept (see the module docstring).
@@ -161,6 +181,8 @@ class Relaxation:
     renumbered: frozenset[str] = frozenset()  # published at more than one FIFO number
     # hostile messages at a number further back than the gate's key window (weaker 4)
     forgotten_reuse: frozenset[str] = frozenset()
+    # lids a producer's retry put more than the key window apart: (lid, first, last number)
+    far_copies: tuple[tuple[str, int, int], ...] = ()
 
     @classmethod
     def for_schedule(cls, ledger: Ledger, *, strict: bool = False) -> Relaxation:
@@ -180,6 +202,7 @@ class Relaxation:
         lids, groups = _named(ledger)
         return cls(
             forgotten_reuse=_forgotten_reuse(ledger),
+            far_copies=_far_copies(ledger),
             victims=frozenset(victims),
             handed_over=frozenset(lid for lid in handed_over if lid is not None),
             rollback=bool(ledger.rollbacks),
@@ -268,6 +291,16 @@ class Relaxation:
 
     def checks_order(self, group: str) -> bool:
         return not self.group_named(group)
+
+    def ran_at_later_copy(self, lid: str, seq: str | None) -> bool:
+        """The documented renumbered-retry case (guarantees.md, "Producer retries"): a retry
+        more than the key window after its first copy reached ingress first, so the message
+        ran once at the later number - after what was published between (seeds 85879,
+        95276)."""
+        return any(
+            far == lid and seq is not None and seq.isdigit() and int(seq) > first
+            for far, first, _ in self.far_copies
+        )
 
     def cancel_may_be_undone(self, lid: str) -> bool:
         return self.named(lid)
