@@ -101,7 +101,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any process group a test started (emulators, Redis, functions-framework,
     gunicorn, the Cloud Tasks emulator, ...) is still alive after its fixture stopped it."""
-    survivors = [f"{s.name} (pgid {s.pid})" for s in STARTED if process_group_alive(s.pid)]
+    # A service whose stop() saw its group gone is not looked at again: its id may have been
+    # reused by another process group since (process ids wrap at pid_max, often 32,768).
+    survivors = [
+        f"{s.name} (pgid {s.pid})" for s in STARTED if not s.ended and process_group_alive(s.pid)
+    ]
     for service in STARTED:
         service.stop()  # clean up regardless, so a failed run leaves nothing behind either
     if survivors:

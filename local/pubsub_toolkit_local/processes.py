@@ -51,6 +51,10 @@ class RunningService:
         self.spec = spec
         self.process = process
         self.log_path = log_path
+        # Set once stop() saw the whole group gone. Process ids are reused (pid_max is often
+        # 32,768): after that, a live group with this id is someone else's, never ours to
+        # report or signal again.
+        self.ended = False
 
     @property
     def name(self) -> str:
@@ -68,10 +72,14 @@ class RunningService:
         return self.process.poll() is None
 
     def stop(self, grace: float = 10.0) -> None:
-        """Stop the whole process group and reap the leader; safe to call twice."""
+        """Stop the whole process group and reap the leader; safe to call twice (once the
+        group is gone, a second call signals nothing: its id may belong to another by then)."""
+        if self.ended:
+            return
         stop_process_group(self.pid, grace=grace)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace)
+        self.ended = not process_group_alive(self.pid)
 
 
 def free_port() -> int:
