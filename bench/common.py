@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import statistics
 import tempfile
 import time
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 
 from pubsub_toolkit_local import emulators
 from pubsub_toolkit_local.processes import ServiceGroup, free_port
@@ -44,6 +46,16 @@ def local_servers() -> Iterator[Servers]:
             os.environ["FIRESTORE_EMULATOR_HOST"],
             f"redis://127.0.0.1:{ports[2]}/0",
         )
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit: its default would skip the ``with`` exits (a
+    ``LocalStack``, a ``ServiceGroup``) and leave their servers running."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def rate(items: int, work: Callable[[int], object], *, threads: int) -> float:

@@ -18,18 +18,16 @@ unordered (the cost: one push per group at a time). Writes ``bench/results/ingre
 from __future__ import annotations
 
 import argparse
-import signal
 import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-from bench.common import write_result
+from bench.common import stop_on_sigterm, write_result
 from pubsub_toolkit.producer.publisher import Publisher
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
@@ -186,14 +184,6 @@ def run(stack: LocalStack, *, rounds: int, messages: int, groups: int) -> dict[s
     }
 
 
-def _stop_on_sigterm() -> None:
-    # SIGTERM's default would skip the `with LocalStack` exit and leave its servers running.
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per variant (default 3)")
@@ -202,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.rounds, args.messages, args.groups) < 1:
         parser.error("--rounds, --messages and --groups must be at least 1")
-    _stop_on_sigterm()
+    stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-ordering-"))
     options = StackOptions(project="ordering", store_backend="redis")
     with LocalStack(options, work, REPO) as stack:

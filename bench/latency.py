@@ -29,7 +29,6 @@ import argparse
 import base64
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -39,12 +38,11 @@ import urllib.request
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-from bench.common import write_result
+from bench.common import stop_on_sigterm, write_result
 from bench.delay import percentile
 from pubsub_toolkit_local.stack import LocalStack, StackOptions
 
@@ -254,14 +252,6 @@ def run(stack: LocalStack, *, rounds: int, messages: int, warmup: int) -> dict[s
     }
 
 
-def _stop_on_sigterm() -> None:
-    # SIGTERM's default would skip the `with LocalStack` exit and leave its servers running.
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds per variant (default 5)")
@@ -271,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=2.0, help="ratio to pass (default 2.0)")
     parser.add_argument("--output", default="latency", help="result name in bench/results")
     args = parser.parse_args(argv)
-    _stop_on_sigterm()
+    stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-latency-"))
     load_before = [round(v, 2) for v in os.getloadavg()]
     print(f"latency: {args.rounds} rounds x {args.messages} probes per variant; logs: {work}")

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import FrameType
 
-from bench.common import write_result
+from bench.common import stop_on_sigterm, write_result
 from bench.delay import percentile
 from bench.mix import Mix
 from bench.workload import RunResult, run_workload
@@ -52,14 +50,6 @@ def mix_for(messages: int, *, groups: int, wave: int, seed: int) -> Mix:
         wave=wave,
         seed=seed,
     )
-
-
-def _stop_on_sigterm() -> None:
-    # SIGTERM's default would skip the `with LocalStack` exit and leave its servers running.
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _load() -> list[float]:
@@ -129,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=4000, help="max copies ahead of ingress")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
-    _stop_on_sigterm()
+    stop_on_sigterm()
     mix = mix_for(args.messages, groups=args.groups, wave=args.wave, seed=args.seed)
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-soak-"))
     load_before = _load()

@@ -31,6 +31,14 @@ class NoTasks:
         return False
 
 
+def _cancelled_before_the_replay() -> tuple[ManualClock, MemoryDedupStore, RecordingSink]:
+    """An hour past the due time, "k" cancelled while it was never delivered."""
+    clock = ManualClock(DUE + timedelta(hours=1))
+    store, sink = MemoryDedupStore(clock), RecordingSink()
+    assert not cancel("k", store=store, scheduler=NoTasks()).already_delivered
+    return clock, store, sink
+
+
 def _replay(store: MemoryDedupStore) -> dict[str, str]:
     mint(store, "dl-1", "k")  # as `dlq replay` does before it publishes
     return {
@@ -41,9 +49,7 @@ def _replay(store: MemoryDedupStore) -> dict[str, str]:
 
 
 def test_ingress_does_not_deliver_a_replay_of_a_cancelled_message() -> None:
-    clock = ManualClock(DUE + timedelta(hours=1))  # the replay comes after the due time
-    store, sink = MemoryDedupStore(clock), RecordingSink()
-    assert not cancel("k", store=store, scheduler=NoTasks()).already_delivered
+    clock, store, sink = _cancelled_before_the_replay()
     ingress = Ingress(
         store=store,
         sink=sink,
@@ -58,9 +64,7 @@ def test_ingress_does_not_deliver_a_replay_of_a_cancelled_message() -> None:
 
 
 def test_the_relay_does_not_deliver_a_replay_of_a_cancelled_message() -> None:
-    clock = ManualClock(DUE + timedelta(hours=1))
-    store, sink = MemoryDedupStore(clock), RecordingSink()
-    assert not cancel("k", store=store, scheduler=NoTasks()).already_delivered
+    clock, store, sink = _cancelled_before_the_replay()
     relay = Relay(
         store=store,
         sink=sink,
