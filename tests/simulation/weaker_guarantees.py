@@ -94,6 +94,8 @@ from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import KEY_WINDOW
 from tests.simulation.ledger import DeadLetter, Decision, Ledger
 
+# The ALERTs that carry a parked copy whole when no dead-letter topic can keep it.
+HANDED_OVER = frozenset({"reissued_unkept", "after_end_dropped"})
 LAST_ATTEMPT_REASONS = frozenset({"relay_store_unavailable", "relay_retries_exhausted"})
 
 
@@ -192,12 +194,13 @@ class Relaxation:
             for o in ledger.origins
             if not o.hostile and o.lid is not None and (o.group, o.seq) in stolen
         }
-        # A copy parked at a number the store gave again, with no dead-letter topic to keep
-        # it: its ALERT carries the message whole, for the operator (not lost silently).
+        # A copy parked at a number the store gave again, or past its group's end, with no
+        # dead-letter topic to keep it: its ALERT carries the message whole, for the operator
+        # (not lost silently).
         handed_over = {
             ledger.lid_of(Message(base64.b64decode(d.get("data_base64") or ""), {}))
             for d in ledger.decisions
-            if d.outcome == "reissued_unkept"
+            if d.outcome in HANDED_OVER
         }
         lids, groups = _named(ledger)
         return cls(
@@ -244,7 +247,7 @@ class Relaxation:
             return True  # weaker 4: acked as a redelivery of the number's own message
         reached = dict(self.reached_gate).get(lid)
         before = reached is not None and reached <= self.last_rollback
-        return self.rollback and ((before and self.named(lid)) or lid in self.handed_over)
+        return lid in self.handed_over or (self.rollback and before and self.named(lid))
 
     def effect_at_risk(self, lid: str) -> bool:
         """The effect ran but the toolkit could not record it (the two-phase window)."""

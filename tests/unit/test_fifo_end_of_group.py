@@ -8,6 +8,7 @@ and the record is a tombstone that expires after the retention.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import replace
 from datetime import timedelta
 
@@ -434,3 +435,29 @@ def test_after_the_tombstone_expired_a_store_rollback_is_caught_again(
     del store._states[(CONSUMER, "g")]  # the store loses the group's record
     assert deliver(gate, keyed(1, "k-new")) is GateOutcome.DUPLICATE
     assert handler.seen == [1, 2, 3, 1]  # the new group's #1 once
+
+
+def test_without_a_dead_letter_topic_a_copy_parked_past_the_end_goes_to_the_operator_whole(
+    store: MemoryFifoStore,
+    handler: Recorder,
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Acked when parked, then found past the end, and no topic to keep it: the ALERT carries
+    the message itself (simulation seed 91788 lost it behind a bare ALERT)."""
+    gate = FifoGate(store, consumer=CONSUMER, handler=handler, clock=clock)
+    stray = keyed(3, "stray", color="blue")
+    assert deliver(gate, stray) is GateOutcome.PARKED
+    assert deliver(gate, keyed(2, end=True)) is GateOutcome.PARKED
+    assert deliver(gate, keyed(1)) is GateOutcome.PROCESSED
+    handed = [
+        r
+        for r in caplog.records
+        if getattr(r, "decision", {}).get("outcome") == "after_end_dropped"
+    ]
+    assert len(handed) == 1 and "ALERT" in handed[0].getMessage()
+    fields = handed[0].decision  # type: ignore[attr-defined]
+    assert fields["dedup_key"] == "stray" and fields["attributes"] == dict(stray.attributes)
+    assert base64.b64decode(fields["data_base64"]) == stray.data
+    assert store.parked_message(CONSUMER, "g", 3) is None  # handed over, not kept twice
+    assert handler.seen == [1, 2]

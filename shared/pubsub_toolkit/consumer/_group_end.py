@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
+from pubsub_toolkit.consumer._repair_alerts import hand_over
 from pubsub_toolkit.consumer.gate_rules import (
     REASON_AFTER_END,
     EndVerdict,
@@ -83,15 +84,18 @@ class GroupEnd:
                 try:
                     self.after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
                 except PermanentError:
-                    # No dead-letter topic, and the copy was acked when parked: say so loudly.
-                    self._decide(
-                        "after_end_dropped",
+                    # No dead-letter topic, and the copy was acked when parked: hand it to
+                    # the operator whole (seed 91788 lost one with a bare ALERT).
+                    hand_over(
+                        self._decide,
                         group,
                         seq,
-                        "ALERT: a message parked past the group's end could not be "
-                        "dead-lettered (no dead-letter topic)",
-                        level=logging.ERROR,
+                        copy,
+                        why=f"was parked past the group's end ({state.end_seq})",
+                        outcome="after_end_dropped",
                         alert="after_end_dropped",
+                        then="publish it again in a new group or as a plain message, "
+                        "or drop it",
                     )
             self._store.unpark(self._consumer, group, seq)
         for _ in range(MAX_CAS_ROUNDS):

@@ -4,7 +4,8 @@ parked copy it can neither run nor keep, handed to the operator whole.
 A copy parked at a number the store gave again (a store that lost writes) can never run; it was
 acked when parked, so it is dead-lettered ``fifo_sequence_reused`` - and with no dead-letter
 topic, its data and attributes go to the operator in a ``reissued_unkept`` ALERT instead (store-
-loss docs: "publish it again as a new message, or drop it").
+loss docs: "publish it again as a new message, or drop it"). A copy parked past a group's end
+(:mod:`._group_end`) goes the same way, as ``after_end_dropped``.
 """
 
 from __future__ import annotations
@@ -18,18 +19,28 @@ from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 
 
-def hand_over(decide: Callable[..., None], group: str, seq: int, copy: Message) -> None:
-    """Log ``copy`` whole as a ``reissued_unkept`` ALERT through the gate's ``decide``."""
+def hand_over(
+    decide: Callable[..., None],
+    group: str,
+    seq: int,
+    copy: Message,
+    *,
+    why: str = "was parked at a number the store gave again",
+    outcome: str = "reissued_unkept",
+    alert: str = "store_rollback",
+    then: str = "publish it again as a new message (its number is taken), or drop it",
+) -> None:
+    """Log ``copy`` whole as an ALERT through the gate's ``decide``: a parked copy (acked when
+    parked) that can neither run nor be kept, with no dead-letter topic - the operator gets
+    its data and attributes, so nothing is lost silently."""
     decide(
-        "reissued_unkept",
+        outcome,
         group,
         seq,
-        f"ALERT: {group}#{seq} ({message_key(copy)}) was parked at a number the store "
-        "gave again and there is no dead-letter topic to keep it: this line carries its "
-        "data and attributes - publish it again as a new message (its number is taken), "
-        "or drop it",
+        f"ALERT: {group}#{seq} ({message_key(copy)}) {why} and there is no dead-letter topic "
+        f"to keep it: this line carries its data and attributes - {then}",
         level=logging.ERROR,
-        alert="store_rollback",
+        alert=alert,
         dedup_key=message_key(copy),
         data_base64=base64.b64encode(copy.data).decode(),
         attributes=dict(copy.attributes),
