@@ -178,3 +178,53 @@ def test_went_back_tells_a_settled_copy_from_one_the_store_lost() -> None:
     assert settled.parked == () and settled.key_of(3) is None
     assert not rules.went_back(seen, settled, now=clock.now())
     assert rules.lost_parked(seen, settled) == []
+
+
+@pytest.mark.parametrize("with_dlq", [True, False])
+def test_a_copy_parked_past_the_end_outlives_a_store_and_counter_restart_as_after_end(
+    with_dlq: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Epochs: #3 (past the end, epoch 1) parked and left unsettled on the complete record (its
+    dead letter failed); Redis restarts empty - the record, the copy and the counter. Another
+    process starts the group's new sequence (epoch 2) on the empty record. The process that
+    parked #3 finds the loss: the copy is past the end of the group it saw, so it is kept as
+    what it is - ``fifo_after_end`` - not as a number given again (``fifo_sequence_reused``)."""
+    clock, sink = ManualClock(), RecordingSink()
+    store = MemoryFifoStore(clock=clock)
+    first = process(store, clock, sink if with_dlq else None)
+    second = process(store, clock, sink if with_dlq else None)
+
+    def numbered(message: Message, epoch: int) -> Message:
+        return Message(message.data, {**message.attributes, attr.FIFO_EPOCH: str(epoch)}, "m")
+
+    old = 1_000_000
+    assert first.deliver(numbered(keyed(3, "k3"), old), "g", 3).outcome is GateOutcome.PARKED
+    assert first.deliver(numbered(keyed(1, "k1"), old), "g", 1).outcome is GateOutcome.PROCESSED
+    if with_dlq:
+        sink.fail_next = 1  # the dead letter fails: #3 stays listed on the complete record
+        with pytest.raises(Exception, match="injected"):
+            first.deliver(numbered(keyed(2, "k2", end=True), old), "g", 2)
+    else:  # the end's state written, then the process died before it settled #3
+        state = store.load(CONSUMER, "g")
+        done = rules.ended(
+            rules.advanced(
+                state, 2, skipped=(), digest="d2", now=clock.now(), lease=timedelta(seconds=60)
+            ),
+            now=clock.now(),
+            retention=RETENTION,
+        )
+        assert first.sweep("g").outcome is GateOutcome.IDLE  # it saw #3 parked...
+        assert store.save(CONSUMER, "g", done, state)
+        first._seen.witnessed(store.load(CONSUMER, "g"), "g")  # ...and wrote the end itself
+    assert store.load(CONSUMER, "g").complete and store.load(CONSUMER, "g").parked == (3,)
+    restart_empty(store, store.load(CONSUMER, "g"))
+    new = numbered(keyed(1, "n1"), old + 1)
+    assert second.deliver(new, "g", 1).outcome is GateOutcome.PROCESSED
+    for gate in (first, second, first):
+        gate.sweep("g")
+    if with_dlq:
+        assert reasons(sink) == [("3", REASON_AFTER_END)]
+    else:
+        handed = outcomes(caplog, "after_end_dropped")
+        assert len(handed) == 1 and handed[0].decision["dedup_key"] == "k3"  # type: ignore[attr-defined]
+    assert outcomes(caplog, "sequence_reused") == []
