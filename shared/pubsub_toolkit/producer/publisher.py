@@ -32,7 +32,10 @@ everything queued and hands the messages to the client in queue order
 (:mod:`~pubsub_toolkit.producer.numbering`). On a blocking sink the caller numbers and sends
 under a lock per group. Either way a group's numbers reach the client in ascending order -
 the client, ordering keys on, sends them so - and each thread's messages of a group get
-increasing numbers. Numbers are reserved only for messages asked for, never ahead.
+increasing numbers. Numbers are reserved only for messages asked for, never ahead. In one
+round trip for many groups (``reserve_many``) each group's reservation stands or fails alone:
+a group whose counter refused (its key holds no counter) fails its own messages - nothing was
+reserved for it - and the other groups' blocks are published, never dropped as a gap.
 
 **A retry keeps its number.** A Publisher remembers the number it gave each ``dedup_key`` of a
 group with its content (the last 10,000): the same message published again in the group - a
