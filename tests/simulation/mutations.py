@@ -907,8 +907,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 SourceEdit(
                     "pubsub_toolkit.consumer.gate_rules",
                     "went_back",
-                    "lost_parked = not state.complete and any(",
-                    "lost_parked = any(",
+                    "and s not in state.parked and not settled_past_end(state, s)\n",
+                    "and s not in state.parked\n",
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_end_other_process.py",),

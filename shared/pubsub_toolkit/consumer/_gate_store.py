@@ -57,6 +57,8 @@ class Decide(Protocol):
 
 # A copy parked at a number the group already passed: the gate dead-letters it as reused.
 KeepReissued = Callable[[Message, str, int, GroupState], object]
+# A copy parked past the end of a complete group (the state given): settled as after the end.
+KeepPastEnd = Callable[[Message, str, int, GroupState], object]
 
 
 class SeenStore:
@@ -90,6 +92,13 @@ class SeenStore:
         self._own_leases: Witness[str, int] = Witness()
         self._moved_leases: Witness[tuple[str, int], int] = Witness()
         self.ran = RanKeys()  # keys seen processed, beyond the state's window
+        self._keep_past_end: KeepPastEnd = keep_reissued  # until on_past_end names the handler
+
+    def on_past_end(self, keep: KeepPastEnd) -> None:
+        """How a repair keeps a copy parked past the end of the complete group this process saw,
+        when the store's new sequence began on a record that had lost it (the group's end
+        handler, :mod:`._group_end`: ``fifo_after_end``, not a number given again)."""
+        self._keep_past_end = keep
 
     def groups(self) -> list[str]:
         """The groups the store lists (those needing attention) - and those this process saw
@@ -227,14 +236,18 @@ class SeenStore:
         # The store's sequence began after this one: copies parked in this one never run.
         ended = rules.other_sequence(seen, state) and state.epoch > seen.epoch
         restored, reissued = dict[int, Message](), list[tuple[int, Message]]()
+        past_end = list[tuple[int, Message]]()  # parked past the end of the group seen here
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
-            if copy is not None and ended:
+            if copy is not None and ended and seen.complete and seq > seen.last_processed:
+                past_end.append((seq, copy))
+            elif copy is not None and ended:
                 reissued.append((seq, copy))
             elif copy is not None:
                 self._store.park(self._consumer, group, seq, copy)
                 restored[seq] = copy
-        lost = [s for s in lost if s not in restored and s not in dict(reissued)]
+        kept_copies = {*restored, *dict(reissued), *dict(past_end)}
+        lost = [s for s in lost if s not in kept_copies]
         repaired = rules.repaired(seen, state, restored=list(restored), now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
         # Copies parked at numbers the group had already passed (a reissued number parked
@@ -255,7 +268,17 @@ class SeenStore:
             "store_rollback",
             group,
             state.head,
-            rollback_text(seen, state, ended, rewritten, list(restored), kept, lost, reissued),
+            rollback_text(
+                seen,
+                state,
+                ended,
+                rewritten,
+                list(restored),
+                kept,
+                lost,
+                reissued,
+                past_end=[seq for seq, _ in past_end],
+            ),
             level=logging.ERROR,
             alert="store_rollback",
         )
@@ -264,6 +287,8 @@ class SeenStore:
                 self._keep_reissued(copy, group, seq, repaired)
             except PermanentError:
                 hand_over(self._decide, group, seq, copy)
+        for seq, copy in past_end:
+            self._keep_past_end(copy, group, seq, seen)  # hands it over itself if it must
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             self._unpark_own(group, restored)  # no state lists them: they would be strays

@@ -44,6 +44,9 @@ class GroupEnd:
         self._consumer = consumer
         self._decide = decide
         self._dead_letter = dead_letter
+        # A repair that finds a copy past the end of the group it saw, in a sequence the
+        # store has since left (a counter restarted with it), settles it here too.
+        seen.on_past_end(self.settle_copy)
 
     def after_end(
         self, message: Message, group: str, seq: int, state: GroupState, verdict: EndVerdict
@@ -67,6 +70,26 @@ class GroupEnd:
         self._dead_letter(message, group, seq, REASON_AFTER_END, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
+    def settle_copy(self, copy: Message, group: str, seq: int, state: GroupState) -> None:
+        """``copy``, parked at ``seq`` past the end of complete ``state`` (and acked then), judged
+        as a delivery would be: dead-lettered ``fifo_after_end`` (once per copy), or dropped as
+        a duplicate or a filler - or, with no dead-letter topic, handed to the operator whole."""
+        try:
+            self.after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
+        except PermanentError:
+            # No dead-letter topic, and the copy was acked when parked: hand it to the operator
+            # whole (seed 91788 lost one with a bare ALERT).
+            hand_over(
+                self._decide,
+                group,
+                seq,
+                copy,
+                why=f"was parked past the group's end ({state.end_seq})",
+                outcome="after_end_dropped",
+                alert="after_end_dropped",
+                then="publish it again in a new group or as a plain message, or drop it",
+            )
+
     def settle(self, group: str, state: GroupState) -> None:
         """The copies parked past a complete group's end: each judged as a delivery would be
         (dead-lettered, or dropped as a duplicate or a filler), then unlisted.
@@ -81,22 +104,7 @@ class GroupEnd:
         for seq in pending:
             copy = self._store.parked_message(self._consumer, group, seq)
             if copy is not None:
-                try:
-                    self.after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
-                except PermanentError:
-                    # No dead-letter topic, and the copy was acked when parked: hand it to
-                    # the operator whole (seed 91788 lost one with a bare ALERT).
-                    hand_over(
-                        self._decide,
-                        group,
-                        seq,
-                        copy,
-                        why=f"was parked past the group's end ({state.end_seq})",
-                        outcome="after_end_dropped",
-                        alert="after_end_dropped",
-                        then="publish it again in a new group or as a plain message, "
-                        "or drop it",
-                    )
+                self.settle_copy(copy, group, seq, state)
             self._store.unpark(self._consumer, group, seq)
         for _ in range(MAX_CAS_ROUNDS):
             current = self._seen.load(group)

@@ -56,6 +56,8 @@ def rollback_text(  # noqa: PLR0917 - the repair's findings, one call site
     kept: int | None,
     lost: list[int],
     reissued: list[tuple[int, Message]],
+    *,
+    past_end: list[int] | None = None,
 ) -> str:
     """The ALERT of a repair: what went back, and what was restored, kept or lost."""
     last = max(seen.last_processed, state.last_processed)
@@ -89,6 +91,12 @@ def rollback_text(  # noqa: PLR0917 - the repair's findings, one call site
             f"; numbers given again and parked since the loss, kept as "
             f"{REASON_SEQUENCE_REUSED}: {[(s, message_key(c)) for s, c in reissued]}"
             if reissued
+            else ""
+        )
+        + (
+            f"; parked past the end of the group seen here ({seen.end_seq}), settled as "
+            f"after its end: {past_end}"
+            if past_end
             else ""
         )
     )

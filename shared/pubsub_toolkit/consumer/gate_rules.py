@@ -155,9 +155,11 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
         # epoch on the empty record) is: this process still knows what ran there.
         return state.epoch < seen.epoch or not succeeds(state, seen)
     # Copies parked past a complete group's end leave the list too: whichever process ended
-    # the group settles them (dead-lettered, or dropped as duplicates) - seed 1997, fifo_end.
-    lost_parked = not state.complete and any(
-        s > state.last_processed and s not in state.parked for s in seen.parked
+    # the group settles them (dead-lettered, or dropped as duplicates) - seed 1997, fifo_end -
+    # and leaves their numbers skipped. One the end never listed was lost by the store.
+    lost_parked = any(
+        s > state.last_processed and s not in state.parked and not settled_past_end(state, s)
+        for s in seen.parked
     )
     return (
         state.last_processed < seen.last_processed
@@ -165,6 +167,12 @@ def went_back(seen: GroupState, state: GroupState, *, now: datetime) -> bool:
         or lost_parked
         or rewritten_number(seen, state) is not None
     )
+
+
+def settled_past_end(state: GroupState, seq: int) -> bool:
+    """True when ``seq``, past the end of complete ``state``, was parked there and settled
+    (:func:`without_after_end` leaves it skipped): its copy was dead-lettered or dropped."""
+    return state.complete and seq > state.last_processed and state.is_skipped(seq)
 
 
 def other_sequence(seen: GroupState, state: GroupState) -> bool:
@@ -334,12 +342,16 @@ def ended(state: GroupState, *, now: datetime, retention: timedelta) -> GroupSta
 def without_after_end(state: GroupState, seqs: tuple[int, ...]) -> GroupState:
     """A complete group with ``seqs`` (parked past its end, now settled) no longer listed, nor
     their keys: such a number never becomes the group's, so a later delivery of it is judged
-    afresh by :func:`after_end`, not as a reuse of the number."""
+    afresh by :func:`after_end`, not as a reuse of the number. Each stays among the skipped
+    numbers: the mark of a settled copy (:func:`settled_past_end`), so a process that parked
+    one tells its settling from a store that lost the park before the end ran (then nothing
+    settled it, and that process still holds the only copy: see :func:`went_back`)."""
     gone = set(seqs)
     return replace(
         state,
         parked=tuple(s for s in state.parked if s not in gone),
         keys=tuple((s, d) for s, d in state.keys if s not in gone),
+        skipped=merge_ranges(state.skipped, tuple(sorted(gone))),
     )
 
 
@@ -425,7 +437,11 @@ def lost_parked(seen: GroupState, state: GroupState) -> list[int]:
     if other_sequence(seen, state):
         return [s for s in seen.parked if s > seen.last_processed]
     last = max(seen.last_processed, state.last_processed)
-    return [s for s in seen.parked if s > last and s not in state.parked]
+    return [
+        s
+        for s in seen.parked
+        if s > last and s not in state.parked and not settled_past_end(state, s)
+    ]
 
 
 def repaired(

@@ -32,7 +32,10 @@ everything queued and hands the messages to the client in queue order
 (:mod:`~pubsub_toolkit.producer.numbering`). On a blocking sink the caller numbers and sends
 under a lock per group. Either way a group's numbers reach the client in ascending order -
 the client, ordering keys on, sends them so - and each thread's messages of a group get
-increasing numbers. Numbers are reserved only for messages asked for, never ahead.
+increasing numbers. Numbers are reserved only for messages asked for, never ahead. In one
+round trip for many groups (``reserve_many``) each group's reservation stands or fails alone:
+a group whose counter refused (its key holds no counter) fails its own messages - nothing was
+reserved for it - and the other groups' blocks are published, never dropped as a gap.
 
 **A retry keeps its number.** A Publisher remembers the number it gave each ``dedup_key`` of a
 group with its content (the last 10,000): the same message published again in the group - a
@@ -327,7 +330,9 @@ class Publisher:
     ) -> dict[str, SequenceBlock | Exception]:
         """:meth:`_reserve` for every group of ``requests``: one round trip through the
         counter's ``reserve_many`` when it has one (Redis), else a reservation per group; a
-        group's failure is its value, the others go on."""
+        group's failure is its value, the others go on - ``reserve_many`` reports each group's
+        outcome apart, so a group whose reservation failed never costs the others the blocks
+        they were given (numbers reserved and never published: a gap)."""
         many = getattr(counter, "reserve_many", None)
         if many is None or len(requests) < 2:
             out: dict[str, SequenceBlock | Exception] = {}
@@ -339,11 +344,25 @@ class Publisher:
             return out
         before = {group: self._handed.get(group) for group in requests}  # see _reserve
         try:
-            blocks: dict[str, SequenceBlock] = many(requests)
-        except Exception as exc:  # nothing reserved for any of them
+            blocks: Mapping[str, SequenceBlock | Exception] = many(requests)
+        except Exception as exc:
+            # The round trip failed: its scripts may or may not have run (a lost reply), as
+            # for a single reservation - at worst a gap the consumer's gap timeout handles.
+            logger.warning(
+                "reserving numbers for %d group(s) failed (%s): none is published; a "
+                "reservation Redis applied before the failure is a gap",
+                len(requests),
+                exc,
+            )
             return dict.fromkeys(requests, exc)
         accepted: dict[str, SequenceBlock | Exception] = {}
-        for group, block in blocks.items():
+        for group in requests:
+            block = blocks.get(group)
+            if block is None:
+                block = StoreUnavailableError(f"group {group!r}: the counter gave no block")
+            if isinstance(block, Exception):  # this group's alone: it reserved nothing
+                accepted[group] = block
+                continue
             try:
                 accepted[group] = self._accept(group, block, before[group])
             except StoreUnavailableError as exc:

@@ -28,6 +28,11 @@ writes): such a block is published without the attribute and the gate applies no
 A consumer record without an epoch (new, or from before epochs) adopts the first one it meets
 and keeps its position.
 
+**Many groups at once.** A counter may also offer ``reserve_many({group: count, ...})`` (Redis:
+one round trip for all): it returns each group's block *or the exception that reserved nothing
+for that group*, so one group's failure never costs the others their blocks - blocks the caller
+would otherwise drop unpublished, leaving gaps. Only a failed round trip raises (as ``reserve``).
+
 **Lifetime.** A counter may expire after ``ttl`` without a reservation (Redis: the deployment's
 ``DEDUP_TTL``), the same retention after which the consumer forgets an idle group: a group
 idle that long resumes at 1 in a new epoch, and the gate runs it from there.

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.stores._coalesce import Coalescer, Operation
@@ -49,6 +49,8 @@ from pubsub_toolkit.stores._redis_calls import (
     fail_closed,
     import_redis,
     is_cluster_client,
+    is_unavailable,
+    unavailable,
 )
 from pubsub_toolkit.stores.counters.base import SequenceBlock, check_group, check_reservation
 
@@ -61,21 +63,41 @@ DEFAULT_PREFIX = "pubsub_toolkit:fifo:"
 
 # KEYS[1] = the counter; ARGV[1] = count, ARGV[2] = expiry in milliseconds. Returns
 # {highest number, epoch}. (replicate_commands: TIME before writes on Redis < 5; a no-op after.)
+# A script is atomic but not undone: a command that errors leaves the writes before it applied.
+# So the key is checked first - a counter hash (a non-negative n, an epoch) or a plain counter
+# from before epochs - and a key that is anything else is refused before anything is written:
+# a reservation that fails reserved nothing (reserve_many reports it for its group alone).
+# What can still fail after the checks (an increment past 2^63) fails before the first write.
 _RESERVE = """
 if redis.replicate_commands then redis.replicate_commands() end
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'hash' then
-  local n = 0
-  if kind == 'string' then
-    n = redis.call('GET', KEYS[1])
-    redis.call('DEL', KEYS[1])
-  end
-  local t = redis.call('TIME')
-  redis.call('HSET', KEYS[1], 'n', n, 'e', t[1] .. string.format('%06d', tonumber(t[2])))
+local key = KEYS[1]
+local kind = redis.call('TYPE', key)['ok']
+local function refuse(why)
+  return redis.error_reply('ERR ' .. key .. ' is no sequence counter: ' .. why)
 end
-local last = redis.call('HINCRBY', KEYS[1], 'n', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {last, redis.call('HGET', KEYS[1], 'e')}
+if kind == 'hash' then
+  local n, e = unpack(redis.call('HMGET', key, 'n', 'e'))
+  if not (e and string.match(e, '^%d+$')) then return refuse('no epoch') end
+  if n and not string.match(n, '^%d+$') then return refuse('n is ' .. n) end
+elseif kind == 'string' then
+  local n = redis.call('GET', key)
+  if not string.match(n, '^%d+$') then return refuse('its value is ' .. n) end
+elseif kind ~= 'none' then
+  return refuse('a ' .. kind)
+end
+local last
+if kind == 'hash' then
+  last = redis.call('HINCRBY', key, 'n', ARGV[1])
+else
+  -- The increment first (it alone can still fail), then the plain counter (or none) becomes
+  -- a hash with its numbers and an epoch.
+  last = redis.call('INCRBY', key, ARGV[1])
+  local t = redis.call('TIME')
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'n', last, 'e', t[1] .. string.format('%06d', tonumber(t[2])))
+end
+redis.call('PEXPIRE', key, ARGV[2])
+return {last, redis.call('HGET', key, 'e')}
 """
 # KEYS[1] = the counter: its highest number, from a hash or a counter written before epochs.
 _CURRENT = """
@@ -127,28 +149,56 @@ class RedisSequenceCounter:
         )
         return SequenceBlock.ending_at(group, int(last), count, int(epoch))
 
-    def reserve_many(self, requests: Mapping[str, int]) -> dict[str, SequenceBlock]:
+    def reserve_many(self, requests: Mapping[str, int]) -> dict[str, SequenceBlock | Exception]:
         """A block of ``count`` numbers for each ``group: count``, in ONE round trip (a
         pipeline of the reservation script; on a cluster, a call per group's shard): what the
-        Publisher's numbering thread asks for all the groups it has messages waiting in. All or
-        nothing for the caller: any failure raises (StoreUnavailableError), nothing is used."""
+        Publisher's numbering thread asks for all the groups it has messages waiting in.
+
+        Each group's outcome is its own (on a cluster, each shard's call too): its block, or
+        the error that reserved nothing for it (its key holds no counter: the script refuses it
+        before writing; Redis refusing writes: StoreUnavailableError) - the other groups'
+        blocks are reserved and must be used. A failed round trip (Redis cannot be reached,
+        the reply was lost) raises StoreUnavailableError: then a group's script may or may not
+        have run, as for a :meth:`reserve` whose reply was lost - a gap the consumer's gap
+        timeout handles."""
         for group, count in requests.items():
             check_reservation(group, count)
         if self._cluster:
-            return {group: self.reserve(group, count) for group, count in requests.items()}
+            outcomes: dict[str, SequenceBlock | Exception] = {}
+            for group, count in requests.items():
+                # A call per shard: one that fails is its group's outcome, never the blocks
+                # the calls before it reserved (a shard that cannot answer: as for reserve).
+                try:
+                    outcomes[group] = self.reserve(group, count)
+                except Exception as exc:
+                    outcomes[group] = exc
+            return outcomes
         items = list(requests.items())
 
-        def run() -> list[tuple[bytes | int, bytes | int]]:  # (highest number, epoch)
+        def run() -> list[object]:  # (highest number, epoch) per group, or its error
             pipe = self._client.pipeline(transaction=False)
             for group, count in items:
                 pipe.eval(_RESERVE, 1, self._key(group), count, self._ttl_ms)
-            return pipe.execute()
+            return pipe.execute(raise_on_error=False)
 
         results = self._call(run)
         return {
-            group: SequenceBlock.ending_at(group, int(last), count, int(epoch))
-            for (group, count), (last, epoch) in zip(items, results, strict=True)
+            group: self._outcome(group, count, result)
+            for (group, count), result in zip(items, results, strict=True)
         }
+
+    def _outcome(self, group: str, count: int, result: object) -> SequenceBlock | Exception:
+        """One group's reply in :meth:`reserve_many`: its block, or its error (a reply that
+        says Redis cannot take writes now is StoreUnavailableError, as for :meth:`reserve`)."""
+        if isinstance(result, Exception):
+            if is_unavailable(self._redis_module, result):
+                return unavailable(result)
+            return result
+        try:
+            last, epoch = cast("tuple[bytes | int, bytes | int]", result)
+            return SequenceBlock.ending_at(group, int(last), count, int(epoch))
+        except (TypeError, ValueError) as exc:  # the script checks its key: never expected
+            return exc  # this group's alone: the others' blocks are still theirs to use
 
     def current(self, group: str) -> int:
         check_group(group)
