@@ -74,3 +74,15 @@ def max_attempts_from_env(env: Mapping[str, str]) -> int | None:
 def is_last_attempt(attempt: int | None, max_attempts: int | None) -> bool:
     """True when Cloud Tasks deletes the task if this attempt fails too."""
     return attempt is not None and max_attempts is not None and attempt >= max_attempts
+
+
+def is_last_but_one_attempt(attempt: int | None, max_attempts: int | None) -> bool:
+    """True on the attempt before the last: a relay that hands a message over there (see
+    :mod:`.last_attempt`) still has the last attempt to learn whether a create that timed out
+    was applied."""
+    return (
+        attempt is not None
+        and max_attempts is not None
+        and attempt == max_attempts - 1
+        and attempt >= 1
+    )
