@@ -182,7 +182,7 @@ class Relay:
         except PermanentError:
             raise failure from None  # the last attempt dead-letters it
         key = fate_key(delayed.dedup_key, delayed.message.attributes)
-        if self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ))):
+        if self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ))) is not None:
             raise failure  # published here: the last attempt answers 2xx without a new task
         last = LastAttempt(
             self._dead_letters, self.log, attempt, self._max_attempts, failure, final=False
