@@ -26,8 +26,9 @@ operator whole (``relay_handover_unconfirmed``: data, attributes, the task's nam
 Hand-overs end: a message is handed over only until it is ``DEDUP_TTL`` past its due time
 (consumers keep its key that long, so a copy an earlier run published unrecorded is still a
 duplicate to them) and up to hop :data:`~pubsub_toolkit.delay.payload.MAX_HOP`. Past that, or
-when no task can be made (no scheduler, Cloud Tasks refusing), the relay dead-letters it with a
-reason, an ALERT, and in its ``error_detail`` why it was not handed over:
+when no task can be made (no scheduler, Cloud Tasks refusing the request itself), the relay
+dead-letters it with a reason, an ALERT, and in its ``error_detail`` why it was not handed
+over:
 
 * ``relay_store_unavailable``: the store could not be reached (the relay could not read the
   cancel tombstone, claim the release record, or write it);
@@ -69,7 +70,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.delay.payload import MAX_HOP, DelayedMessage
 from pubsub_toolkit.delay.scheduler import create_refused, task_id
-from pubsub_toolkit.errors import PermanentError, StoreUnavailableError, TransientError
+from pubsub_toolkit.errors import StoreUnavailableError, TransientError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.producer.sink import MessageSink
@@ -163,9 +164,8 @@ class LastAttempt:
                 error = exc
                 if not create_refused(exc):
                     doubt = exc
-                elif isinstance(exc, PermanentError):
-                    break  # refused as it is: another try is refused the same
-                continue
+                    continue
+                break  # refused as it is: another try is refused the same
             self._log.decision(
                 "deferred",
                 f"ALERT: {self._which} failed ({self._failure}) - the store, the "

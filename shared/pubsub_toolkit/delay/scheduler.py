@@ -7,9 +7,9 @@
   horizon and the relay re-schedules it (a *hop*, with its own task name) until it is due.
 * A task is at most **1 MB**; a message too large for one is a permanent error
   (``task_too_large``) and is dead-lettered by the caller.
-* A create that failed is **not known to have failed** unless Cloud Tasks refused it
-  (:func:`create_refused`): one that timed out or found the service unavailable may have been
-  applied, which a create of the same name again learns (AlreadyExists).
+* A create that failed is **not known to have failed** unless Cloud Tasks refused the request
+  itself (:func:`create_refused`): one that timed out or found the service unavailable may have
+  been applied, which a create of the same name again learns (AlreadyExists).
 * HTTP targets carry an **OIDC token** for the relay's audience; App Engine targets rely on the
   ``X-AppEngine-QueueName`` header that only Cloud Tasks can set.
 """
@@ -45,15 +45,6 @@ MAX_DELAY = timedelta(days=365)
 REASON_TASK_TOO_LARGE = "task_too_large"
 REASON_DELAY_TOO_LONG = "delay_too_long"
 _RPC_TIMEOUT = 30.0
-# Cloud Tasks' answers that refuse a create before applying it (quota, permission, no such
-# queue): the task was not made. Every other failure (a timeout, UNAVAILABLE, INTERNAL, ...)
-# may have been applied.
-_REFUSALS = (
-    gexc.PermissionDenied,
-    gexc.Unauthenticated,
-    gexc.ResourceExhausted,
-    gexc.NotFound,
-)
 
 
 @dataclass(frozen=True)
@@ -139,16 +130,16 @@ def task_id(dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
 
 
 def create_refused(error: BaseException) -> bool:
-    """True when ``error``, raised by a ``schedule``, means the task was **not** made.
+    """True when ``error``, raised by a ``schedule``, means no task of that name was made.
 
-    A :class:`PermanentError` was refused (InvalidArgument, FailedPrecondition) or never sent
-    (too large, too far ahead); a :class:`TransientError` caused by a refusing answer (quota,
-    permission, a missing queue) was not applied either. Anything else - a timeout, UNAVAILABLE,
-    an error without a cause (a model's, a client's) - may have made the task.
+    Only a :class:`PermanentError` says so: the request itself was refused (InvalidArgument,
+    FailedPrecondition) or never sent (too large, too far ahead), and every create of that name
+    - the same body - is refused the same. A transient error may have been applied (a timeout,
+    UNAVAILABLE); and even a refusal of *this* call (quota, permission) says nothing about an
+    earlier create of the same name - on an earlier attempt, or a duplicate run - that may
+    have been applied.
     """
-    if isinstance(error, PermanentError):
-        return True
-    return isinstance(error, TransientError) and isinstance(error.__cause__, _REFUSALS)
+    return isinstance(error, PermanentError)
 
 
 class CloudTasksScheduler:
