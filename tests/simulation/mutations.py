@@ -813,8 +813,14 @@ def issue_24() -> tuple[Mutation, ...]:
                 SourceEdit(
                     relay,
                     "Relay._last_attempt_failed",
-                    "if last.continued(self._scheduler, delayed, key):",
+                    "if handed is not HandOver.NOT_MADE:",
                     "if False:",
+                ),
+                SourceEdit(
+                    relay,
+                    "Relay._hand_over_early",
+                    "if handed is not HandOver.MADE:",
+                    "if True:",
                 ),
             ),
             guarded_by=("tests/unit/test_relay_last_attempt_continues.py",),

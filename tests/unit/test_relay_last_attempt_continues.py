@@ -23,7 +23,7 @@ from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
 from pubsub_toolkit.delay.scheduler import plan_task
-from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import OutboundMessage
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from tests.support.sinks import RecordingSink
@@ -34,7 +34,8 @@ MAX_ATTEMPTS = 3
 
 
 class Queue:
-    """Tasks by name, as Cloud Tasks keeps them; ``refusing`` fails every create."""
+    """Tasks by name, as Cloud Tasks keeps them; ``refusing`` refuses every create (as the
+    scheduler maps InvalidArgument: known not made)."""
 
     def __init__(self, clock: ManualClock) -> None:
         self.clock = clock
@@ -45,7 +46,7 @@ class Queue:
         self, message: OutboundMessage, deliver_at: datetime, dedup_key: str, hop: int = 0
     ) -> str:
         if self.refusing:
-            raise TransientError("injected: Cloud Tasks unavailable")
+            raise PermanentError("schedule_rejected", "injected: Cloud Tasks refused it")
         plan = plan_task(message, deliver_at, dedup_key, hop, now=self.clock.now())
         self.tasks.setdefault(plan.task_id, plan.body)  # an existing name: AlreadyExists
         return plan.task_id
@@ -74,12 +75,16 @@ class World:
         )
 
     def every_attempt_fails(self, relay: Relay, body: bytes) -> RelayOutcome:
-        """The store down through the task's whole budget; the last attempt's outcome."""
+        """The store down through the task's whole budget; the outcome of the attempt that
+        answered 2xx (the last but one, when it handed the message over; else the last)."""
         self.store.down = True
-        for attempt in range(1, MAX_ATTEMPTS):
+        for attempt in range(1, MAX_ATTEMPTS - 1):
             with pytest.raises(TransientError):
                 relay.release(body, attempt=attempt)
-        outcome = relay.release(body, attempt=MAX_ATTEMPTS).outcome
+        try:
+            outcome = relay.release(body, attempt=MAX_ATTEMPTS - 1).outcome
+        except TransientError:  # not handed over: the last attempt settles it
+            outcome = relay.release(body, attempt=MAX_ATTEMPTS).outcome
         self.store.down = False
         return outcome
 

@@ -3,7 +3,9 @@
 Cloud Tasks retries a task the relay answers 5xx, up to the queue's ``max_attempts``, then
 deletes it: a message whose every attempt failed (a store outage longer than the retry budget,
 about 7.7 h with the deployed 100 attempts) would reach neither the final nor the dead-letter
-topic. So the relay must know its last attempt and not answer 5xx then (:mod:`.relay`).
+topic. So the relay must know its last attempt and not answer 5xx then (:mod:`.relay`) - and
+the one before it, where it hands the message over already while a create in doubt can still
+be settled by the last (:mod:`.last_attempt`).
 
 Each attempt carries the number of attempts before it: ``X-CloudTasks-TaskRetryCount`` on HTTP
 targets, ``X-AppEngine-TaskRetryCount`` on App Engine targets (0 on the first attempt; it counts
@@ -74,3 +76,15 @@ def max_attempts_from_env(env: Mapping[str, str]) -> int | None:
 def is_last_attempt(attempt: int | None, max_attempts: int | None) -> bool:
     """True when Cloud Tasks deletes the task if this attempt fails too."""
     return attempt is not None and max_attempts is not None and attempt >= max_attempts
+
+
+def is_last_but_one_attempt(attempt: int | None, max_attempts: int | None) -> bool:
+    """True on the attempt before the last: a relay that hands a message over there (see
+    :mod:`.last_attempt`) still has the last attempt to learn whether a create that timed out
+    was applied."""
+    return (
+        attempt is not None
+        and max_attempts is not None
+        and attempt == max_attempts - 1
+        and attempt >= 1
+    )

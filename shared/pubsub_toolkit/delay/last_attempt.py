@@ -1,22 +1,34 @@
 """What the relay does when Cloud Tasks' last attempt of a task fails: continue, else
-dead-letter - never lose.
+dead-letter - never lose, never both.
 
 Cloud Tasks deletes a task once its last attempt (:mod:`.attempts`) is answered 5xx, so a relay
 whose store has been down for the whole retry budget would lose the message: neither the final
-nor the dead-letter topic. On that attempt the relay first hands the message to a **task of its
-own** - the next hop (:func:`~pubsub_toolkit.delay.scheduler.task_id`, the same body and due
-time, a fresh retry budget) - and answers 2xx: the queue keeps the message until the store is
-back, and that task then releases it as any other, checked against its release record and a
-``cancel`` tombstone (``relay_deferred``, logged as an ALERT: the store has been down for a
-whole retry budget). Dead-lettering at once could not tell a message released earlier - by
-ingress, or a copy of a task whose create timed out after it was applied - from one never
-released, so it put delivered messages on the dead-letter topic too (the simulation's
-``relay_store_outage``: "both an effect and dead-lettered", seeds 614, 619, 938, 1209 and 1272),
-and it left a FIFO group waiting at the number. The task name makes the hand-over idempotent:
-a second run of the same attempt finds the task made (AlreadyExists) and answers the same, so a
-create that timed out is tried again rather than guessed at. Only when no task can be made (no
-scheduler, or Cloud Tasks refusing) does the relay dead-letter it instead, with a reason and an
-ALERT:
+nor the dead-letter topic. On that attempt (and already on the one before) **any transient
+failure** - the store, the final topic or Cloud Tasks unreachable, the release claimed by a run
+still going: an outage of something the message needs - hands the message to a **task of the
+relay's own**: the next hop (:func:`~pubsub_toolkit.delay.scheduler.task_id`, the same body and
+due time, a fresh retry budget), answered 2xx. The queue keeps the message until the outage
+heals, and that task then releases it as any other, checked against its release record and a
+``cancel`` tombstone (``relay_deferred``, an ALERT naming the failure). Dead-lettering at once
+could not tell a message released earlier - by ingress, or a copy of a task whose create timed
+out after it was applied - from one never released, so it put delivered messages on the
+dead-letter topic too (the simulation's ``relay_store_outage``: "both an effect and
+dead-lettered", seeds 614, 619, 938, 1209 and 1272), and it left a FIFO group waiting.
+
+A failed create may have made the task (:func:`~pubsub_toolkit.delay.scheduler.create_refused`
+tells a refusal from a doubt). The name is fixed, so a create tried again answers AlreadyExists
+when an earlier one was applied. A doubt on the last attempt but one is answered 5xx: the last
+attempt creates the same name again and learns the outcome. A doubt on the last attempt is
+neither dead-lettered (the task may exist and release it: the message would be both delivered
+and dead-lettered - review finding on issue 24) nor dropped silently: the message goes to the
+operator whole (``relay_handover_unconfirmed``: data, attributes, the task's name to look for).
+
+Hand-overs end: a message is handed over only until it is ``DEDUP_TTL`` past its due time
+(consumers keep its key that long, so a copy an earlier run published unrecorded is still a
+duplicate to them) and up to hop :data:`~pubsub_toolkit.delay.payload.MAX_HOP`. Past that, or
+when no task can be made (no scheduler, Cloud Tasks refusing the request itself), the relay
+dead-letters it with a reason, an ALERT, and in its ``error_detail`` why it was not handed
+over:
 
 * ``relay_store_unavailable``: the store could not be reached (the relay could not read the
   cancel tombstone, claim the release record, or write it);
@@ -47,13 +59,17 @@ an ALERT names the group and number to skip.
 
 from __future__ import annotations
 
+import base64
+import enum
 import logging
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.delay.payload import MAX_HOP, DelayedMessage
+from pubsub_toolkit.delay.scheduler import create_refused, task_id
 from pubsub_toolkit.errors import StoreUnavailableError, TransientError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
@@ -61,9 +77,17 @@ from pubsub_toolkit.producer.sink import MessageSink
 
 REASON_STORE_UNAVAILABLE = "relay_store_unavailable"
 REASON_RETRIES_EXHAUSTED = "relay_retries_exhausted"
-# Creates of the next task tried on the last attempt: the name is fixed, so a create that timed
-# out after Cloud Tasks applied it is answered AlreadyExists by the next try.
+# Creates of the next task tried per attempt: the name is fixed, so a create that timed out
+# after Cloud Tasks applied it is answered AlreadyExists by the next try.
 CONTINUE_TRIES = 3
+
+
+class HandOver(enum.StrEnum):
+    """What :meth:`LastAttempt.continued` did with the message."""
+
+    MADE = "made"  # the next task exists (created, or AlreadyExists): it has the message
+    NOT_MADE = "not_made"  # known not made (refused, no scheduler, past the limit): dead-letter
+    UNCONFIRMED = "unconfirmed"  # may exist: handed to the operator in an ALERT, no dead letter
 
 
 class HopScheduler(Protocol):
@@ -85,12 +109,23 @@ class LastAttempt:
         attempt: int | None,
         max_attempts: int | None,
         failure: TransientError,
+        *,
+        final: bool = True,
     ) -> None:
+        """``final``: this is the queue's last attempt (False: the last but one, which only
+        hands over - anything else is answered 5xx for the last attempt to settle)."""
         self._dead_letters = dead_letters
         self._log = log
         self._attempt = attempt
         self._max_attempts = max_attempts
         self._failure = failure
+        self._final = final
+        self._which = (
+            "last Cloud Tasks attempt"
+            if final
+            else f"Cloud Tasks attempt {attempt} of {max_attempts} (the last but one)"
+        )
+        self._why_not = ""  # why the message was not handed to a new task, once known
 
     @property
     def reason(self) -> str:
@@ -99,37 +134,114 @@ class LastAttempt:
             return REASON_STORE_UNAVAILABLE
         return REASON_RETRIES_EXHAUSTED
 
-    def continued(self, scheduler: HopScheduler | None, delayed: DelayedMessage, key: str) -> bool:
-        """Hand ``delayed`` to its next hop's task (see the module doc); False if no task could
-        be made (then the caller dead-letters it)."""
-        hop, error = delayed.hop + 1, None
-        if scheduler is None or hop > MAX_HOP:
-            return False
+    def continued(
+        self,
+        scheduler: HopScheduler | None,
+        delayed: DelayedMessage,
+        key: str,
+        *,
+        overdue: timedelta,
+        limit: timedelta,
+    ) -> HandOver:
+        """Hand ``delayed`` to its next hop's task (see the module doc). ``overdue``: how long
+        past its due time it is now; past ``limit`` (``DEDUP_TTL``) it is not handed over."""
+        hop = delayed.hop + 1
+        if scheduler is None:
+            return self._not_made("no scheduler to make a task with")
+        if hop > MAX_HOP:
+            return self._not_made(f"its hop {delayed.hop} is the last a task body may carry")
+        if overdue >= limit:
+            return self._not_made(
+                f"it is {_days(overdue)} past its due time: handed over only until DEDUP_TTL "
+                f"({_days(limit)}) past it"
+            )
+        doubt: Exception | None = None  # a failure that may have made the task
+        error: Exception | None = None
         for _ in range(CONTINUE_TRIES):
             try:
                 scheduler.schedule(delayed.message, delayed.deliver_at, delayed.dedup_key, hop)
-            except Exception as exc:  # the caller dead-letters it: logged there and here
+            except Exception as exc:  # logged below: made, refused or in doubt
                 error = exc
-                continue
+                if not create_refused(exc):
+                    doubt = exc
+                    continue
+                break  # refused as it is: another try is refused the same
             self._log.decision(
                 "deferred",
-                f"ALERT: last Cloud Tasks attempt failed ({self._failure}); the message waits "
-                f"in the queue as hop {hop} (a new retry budget) until the store is back",
+                f"ALERT: {self._which} failed ({self._failure}) - the store, the "
+                "final topic or Cloud Tasks failing for a whole retry budget; the message waits "
+                f"in the queue as hop {hop} (a new retry budget), released once that heals",
                 dedup_key=key,
                 level=logging.ERROR,
                 alert="relay_deferred",
                 attempt=self._attempt,
                 hop=hop,
+                error=str(self._failure),
             )
-            return True
+            return HandOver.MADE
+        then = "dead-lettered instead" if self._final else "answered 5xx: the last attempt decides"
+        if doubt is not None and not self._final:
+            self._log.decision(
+                "handover_retried",
+                f"{self._which} failed ({self._failure}) and whether the task taking the "
+                f"message over (hop {hop}) was made is unknown ({doubt}): answered 5xx, the "
+                "last attempt creates it again (AlreadyExists if it was made)",
+                dedup_key=key,
+                level=logging.WARNING,
+                attempt=self._attempt,
+                hop=hop,
+            )
+            return HandOver.UNCONFIRMED
+        if doubt is not None:
+            self._unconfirmed(scheduler, delayed, key, hop, doubt)
+            return HandOver.UNCONFIRMED
         self._log.decision(
             "not_deferred",
-            f"the next task (hop {hop}) could not be made ({error}): dead-lettered instead "
-            "(a create that timed out may have made it: then it is released as well)",
+            f"the next task (hop {hop}) was refused ({error}): {then}",
             dedup_key=key,
             level=logging.WARNING,
         )
-        return False
+        return self._not_made(f"Cloud Tasks refused its next task ({error})")
+
+    def _not_made(self, why: str) -> HandOver:
+        self._why_not = why
+        return HandOver.NOT_MADE
+
+    def _unconfirmed(
+        self,
+        scheduler: HopScheduler,
+        delayed: DelayedMessage,
+        key: str,
+        hop: int,
+        doubt: Exception,
+    ) -> None:
+        """Every create of the next task failed, one at least without a refusal: it may exist.
+        A dead letter could then sit next to its release, so the operator gets the message."""
+        message = delayed.message
+        number = _number(message.attributes)
+        task = task_id(key, hop, message.attributes.get(attr.FIFO_SEQ))
+        queue = getattr(scheduler, "queue", None)
+        name = f"{queue}/tasks/{task}" if queue else task
+        self._log.decision(
+            "handover_unconfirmed",
+            f"ALERT: last Cloud Tasks attempt failed ({self._failure}), and whether the task "
+            f"taking the message over (hop {hop}) was made is unknown ({doubt}). Not "
+            "dead-lettered: if that task exists it releases the message. Look for task "
+            f"{name}: if it is absent, this line is the message's dead letter (its data and "
+            "attributes) - check it was not cancelled (is_cancelled) before publishing it again",
+            dedup_key=key,
+            level=logging.ERROR,
+            alert="relay_handover_unconfirmed",
+            attempt=self._attempt,
+            hop=hop,
+            task_id=task,
+            task_name=name,
+            error=str(doubt),
+            data_base64=base64.b64encode(message.data).decode(),
+            attributes=dict(message.attributes),
+            ordering_key=message.ordering_key,
+            **number,
+        )
 
     def dead_letter(self, message: Message, key: str | None, reason: str | None = None) -> str:
         """Dead-letter ``message`` with ``reason`` (default :attr:`reason`); returns the reason.
@@ -144,11 +256,13 @@ class LastAttempt:
             for name in (attr.FIFO_GROUP, attr.FIFO_SEQ)
             if name in message.attributes
         }
+        handed = f" Not handed to a new task: {self._why_not}." if self._why_not else ""
         detail = (
             f"Cloud Tasks' last attempt ({self._attempt} of {self._max_attempts}) failed: "
-            f"{self._failure}. Whether it had been released already, or cancelled, could not "
-            "be checked: before a replay, check that it was not cancelled (is_cancelled); a "
-            "released one is a duplicate to consumers while they keep its dedup_key (DEDUP_TTL)"
+            f"{self._failure}.{handed} Whether it had been released already, or cancelled, "
+            "could not be checked: before a replay, check that it was not cancelled "
+            "(is_cancelled); a released one is a duplicate to consumers while they keep its "
+            "dedup_key (DEDUP_TTL)"
         )
         try:
             self._dead_letters.send(message, reason, detail, dedup_key=key)
@@ -169,7 +283,7 @@ class LastAttempt:
         self._log.decision(
             "gave_up",
             f"ALERT: last Cloud Tasks attempt failed ({self._failure}); dead-lettered as "
-            f"{reason} instead of lost",
+            f"{reason} instead of lost{' (' + self._why_not + ')' if self._why_not else ''}",
             dedup_key=key,
             level=logging.ERROR,
             alert="relay_gave_up",
@@ -223,3 +337,14 @@ class LastAttempt:
             alert="relay_release_unrecorded",
             attempt=self._attempt,
         )
+
+
+def _number(attributes: Mapping[str, str]) -> dict[str, str]:
+    """A FIFO message's group and number, as ALERT fields (none for others)."""
+    return {
+        name: attributes[name] for name in (attr.FIFO_GROUP, attr.FIFO_SEQ) if name in attributes
+    }
+
+
+def _days(span: timedelta) -> str:
+    return f"{span.total_seconds() / 86_400:.1f} days"

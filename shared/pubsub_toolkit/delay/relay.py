@@ -14,9 +14,10 @@ A cancelled FIFO message is replaced by a filler for its number (see
 mismatch is dead-lettered once per content, however often Cloud Tasks retries the task.
 
 A transient failure raises; the web layer answers 5xx and Cloud Tasks retries with backoff -
-except on the queue's last attempt (:mod:`.attempts`): then the message is dead-lettered with a
-reason rather than lost with the task, and a FIFO one is followed by a filler so its group goes
-on (:mod:`.last_attempt`). A release record lives as long as a cancel tombstone
+except on the queue's last attempt (:mod:`.attempts`): then the message is handed to a new task
+of the relay's own until ``DEDUP_TTL`` past its due time, and only dead-lettered with a reason
+(a FIFO one followed by a filler, so its group goes on) when no task is made
+(:mod:`.last_attempt`). A release record lives as long as a cancel tombstone
 (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
 """
 
@@ -34,7 +35,11 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
-from pubsub_toolkit.delay.attempts import DEFAULT_MAX_ATTEMPTS, is_last_attempt
+from pubsub_toolkit.delay.attempts import (
+    DEFAULT_MAX_ATTEMPTS,
+    is_last_attempt,
+    is_last_but_one_attempt,
+)
 from pubsub_toolkit.delay.cancel import (
     RELAY_NAMESPACE,
     fate_key,
@@ -43,7 +48,7 @@ from pubsub_toolkit.delay.cancel import (
     release_once,
     released_message_id,
 )
-from pubsub_toolkit.delay.last_attempt import HopScheduler, LastAttempt
+from pubsub_toolkit.delay.last_attempt import HandOver, HopScheduler, LastAttempt
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
@@ -95,6 +100,9 @@ class Relay:
         no attempt is taken for the last)."""
         self.log = DecisionLog(RELAY_NAMESPACE, metrics)
         self._max_attempts = task_max_attempts
+        # A last attempt hands the message over only until it is this far past due: a copy
+        # published unrecorded before is still a duplicate to consumers (they keep DEDUP_TTL).
+        self._handover_limit = ttl
         # (fate key, FIFO number) -> the final topic's message id, for what this process
         # published: on a last attempt the store cannot answer, it still knows these went out.
         self._published: Witness[tuple[str, str | None], str] = Witness()
@@ -158,8 +166,34 @@ class Relay:
             return self._release_body(body)
         except TransientError as failure:
             if not is_last_attempt(attempt, self._max_attempts):
+                if is_last_but_one_attempt(attempt, self._max_attempts):
+                    return self._hand_over_early(body, failure, attempt)
                 raise
             return self._last_attempt_failed(body, failure, attempt)
+
+    def _hand_over_early(
+        self, body: bytes, failure: TransientError, attempt: int | None
+    ) -> RelayResult:
+        """The last attempt but one hands the message over too, answering 2xx only for a task
+        known made: a create in doubt is answered 5xx, so the last attempt - Cloud Tasks' own
+        retry - creates the same name again and learns the outcome (AlreadyExists)."""
+        try:
+            delayed = DelayedMessage.from_json(body)
+        except PermanentError:
+            raise failure from None  # the last attempt dead-letters it
+        key = fate_key(delayed.dedup_key, delayed.message.attributes)
+        if self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ))) is not None:
+            raise failure  # published here: the last attempt answers 2xx without a new task
+        last = LastAttempt(
+            self._dead_letters, self.log, attempt, self._max_attempts, failure, final=False
+        )
+        overdue = self._clock.now() - delayed.deliver_at
+        handed = last.continued(
+            self._scheduler, delayed, key, overdue=overdue, limit=self._handover_limit
+        )
+        if handed is not HandOver.MADE:
+            raise failure
+        return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}")
 
     def _release_body(self, body: bytes) -> RelayResult:
         try:
@@ -191,8 +225,13 @@ class Relay:
         if published is not None:  # this process put it on the final topic
             last.published_unrecorded(key)
             return RelayResult(RelayOutcome.PUBLISHED, key, published)
-        if last.continued(self._scheduler, delayed, key):  # the queue keeps it: no dead letter
-            return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}")
+        overdue = self._clock.now() - delayed.deliver_at
+        handed = last.continued(
+            self._scheduler, delayed, key, overdue=overdue, limit=self._handover_limit
+        )
+        if handed is not HandOver.NOT_MADE:  # the queue has it, or may have: never a letter too
+            doubt = "" if handed is HandOver.MADE else f" ({handed})"
+            return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}{doubt}")
         reason = last.dead_letter(_as_message(delayed), key)
         last.fill(self._sink, self._final_topic, _as_message(delayed), delayed.dedup_key, reason)
         return RelayResult(RelayOutcome.DEAD_LETTERED, key, reason)

@@ -7,6 +7,9 @@
   horizon and the relay re-schedules it (a *hop*, with its own task name) until it is due.
 * A task is at most **1 MB**; a message too large for one is a permanent error
   (``task_too_large``) and is dead-lettered by the caller.
+* A create that failed is **not known to have failed** unless Cloud Tasks refused the request
+  itself (:func:`create_refused`): one that timed out or found the service unavailable may have
+  been applied, which a create of the same name again learns (AlreadyExists).
 * HTTP targets carry an **OIDC token** for the relay's audience; App Engine targets rely on the
   ``X-AppEngine-QueueName`` header that only Cloud Tasks can set.
 """
@@ -124,6 +127,19 @@ def task_id(dedup_key: str, hop: int = 0, fifo_seq: str | None = None) -> str:
     """A task id for a key (a hash, which also spreads names evenly as Cloud Tasks asks)."""
     name = dedup_key if fifo_seq is None else f"{dedup_key}\x00fifo_seq={fifo_seq}"
     return hashlib.sha256(f"{name}\x00{hop}".encode()).hexdigest()
+
+
+def create_refused(error: BaseException) -> bool:
+    """True when ``error``, raised by a ``schedule``, means no task of that name was made.
+
+    Only a :class:`PermanentError` says so: the request itself was refused (InvalidArgument,
+    FailedPrecondition) or never sent (too large, too far ahead), and every create of that name
+    - the same body - is refused the same. A transient error may have been applied (a timeout,
+    UNAVAILABLE); and even a refusal of *this* call (quota, permission) says nothing about an
+    earlier create of the same name - on an earlier attempt, or a duplicate run - that may
+    have been applied.
+    """
+    return isinstance(error, PermanentError)
 
 
 class CloudTasksScheduler:
