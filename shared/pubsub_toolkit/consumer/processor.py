@@ -80,4 +80,4 @@ class MessageProcessor(SyncMessageProcessor):
             return AsyncMessageProcessor.from_settings(
                 settings, consumer, cast(AsyncHandler, handler)
             )
-        return cls.wired(settings, consumer, cast(Handler, handler), batch=batch)
+        return cls._wired(settings, consumer, cast(Handler, handler), batch=batch)

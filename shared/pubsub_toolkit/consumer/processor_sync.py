@@ -142,7 +142,7 @@ class SyncMessageProcessor:
             gate.rejections = self._rejections  # the gate's dead letters also happen once
 
     @classmethod
-    def wired(
+    def _wired(
         cls,
         settings: Settings,
         consumer: ConsumerSettings,
