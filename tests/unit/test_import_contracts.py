@@ -9,6 +9,7 @@ no layer names would escape the layers check, so every library module must be pl
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -119,3 +120,18 @@ def test_an_import_up_the_layers_breaks_the_contract(tmp_path: Path) -> None:
     assert run.returncode == 1, run.stdout[-3000:]
     assert "each imports only the layers below it BROKEN" in run.stdout
     assert "pubsub_toolkit.metrics -> pubsub_toolkit.operations.group_status" in run.stdout
+
+
+def test_the_library_loads_the_local_stack_by_no_name() -> None:
+    """An import by name (``importlib.import_module("pubsub_toolkit_local...")``) is invisible to
+    lint-imports: no string of the library's code may name the local stack's package. Its
+    commands are entry points the local stack declares (``pubsub_toolkit.commands``)."""
+    naming = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "shared" / "pubsub_toolkit").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "pubsub_toolkit_local" in node.value
+    ]
+    assert naming == [], naming
