@@ -61,10 +61,11 @@ test-slow: install ## long runs (the consumer-crash fault), kept out of `make te
 test-faults: install ## the fault-injection and property suites, slow faults included
 	$(PY) -m pytest tests/faults tests/property $(PYTEST_ARGS)
 
-lint: install ## ruff lint + format check, mypy on the library
+lint: install ## ruff lint + format check, mypy on the library, its layers and no import cycles (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: install ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .

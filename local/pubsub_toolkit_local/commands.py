@@ -1,7 +1,9 @@
 """`pubsub-toolkit local up | env | status | restart | heal | down`: the stack in the background.
 
-The runtime package's CLI hands every ``local`` argument to :func:`run` (imported only when a
-user types ``local``), so this distribution owns its own flags and ``--help``.
+The runtime package's CLI finds :func:`run`, :func:`demo` and :func:`trace_file` by name, as the
+entry points this distribution declares (``local/pyproject.toml``; the library never imports
+this package), and hands :func:`run` every word after ``local``, so this distribution owns its
+own flags and ``--help``.
 """
 
 from __future__ import annotations
@@ -247,8 +249,12 @@ def cmd_local_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def demo() -> int:
-    """``pubsub-toolkit demo``: the narrated end-to-end run (see :mod:`.demo`)."""
+def demo(argv: Sequence[str] = ()) -> int:
+    """``pubsub-toolkit demo``: the narrated end-to-end run (see :mod:`.demo`); it takes no
+    arguments (``argv``: what followed ``demo``, empty: the CLI's parser refuses any)."""
     from pubsub_toolkit_local.demo import run_demo
+
+    if argv:
+        raise ToolkitError(f"demo takes no arguments (got {' '.join(argv)})")
 
     return run_demo(repo_root())

@@ -1,7 +1,7 @@
 """One orchestration, two drivers: the toolkit's sync logic run on an event loop, awaiting.
 
 The dedup processor, the FIFO gate and the message processor are one state machine each,
-written once (sync) over pure rules (:mod:`pubsub_toolkit.dedup.rules`,
+written once (sync) over pure rules (:mod:`pubsub_toolkit.stores.dedup.rules`,
 :mod:`pubsub_toolkit.consumer.gate_rules`). Their async twins do not copy that orchestration
 (two copies of an 800-line gate would drift): they run the same code inside a greenlet on the
 event loop's own thread, and every place it touches I/O - a store call, the handler, a wait -

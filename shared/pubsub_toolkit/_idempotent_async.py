@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit._bridge import await_, run_sync
+from pubsub_toolkit._guard import Guard, Guarded
+from pubsub_toolkit._guard import delivered as _delivered
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.cloudevent import message_from_event_data
-from pubsub_toolkit.decorators import Guarded, Idempotent, _delivered
 from pubsub_toolkit.errors import ClaimInProgressError, ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
 
@@ -84,7 +85,7 @@ def _registered_cloud_event(handler: Callable[..., Any]) -> bool:
     return bool(kind == registry.CLOUDEVENT_SIGNATURE_TYPE)
 
 
-class AsyncIdempotent(Idempotent):
+class AsyncIdempotent(Guard):
     """The guard behind a decorated ``async def`` (keys and settings as the sync guard's)."""
 
     def __init__(self, handler: Callable[..., Any], **options: Any) -> None:
@@ -147,7 +148,7 @@ class AsyncIdempotent(Idempotent):
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, received: Any) -> None:
-        from pubsub_toolkit.consumer.subscriber import nack_after, to_message
+        from pubsub_toolkit.consumer._settle import nack_after, to_message
 
         try:
             processor = self._processor_here()

@@ -39,7 +39,7 @@ a minute; a subscriber's messages meanwhile come back a minute later, not in a t
 **An ``async def``** gets an async guard (:mod:`pubsub_toolkit._idempotent_async`): awaited on
 the loop of ``functions_framework.aio`` for a CloudEvent function, or, for a subscriber
 callback, run on an event loop of the decorated object's own thread (``close()`` stops it),
-over the async stores. (About 350 lines.)
+over the async stores. What both guards share is in :mod:`pubsub_toolkit._guard`.
 """
 
 from __future__ import annotations
@@ -48,54 +48,38 @@ import functools
 import inspect
 import logging
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, cast
+from typing import Any, cast
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
+from pubsub_toolkit._guard import (  # the shared parts, also importable from here as before
+    SETTING_RETRY_SECONDS,
+    DeliveredMessage,
+    Guard,
+    Guarded,
+    KeyFunction,
+    MissingKey,
+    NackRequested,
+)
+from pubsub_toolkit._guard import delivered as _delivered
 from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.errors import (
-    ClaimInProgressError,
-    ConfigurationError,
-    PermanentError,
-    RedeliveryRequested,
-)
+from pubsub_toolkit.errors import ClaimInProgressError, ConfigurationError, PermanentError
 from pubsub_toolkit.message import Message
 
+__all__ = [
+    "SETTING_RETRY_SECONDS",
+    "DeliveredMessage",
+    "Guarded",
+    "Idempotent",
+    "KeyFunction",
+    "MissingKey",
+    "NackRequested",
+    "idempotent",
+]
+
 logger = logging.getLogger(__name__)
-# A missing or wrong setting stops every delivery until the process restarts with it: each
-# message comes back after this long (a nack would redeliver it at once, in a tight loop), and
-# the error is logged at most once per this long.
-SETTING_RETRY_SECONDS = 60
-
-KeyFunction = Callable[[Message], "str | None"]
-MissingKey = Literal["dead_letter", "run"]
-
-
-class NackRequested(RedeliveryRequested):
-    """Raised by :meth:`DeliveredMessage.nack`: the callback asked for a redelivery (counted
-    toward poison like any failure; see :class:`~pubsub_toolkit.errors.RedeliveryRequested`)."""
-
-
-@dataclass(frozen=True)
-class DeliveredMessage(Message):
-    """The message a decorated subscriber callback receives: a :class:`Message` with the
-    client library's ``ack()``/``nack()`` so existing callbacks keep working.
-
-    ``ack()`` does nothing: the decorator acks after the effect is recorded (an ack before
-    that could lose it). ``nack()`` raises :class:`NackRequested`: the key is released and
-    Pub/Sub delivers the message again.
-    """
-
-    def ack(self) -> None:
-        """Nothing to do: the decorator acks once the effect is recorded."""
-
-    def nack(self) -> None:
-        """Ask for a redelivery (raises NackRequested; the decorator nacks)."""
-        raise NackRequested(f"the handler nacked message {self.message_id}")
 
 
 def idempotent(
@@ -146,41 +130,14 @@ def idempotent(
     return decorate
 
 
-class Guarded(Protocol):
-    """What :func:`idempotent` returns: the handler's own call shape, plus ``close()``."""
+class Idempotent(Guard):
+    """The guard behind a decorated (sync) handler; called as the platform calls the original."""
 
-    def __call__(self, delivery: Any) -> Any: ...
-
-    def close(self, timeout: float = 30.0) -> None:
-        """Stop the FIFO sweeper (if one started)."""
-
-
-class Idempotent:
-    """The guard behind a decorated handler; called as the platform calls the original."""
-
-    def __init__(
-        self,
-        handler: Callable[..., Any],
-        *,
-        consumer: str | None,
-        key: KeyFunction | None,
-        on_missing_key: MissingKey,
-        settings: Settings | None,
-        consumer_settings: ConsumerSettings | None,
-        sweep_interval: float = 1.0,
-    ) -> None:
-        self._handler = handler
-        self._consumer = consumer
-        self._key = key
-        self._on_missing_key = on_missing_key
-        self._settings = settings
-        self._consumer_settings = consumer_settings
-        self._sweep_interval = sweep_interval
-        self._lock = threading.Lock()
+    def __init__(self, handler: Callable[..., Any], **options: Any) -> None:
+        """``options``: as :class:`~pubsub_toolkit._guard.Guard` takes them."""
+        super().__init__(handler, **options)
         self._processor: Any = None  # MessageProcessor, built on the first delivery
-        self._closing = threading.Event()
         self._sweeper: threading.Thread | None = None
-        self._setting_error_said = float("-inf")  # time.monotonic() of the last such log
 
     # --- the two call shapes -------------------------------------------------------------
 
@@ -220,7 +177,7 @@ class Idempotent:
 
     def _on_pubsub_message(self, received: Any) -> None:
         """A streaming-pull callback: ack when handled, deduplicated or dead-lettered."""
-        from pubsub_toolkit.consumer.subscriber import nack_after, to_message
+        from pubsub_toolkit.consumer._settle import nack_after, to_message
 
         try:
             processor = self._get_processor()
@@ -240,62 +197,7 @@ class Idempotent:
         else:
             received.ack()
 
-    def _hold_back(self, received: Any, exc: ConfigurationError) -> None:
-        """No delivery can be handled without the setting: say so once a minute, not once per
-        delivery, and let the message come back in a minute rather than at once."""
-        now = time.monotonic()
-        with self._lock:
-            say = now - self._setting_error_said >= SETTING_RETRY_SECONDS
-            if say:
-                self._setting_error_said = now
-        if say:
-            logger.error(
-                "cannot handle messages until the setting is fixed and the process restarted: "
-                "%s (each message comes back in %d s; this is said once a minute)",
-                exc,
-                SETTING_RETRY_SECONDS,
-            )
-        received.modify_ack_deadline(SETTING_RETRY_SECONDS)
-        received.drop()  # out of the client's lease management: back after the deadline
-
-    # --- keys ----------------------------------------------------------------------------
-
-    def _with_key(self, message: Message) -> Message | None:
-        """``message`` with its dedup key stamped in, or None when it has none."""
-        given = message.attributes.get(attr.DEDUP_KEY)
-        if given is not None and (given.strip() or self._on_missing_key != "run"):
-            return message  # even a blank one: the processor dead-letters it, as ingress does
-        # None, or blank with on_missing_key="run" (lenient: a blank key is no key).
-        found = self._key(message) if self._key is not None else None
-        found = found if found and found.strip() else message.message_id
-        if not found:
-            return None
-        return replace(message, attributes={**message.attributes, attr.DEDUP_KEY: found})
-
-    def _run_unguarded(self, message: Message, processor: Any) -> bool:
-        """For a message without a key: True to run it anyway (the user opted out), else it
-        is dead-lettered (never run without a guard by default)."""
-        if self._on_missing_key == "run":
-            logger.warning("message without a dedup key runs unguarded (on_missing_key='run')")
-            return True
-        detail = "no dedup_key attribute, no key from the key function and no message id"
-        processor.reject(message, PermanentError(attr.REASON_INVALID_DEDUP_KEY, detail))
-        return False
-
     # --- wiring --------------------------------------------------------------------------
-
-    def _resolved_settings(self) -> tuple[Settings, ConsumerSettings]:
-        settings = self._settings or Settings.from_env()
-        consumer = self._consumer_settings
-        if consumer is None:
-            consumer = (
-                ConsumerSettings(consumer_id=self._consumer)
-                if self._consumer
-                else ConsumerSettings.from_env()
-            )
-        elif self._consumer:
-            consumer = replace(consumer, consumer_id=self._consumer)
-        return settings, consumer
 
     def _get_processor(self) -> Any:
         with self._lock:
@@ -335,13 +237,3 @@ class Idempotent:
             self._sweeper.join(timeout=timeout)
         if self._processor is not None:
             self._processor.gate.release_held()
-
-
-def _delivered(message: Message) -> DeliveredMessage:
-    return DeliveredMessage(
-        data=message.data,
-        attributes=message.attributes,
-        message_id=message.message_id,
-        publish_time=message.publish_time,
-        ordering_key=message.ordering_key,
-    )

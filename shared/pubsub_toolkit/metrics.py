@@ -21,7 +21,7 @@ instrument                             kind            attributes / source
 Every instrument carries the ``component`` attribute given to :func:`instrument` (ingress,
 relay, consumer). Counters and gauges are observable: the SDK calls back at each collection
 (every ``METRICS_EXPORT_SECONDS``), so the message path pays nothing for them; the gauges list
-the FIFO store's groups then (:func:`~pubsub_toolkit.operations.group_status.group_statuses`,
+the FIFO store's groups then (:func:`~pubsub_toolkit.stores.fifo_state.status.group_statuses`,
 what ``pubsub-toolkit status`` shows). The two histograms are synchronous OTel histograms with
 the toolkit's bucket bounds, fed by :meth:`Metrics.observe` through an observer: one
 ``record()`` per observation while export is on, nothing when it is off.
@@ -125,7 +125,7 @@ def instrument(
 def _fifo_gauges(meter: Meter, fifo: FifoSource, base: Mapping[str, str]) -> None:
     from opentelemetry.metrics import Observation
 
-    from pubsub_toolkit.operations.group_status import group_statuses
+    from pubsub_toolkit.stores.fifo_state.status import group_statuses
 
     attributes = {**base, "consumer": fifo.consumer}
 

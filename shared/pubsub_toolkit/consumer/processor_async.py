@@ -20,7 +20,7 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
 from pubsub_toolkit.consumer.gate_rules import GateResult
-from pubsub_toolkit.consumer.processor import MessageProcessor, gate_policy
+from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, gate_policy
 from pubsub_toolkit.consumer.retry import RetryScheduler, SchedulerFromSettings
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
@@ -52,7 +52,7 @@ class AsyncMessageProcessor:
         self.gate = gate
         self.dedup = dedup
         #: The sync processor this one drives (usable only inside ``run_sync``).
-        self.sync = MessageProcessor(
+        self.sync = SyncMessageProcessor(
             handler=awaiting(handler),
             dedup=dedup.sync,
             gate=gate.sync,

@@ -32,18 +32,24 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit import tracing
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer._acks import ack
+from pubsub_toolkit.consumer._settle import (  # also importable from here, as before
+    OutcomeListener,
+    nack_after,
+    settle,
+    tell,
+    to_message,
+)
 from pubsub_toolkit.consumer._stream_end import StreamEnd
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
-from pubsub_toolkit.consumer.processor import MessageProcessor, fifo_address
-from pubsub_toolkit.errors import PermanentError, TransientError
+from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, fifo_address
+from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.tracing import RECEIVE
 
@@ -54,58 +60,6 @@ if TYPE_CHECKING:
     from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
 
 logger = logging.getLogger(__name__)
-OutcomeListener = Callable[[Message, str], None]
-
-
-def nack_after(received: Any, exc: Exception) -> str:
-    """Nack ``received`` after ``exc`` and return the outcome: ``retry`` for a TransientError
-    (expected: one INFO line), ``error`` for anything else (logged with its traceback). Call it
-    from the ``except`` block, so the traceback is the one being handled."""
-    if isinstance(exc, TransientError):
-        logger.info("redelivering %s: %s", received.message_id, exc)
-        outcome = "retry"
-    else:
-        logger.exception("handler error on %s; redelivering", received.message_id)
-        outcome = "error"
-    received.nack()
-    return outcome
-
-
-def settle(subscription: str, received: Any, message: Message, exc: Exception | None = None) -> str:
-    """Ack ``received`` - or, after ``exc``, nack it (see :func:`nack_after`, whose outcome is
-    returned) - as the delivery's ``settle`` span. Call it from the ``except`` block for a
-    failure, so the logged traceback is the one being handled."""
-    with tracing.settling(subscription, message, hop="consumer", ack=exc is None):
-        if exc is not None:
-            return nack_after(received, exc)
-        ack(received)
-        return "ack"
-
-
-def tell(listener: OutcomeListener | None, message: Message, outcome: str) -> None:
-    """Give ``listener`` a settled message's outcome. A listener that raises is logged and
-    changes nothing: the message stays acked or nacked as decided, its group goes on."""
-    if listener is None:
-        return
-    try:
-        listener(message, outcome)
-    except Exception:
-        logger.exception(
-            "on_outcome listener raised on %s (outcome %s); the message stays settled as decided",
-            message.message_id,
-            outcome,
-        )
-
-
-def to_message(received: Any) -> Message:
-    """Our Message from a google-cloud-pubsub received message."""
-    return Message(
-        data=received.data,
-        attributes=dict(received.attributes),
-        message_id=received.message_id,
-        publish_time=received.publish_time,
-        ordering_key=received.ordering_key or "",
-    )
 
 
 class Consumer:
@@ -114,7 +68,7 @@ class Consumer:
     def __init__(
         self,
         subscription: str,
-        processor: MessageProcessor | AsyncMessageProcessor,
+        processor: SyncMessageProcessor | AsyncMessageProcessor,
         *,
         concurrency: int = 16,
         max_outstanding: int = 1000,
@@ -149,7 +103,7 @@ class Consumer:
         processor.gate.use_lease_hold(STREAMING_LEASE_HOLD)
         # Batch mode (a gate built with batch > 1): a group's queued consecutive deliveries go
         # to the processor together.
-        batch = 1 if self._async is not None else cast(MessageProcessor, processor).gate.batch
+        batch = 1 if self._async is not None else cast(SyncMessageProcessor, processor).gate.batch
         self._dispatcher = ConvoyDispatcher(
             concurrency, batch=batch, run_batch=self._process_batch if batch > 1 else None
         )
@@ -257,7 +211,7 @@ class Consumer:
     def _process(self, received: Any, message: Message) -> None:
         with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
             try:
-                outcome = cast(MessageProcessor, self._processor).process(message)
+                outcome = cast(SyncMessageProcessor, self._processor).process(message)
             except Exception as exc:
                 outcome = settle(self.subscription, received, message, exc)
             else:
@@ -266,7 +220,7 @@ class Consumer:
 
     def _process_batch(self, payloads: list[object]) -> None:
         deliveries = cast("list[tuple[Any, Message]]", payloads)
-        processor = cast(MessageProcessor, self._processor)
+        processor = cast(SyncMessageProcessor, self._processor)
         try:
             results = processor.process_batch([message for _received, message in deliveries])
         except Exception as exc:
@@ -288,7 +242,7 @@ class Consumer:
             tell(self._on_outcome, message, outcome)
 
     def _sweep_loop(self) -> None:
-        gate = cast(MessageProcessor, self._processor).gate
+        gate = cast(SyncMessageProcessor, self._processor).gate
         while not self._closing.wait(self._sweep_interval):
             try:
                 for group in gate.groups():

@@ -2,8 +2,8 @@
 
 * :mod:`.idempotent` - :class:`~.idempotent.IdempotentProcessor`: claim a key, run the effect
   once, remember its result;
-* :mod:`.rules` - the claim rules every store backend applies, as pure functions;
 * :mod:`.inbox` - the handler's Firestore writes and the dedup marker in one transaction.
 
-The stores themselves are in :mod:`pubsub_toolkit.stores.dedup`.
+The stores themselves, and the claim rules every backend applies (pure functions,
+:mod:`pubsub_toolkit.stores.dedup.rules`), are below this package in :mod:`pubsub_toolkit.stores`.
 """

@@ -31,7 +31,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.dedup.idempotent import Outcome, ProcessResult
 from pubsub_toolkit.errors import ClaimInProgressError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
@@ -42,6 +41,7 @@ from pubsub_toolkit.stores._firestore_calls import (
     fail_closed,
     run_in_transaction,
 )
+from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup.base import ClaimStatus
 from pubsub_toolkit.stores.dedup.firestore import (
     DEFAULT_COLLECTION,

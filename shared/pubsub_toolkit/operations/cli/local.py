@@ -1,31 +1,62 @@
-"""`local ...` and `demo`: handed to the local stack's own distribution, when it is installed.
+"""`local ...` and `demo`: commands another distribution serves, found by name.
 
 The local stack (emulators, the Cloud Tasks emulator, the demo) is ``pubsub-toolkit-local``, a
-separate distribution in the repository's ``local/`` folder that never ships in a bundle. It is
-imported here only when one of these commands runs, so every other command works without it.
+separate distribution in the repository's ``local/`` folder that never ships in a bundle. It
+depends on this library, never the other way round: the library does not import it. It declares
+what it serves as entry points (``importlib.metadata``), looked up only when one of these commands
+runs, so every other command works without it:
+
+* group :data:`COMMANDS` - ``local`` and ``demo``: called with the words after the command, they
+  return the exit code (``local`` parses its own flags and answers its own ``--help``);
+* group :data:`TRACE_FILES` - the running stack's trace file, the default of ``trace``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-from types import ModuleType
+from collections.abc import Callable, Iterator
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from pubsub_toolkit.errors import MissingDependencyError
 
+COMMANDS = "pubsub_toolkit.commands"
+TRACE_FILES = "pubsub_toolkit.trace_files"
 MISSING_HINT = "the local stack is not installed: pip install -e ./local from a checkout"
 
 
-def _local_commands() -> ModuleType:
-    try:
-        return importlib.import_module("pubsub_toolkit_local.commands")
-    except ModuleNotFoundError as exc:
-        # Only the package itself being absent gets the hint; a dependency missing inside it
-        # is a real error and keeps its own message.
-        if (exc.name or "").split(".")[0] != "pubsub_toolkit_local":
-            raise
-        raise MissingDependencyError(MISSING_HINT) from None  # setup: exit 2
+def _loaded(group: str, name: str | None = None) -> Iterator[Any]:
+    """Each entry point of ``group`` (named ``name``, if given), loaded; one whose own package is
+    not importable is passed over, as if not installed. A dependency missing inside a plugin is
+    a real error and keeps its own message."""
+    found = entry_points(group=group) if name is None else entry_points(group=group, name=name)
+    for point in found:
+        try:
+            yield point.load()
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != _package(point):
+                raise
+
+
+def _package(point: EntryPoint) -> str:
+    return point.module.split(".")[0]
+
+
+def plugin_command(name: str) -> Callable[[list[str]], int]:
+    """The callable an installed distribution serves the command ``name`` with; the install
+    hint (MissingDependencyError: setup, exit 2) when none does."""
+    for command in _loaded(COMMANDS, name):
+        return command  # type: ignore[no-any-return]
+    raise MissingDependencyError(MISSING_HINT)
+
+
+def plugin_trace_file() -> str | None:
+    """The first trace file an installed distribution names (a running local stack's), or None."""
+    for trace_file in _loaded(TRACE_FILES):
+        path = trace_file()
+        if path:
+            return str(path)
+    return None
 
 
 def add_local_commands(commands: Any) -> None:
@@ -42,10 +73,10 @@ def add_local_commands(commands: Any) -> None:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    """Run ``local ACTION ...`` in the local package."""
-    return int(_local_commands().run(args.rest))
+    """Run ``local ACTION ...`` in the distribution that serves it."""
+    return int(plugin_command("local")(list(args.rest)))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the narrated demo in the local package."""
-    return int(_local_commands().demo())
+    """Run the narrated demo in the distribution that serves it."""
+    return int(plugin_command("demo")([]))

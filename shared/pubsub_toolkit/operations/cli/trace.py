@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 from typing import Any
 
+from pubsub_toolkit.operations.cli.local import plugin_trace_file
 from pubsub_toolkit.operations.trace_tree import TraceFileError, load_spans, render
 
 
@@ -33,11 +33,7 @@ def default_trace_file() -> str:
     configured = os.environ.get("TRACE_FILE", "").strip()
     if configured:
         return configured
-    try:
-        local = importlib.import_module("pubsub_toolkit_local.commands")
-    except ModuleNotFoundError:
-        local = None
-    path = None if local is None else local.trace_file()
+    path = plugin_trace_file()  # the local stack's, when it is installed and running
     if path is None:
         raise TraceFileError(
             "no trace file: TRACE_FILE is not set and no local stack is running (start one with "

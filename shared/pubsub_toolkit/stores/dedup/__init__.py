@@ -1,1 +1,2 @@
-"""Dedup stores: :mod:`.base` (the protocol), :mod:`.memory`, :mod:`.redis`, :mod:`.firestore`."""
+"""Dedup stores: :mod:`.base` (the protocol and its records), :mod:`.rules` (the claim rules
+every backend applies, as pure functions), :mod:`.memory`, :mod:`.redis`, :mod:`.firestore`."""

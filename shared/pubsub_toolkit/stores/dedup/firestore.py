@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_retry, fail_closed
+from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup._firestore_batch import GroupCommitter
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
 

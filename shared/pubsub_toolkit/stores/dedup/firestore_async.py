@@ -6,7 +6,7 @@ ids, fields), so sync and async workers share one store.
 carry an ``update_time`` precondition - one atomic write, exactly one winner, no transaction.
 ``complete`` is idempotent per claim as in the sync store: a precondition failure against our
 own applied first attempt is found by reading the record (done under our token = success).
-Every decision is :mod:`pubsub_toolkit.dedup.rules`'. Fails closed (StoreUnavailableError).
+Every decision is :mod:`pubsub_toolkit.stores.dedup.rules`'. Fails closed (StoreUnavailableError).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_async_retry, fail_closed_async
+from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
 from pubsub_toolkit.stores.dedup.firestore import (
     DEFAULT_COLLECTION,

@@ -6,8 +6,8 @@ import threading
 from datetime import timedelta
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.errors import StaleClaimError
+from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
 
 

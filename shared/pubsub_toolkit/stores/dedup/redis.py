@@ -43,7 +43,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._coalesce import Coalescer, Operation
 from pubsub_toolkit.stores._redis_calls import (
@@ -54,6 +53,7 @@ from pubsub_toolkit.stores._redis_calls import (
     raise_if_unavailable,
 )
 from pubsub_toolkit.stores.dedup import _codec as codec
+from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
 
 if TYPE_CHECKING:

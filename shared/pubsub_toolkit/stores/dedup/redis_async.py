@@ -6,7 +6,7 @@ A claim is one round trip whatever it finds: ``SET NX PX GET`` creates the recor
 one there (``_CLAIM_OR_GET`` on a server before Redis 7.0); an expired lease or record is taken
 over by the shared compare-and-set script (``_TAKE_OVER``: exactly one contender wins);
 ``complete`` and ``release`` run the shared token-checking script (``_REPLACE_IF_TOKEN``).
-Every decision is :mod:`pubsub_toolkit.dedup.rules`', every record encoding :mod:`._codec`'s.
+Every decision is :mod:`pubsub_toolkit.stores.dedup.rules`', every record encoding :mod:`._codec`'s.
 Round trips are not coalesced into pipelines as in the sync store: on one event loop the calls
 are already concurrent on the client's connection pool. Fails closed (StoreUnavailableError), on a
 standalone Redis or a cluster (its one-key commands and scripts run on either).
@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup import rules
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._redis_calls import (
     SOCKET_TIMEOUT,
@@ -28,6 +27,7 @@ from pubsub_toolkit.stores._redis_calls import (
     server_in_cluster_mode,
 )
 from pubsub_toolkit.stores.dedup import _codec as codec
+from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
 from pubsub_toolkit.stores.dedup.redis import (
     _CLAIM_OR_GET,
