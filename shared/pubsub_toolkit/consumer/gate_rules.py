@@ -1,6 +1,6 @@
 """The FIFO gate's rules: its policies, its outcomes and every state transition, as pure
 functions of a group's :class:`~pubsub_toolkit.stores.fifo_state.base.GroupState` (no store, no
-clock, no I/O) - the counterpart of :mod:`pubsub_toolkit.dedup.rules` for dedup.
+clock, no I/O) - the counterpart of :mod:`pubsub_toolkit.stores.dedup.rules` for dedup.
 
 :mod:`.gate` orchestrates: it reads the state, asks these functions for the next one, and
 writes it with a compare-and-set under the group's lease, running the handler, parking copies
