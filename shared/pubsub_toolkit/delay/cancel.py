@@ -11,7 +11,8 @@ and whoever creates it first wins:
 Both kinds live :data:`TOMBSTONE_TTL` (366 days), not ``DEDUP_TTL``: were the release record to
 expire first, a later ``cancel`` would find no record, write a tombstone and answer "not
 delivered" about a message that went out long ago. Every writer of a release record takes its
-TTL from :func:`fate_ttl`.
+TTL from :func:`fate_ttl` (a replay's claim of its original's record: :data:`TOMBSTONE_TTL`,
+as long as the tombstone it competes with).
 
 So a ``cancel`` that lands between the relay's checks and its publish cannot answer "not
 delivered" while the message goes out: either the tombstone exists and the relay publishes
@@ -22,9 +23,18 @@ a call; a FIFO message's task is left to fire (its name carries the number, so `
 not find it), because the relay must then publish a filler for its number.
 
 A replay from the dead-letter topic has its own fate record, ``dedup_key#replay:ID``
-(:func:`fate_key`): the original's record is already decided. So has a consumer's delayed
+(:func:`fate_key`): the original's record may already be decided. So has a consumer's delayed
 retry (``RetryLater``), ``dedup_key#retry:CONSUMER:ATTEMPT``: a message that was delayed once
 already has a done record under its key, and each attempt of each consumer is released once.
+
+A replay's release also decides its *original's* record before it publishes (``release_once``
+with ``original_key``): a tombstone there refuses the replay, and an empty record (the
+original never went out: it was dead-lettered instead) is claimed for the replay, so a later
+``cancel`` finds it and answers "delivered". Cancel and replay thus meet on one record too - a
+cancel landing after the replay's checks can neither answer "not delivered" about a replay on
+the final topic nor be overtaken by one. The callers name the original key (a replay's
+``dedup_key``, see :func:`replayed_key`); nothing is read back out of a fate key, which a
+producer's own key may resemble (``order#replay:7``).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID, RETRY_ATTEMPT, RETRY_
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupStore, RecordState
+from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupRecord, DedupStore, RecordState
 
 logger = logging.getLogger(__name__)
 
@@ -104,16 +114,20 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     return CancelResult(dedup_key, task_deleted=deleted, already_delivered=delivered)
 
 
-def is_cancelled(store: DedupStore, dedup_key: str) -> bool:
-    """True when the fate record of ``dedup_key`` is a cancel tombstone - or, for a DLQ
-    replay's own fate key (``key#replay:ID``, see :func:`fate_key`), the original's is: a
-    message ``cancel()`` answered "not delivered" stays undelivered when an operator replays
-    its dead letter (one more read, for replays only)."""
-    record = store.get(RELAY_NAMESPACE, dedup_key)
-    if record is not None and record.fingerprint == CANCELLED:
-        return True
-    original, replay, _ = dedup_key.partition(_REPLAY_MARK)
-    return bool(replay) and is_cancelled(store, original)
+def is_cancelled(store: DedupStore, fate_key: str, original_key: str | None = None) -> bool:
+    """True when the fate record ``fate_key`` is a cancel tombstone - or, for a DLQ replay
+    (``original_key``: the key of the message it replays, :func:`replayed_key`), the
+    original's is: a message ``cancel()`` answered "not delivered" stays undelivered when an
+    operator replays its dead letter (one more read, for replays only).
+
+    ``is_cancelled(store, dedup_key)`` asks about a message itself. Nothing is read out of
+    ``fate_key``'s text: a producer's own key may look like a replay's (``order#replay:7``)."""
+    keys = (fate_key,) if original_key is None else (fate_key, original_key)
+    return any(_is_tombstone(store.get(RELAY_NAMESPACE, key)) for key in keys)
+
+
+def _is_tombstone(record: DedupRecord | None) -> bool:
+    return record is not None and record.fingerprint == CANCELLED
 
 
 def is_released(store: DedupStore, dedup_key: str) -> bool:
@@ -130,6 +144,9 @@ def release_once(
     message: OutboundMessage,
     key: str,
     fingerprint: str,
+    *,
+    store: DedupStore,
+    original_key: str | None,
 ) -> ProcessResult:
     """Publish a due message once per key under its fate record (namespace ``relay``).
 
@@ -137,8 +154,15 @@ def release_once(
     *another* number (a producer's retry renumbered by the counter) is released too, once per
     number: the consumer's gate runs the lowest number holding the key and fills the others,
     so the group neither stalls on the missing number nor runs the message twice.
+
+    A DLQ replay (``original_key``: the message it replays) first decides the original's
+    record in ``store`` (see the module doc); when that is a tombstone nothing is published
+    and the outcome is MISMATCH, as for a tombstone under ``key`` itself - the caller's
+    :func:`is_cancelled` tells a cancel from other content.
     """
     seq = message.attributes.get(FIFO_SEQ)
+    if original_key is not None and not _claim_original(store, original_key, fingerprint, seq, key):
+        return ProcessResult(Outcome.MISMATCH)
 
     def effect() -> str:
         return json.dumps({"id": publish(message), "seq": seq})
@@ -149,6 +173,31 @@ def release_once(
         if first is not None and first != seq:
             releases.process(f"{key}#fifo_seq:{seq}", fingerprint, effect)
     return processed
+
+
+def _claim_original(
+    store: DedupStore, original_key: str, fingerprint: str, seq: str | None, fate_key: str
+) -> bool:
+    """Decide a replay's original's fate record before the replay is published; False when a
+    cancel got there first (a tombstone).
+
+    No record: the original never went out (it was dead-lettered). It is claimed for the
+    replay, whoever then comes - ``cancel`` answers "delivered" (the replay is released next,
+    and retried until it is), a task of the original still pending finds its message released
+    (this number: ``seq``). Done with other content (the operator replays a letter that was an
+    impostor of the key): not a cancel, the replay goes on as before. A claim held right now
+    (a cancel half-way, the original's own release publishing) is retried.
+    """
+    claim = store.claim(
+        RELAY_NAMESPACE, original_key, fingerprint, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
+    )
+    if claim.owns_key:
+        result = json.dumps({"id": "", "seq": seq, "replay": fate_key})
+        store.complete(RELAY_NAMESPACE, original_key, claim, result, ttl=TOMBSTONE_TTL)
+        return True
+    if claim.status is ClaimStatus.IN_PROGRESS:
+        raise ClaimInProgressError(f"the fate of {original_key!r} is being decided; retry")
+    return not _is_tombstone(claim.record)
 
 
 def released_seq(result: str | None) -> str | None:
@@ -166,7 +215,11 @@ def released_message_id(result: str | None) -> str:
     return result or ""
 
 
-_REPLAY_MARK = "#replay:"  # a DLQ replay's fate key: the original's key, this, the replay id
+def replayed_key(dedup_key: str, attributes: Mapping[str, str]) -> str | None:
+    """The key of the message a DLQ replay (or a consumer's retry of one) replays: its own
+    ``dedup_key``, which ``dlq replay`` sets to the original's; None when ``attributes`` carry
+    no ``replay_id`` (the same test as :func:`fate_key`'s)."""
+    return dedup_key if attributes.get(REPLAY_ID) else None
 
 
 def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
@@ -175,7 +228,7 @@ def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
     key = dedup_key
     replay_id = attributes.get(REPLAY_ID)
     if replay_id:
-        key = f"{key}{_REPLAY_MARK}{replay_id}"
+        key = f"{key}#replay:{replay_id}"
     consumer, attempt = attributes.get(RETRY_CONSUMER), attributes.get(RETRY_ATTEMPT)
     if consumer and attempt:
         key = f"{key}#retry:{consumer}:{attempt}"
