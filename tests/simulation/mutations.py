@@ -928,8 +928,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 SourceEdit(
                     "pubsub_toolkit.delay.cancel",
                     "release_once",
-                    "if original_key is not None and not _claim_original(",
-                    "if False and not _claim_original(",
+                    "    if original_key is None:\n",
+                    "    if True:\n",
                 ),
             ),
             guarded_by=("tests/unit/test_replay_of_cancelled.py",),

@@ -9,7 +9,8 @@ after the replay's tombstone check, or during or after its publish, wrote a tomb
 looked at again and answered "not delivered" about a message on the final topic.
 
 Each case runs the replay's release through ingress (due already) or the relay (scheduled),
-with ``cancel()`` at one moment of it."""
+with ``cancel()`` at one moment of it. A cancel during the publish finds the record held by
+the release, as it would the original's own, and its caller tries again."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dead_letters.replay import replay
 from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, CancelResult, cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
-from pubsub_toolkit.delay.relay import Relay
+from pubsub_toolkit.delay.relay import Relay, RelayOutcome
+from pubsub_toolkit.errors import ClaimInProgressError, TransientError
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.stores.dedup.base import DedupRecord
@@ -105,6 +107,7 @@ class World:
 
     clock: ManualClock = field(default_factory=lambda: ManualClock(DUE + timedelta(hours=1)))
     answers: list[CancelResult] = field(default_factory=list)
+    busy: int = 0  # cancels that found a release holding the record (try again)
 
     def __post_init__(self) -> None:
         self.store, self.sink = HookedStore(self.clock), HookedSink()
@@ -120,7 +123,11 @@ class World:
         self.ingress, self.relay = Ingress(**common), Relay(**common)
 
     def cancel(self) -> None:
-        self.answers.append(cancel("k", store=self.store, scheduler=NoTasks()))
+        """cancel("k"), as its caller does: tried again while a release holds the record."""
+        try:
+            self.answers.append(cancel("k", store=self.store, scheduler=NoTasks()))
+        except ClaimInProgressError:
+            self.busy += 1
 
     def replay_copy(self, letter_id: str = "dl-1") -> Message:
         """``dlq replay`` of the letter: the copy it publishes to the origin topic."""
@@ -170,7 +177,7 @@ def test_cancel_racing_a_replay_answers_truthfully_and_not_delivered_means_never
     elif moment == "during_the_publish":
         world.sink.on_final = world.cancel
     world.release(path, copy)
-    if moment == "after":
+    if moment == "after" or world.busy:
         world.cancel()
     [answer] = world.answers
     published = world.sink.on(FINAL)
@@ -181,3 +188,37 @@ def test_cancel_racing_a_replay_answers_truthfully_and_not_delivered_means_never
     assert world.answers[-1].already_delivered == answer.already_delivered
     world.release(path, world.replay_copy("dl-2"))
     assert len(world.sink.on(FINAL)) == (2 if answer.already_delivered else 0)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_cancel_after_a_replay_failed_to_publish_is_told_delivered_and_the_retry_delivers(
+    path: str,
+) -> None:
+    """A release whose publish failed still holds the record, as the original's own does: the
+    cancel after it answers "delivered" (being released), and the replay's retry - Pub/Sub's
+    redelivery, Cloud Tasks' next attempt - is not refused but publishes."""
+    world = World()
+    copy = world.replay_copy()
+    world.sink.fail_next = 1  # the final topic's publish: nothing went out yet
+    with pytest.raises(TransientError):
+        world.release(path, copy)
+    world.cancel()
+    assert [a.already_delivered for a in world.answers] == [True]
+    world.release(path, copy)
+    assert len(world.sink.on(FINAL)) == 1 and world.sink.on(DLQ) == []
+
+
+def test_the_originals_own_task_after_its_released_replay_publishes_nothing_more() -> None:
+    """Pub/Sub may forward a message ingress did schedule (its ack lost): the replay released
+    first holds the original's record, so the original's task, firing later, is a duplicate."""
+    world = World()
+    world.release("ingress", world.replay_copy())
+    original = OutboundMessage(
+        b"payload", {attr.DEDUP_KEY: "k", attr.DELIVER_AT: attr.format_time(DUE)}
+    )
+    assert world.relay.release(DelayedMessage(original, "k", DUE).to_json()).outcome is (
+        RelayOutcome.DUPLICATE
+    )
+    assert len(world.sink.on(FINAL)) == 1
+    world.cancel()
+    assert world.answers[-1].already_delivered

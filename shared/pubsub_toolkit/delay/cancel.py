@@ -11,8 +11,7 @@ and whoever creates it first wins:
 Both kinds live :data:`TOMBSTONE_TTL` (366 days), not ``DEDUP_TTL``: were the release record to
 expire first, a later ``cancel`` would find no record, write a tombstone and answer "not
 delivered" about a message that went out long ago. Every writer of a release record takes its
-TTL from :func:`fate_ttl` (a replay's claim of its original's record: :data:`TOMBSTONE_TTL`,
-as long as the tombstone it competes with).
+TTL from :func:`fate_ttl`.
 
 So a ``cancel`` that lands between the relay's checks and its publish cannot answer "not
 delivered" while the message goes out: either the tombstone exists and the relay publishes
@@ -27,14 +26,16 @@ A replay from the dead-letter topic has its own fate record, ``dedup_key#replay:
 retry (``RetryLater``), ``dedup_key#retry:CONSUMER:ATTEMPT``: a message that was delayed once
 already has a done record under its key, and each attempt of each consumer is released once.
 
-A replay's release also decides its *original's* record before it publishes (``release_once``
-with ``original_key``): a tombstone there refuses the replay, and an empty record (the
-original never went out: it was dead-lettered instead) is claimed for the replay, so a later
-``cancel`` finds it and answers "delivered". Cancel and replay thus meet on one record too - a
-cancel landing after the replay's checks can neither answer "not delivered" about a replay on
-the final topic nor be overtaken by one. The callers name the original key (a replay's
-``dedup_key``, see :func:`replayed_key`); nothing is read back out of a fate key, which a
-producer's own key may resemble (``order#replay:7``).
+A replay's release also claims its *original's* record (``release_once`` with
+``original_key``), as the original's own release would, and publishes while it holds it: a
+tombstone there refuses the replay; a record nobody wrote yet (the original never went out: it
+was dead-lettered instead) ends up saying the replay released it, so a later ``cancel``
+answers "delivered" (one landing during the publish finds the claim held, and tries again); a
+done record (the original went out) lets the replay go on under its own. Cancel and replay
+thus meet on one record too: a cancel landing after the replay's checks can neither answer
+"not delivered" about a replay on the final topic nor be overtaken by one. The callers name
+the original key (a replay's ``dedup_key``, see :func:`replayed_key`); nothing is read back
+out of a fate key, which a producer's own key may resemble (``order#replay:7``).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     """Cancel the delayed message ``dedup_key``; idempotent.
 
     Raises :class:`~pubsub_toolkit.errors.ClaimInProgressError` while another ``cancel`` of the
-    same key is half-way (try again).
+    same key, or its release (a DLQ replay's included), is half-way (try again).
     """
     claim = store.claim(
         RELAY_NAMESPACE, dedup_key, CANCELLED, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
@@ -102,7 +103,7 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     if claim.owns_key:
         store.complete(RELAY_NAMESPACE, dedup_key, claim, CANCELLED, ttl=TOMBSTONE_TTL)
     elif claim.status is ClaimStatus.IN_PROGRESS:
-        raise ClaimInProgressError(f"another cancel of {dedup_key!r} is in progress")
+        raise ClaimInProgressError(f"another cancel or a release of {dedup_key!r} is in progress")
     delivered = claim.status is ClaimStatus.MISMATCH  # the relay's own claim got there first
     deleted = False if delivered else scheduler.delete(dedup_key)
     logger.info(
@@ -155,14 +156,51 @@ def release_once(
     number: the consumer's gate runs the lowest number holding the key and fills the others,
     so the group neither stalls on the missing number nor runs the message twice.
 
-    A DLQ replay (``original_key``: the message it replays) first decides the original's
-    record in ``store`` (see the module doc); when that is a tombstone nothing is published
-    and the outcome is MISMATCH, as for a tombstone under ``key`` itself - the caller's
-    :func:`is_cancelled` tells a cancel from other content.
+    A DLQ replay (``original_key``: the message it replays) is released while holding the
+    original's record too (see the module doc). When that record is a tombstone nothing is
+    published and the outcome is MISMATCH, as for a tombstone under ``key`` itself: the
+    caller's :func:`is_cancelled` (reading ``store``) tells a cancel from other content.
     """
+    if original_key is None:
+        return _release(releases, publish, message, key, fingerprint)
+    released: list[ProcessResult] = []
+
+    def release_replay() -> str | None:
+        own = _release(releases, publish, message, key, fingerprint)
+        if own.outcome is Outcome.MISMATCH:
+            raise _NotReleased(own)  # nothing went out: the original's claim is let go
+        released.append(own)
+        return own.result
+
+    try:
+        original = releases.process(original_key, fingerprint, release_replay)
+    except _NotReleased as refused:
+        return refused.result
+    if released:  # the original never went out: its record now says this replay did
+        return released[0]
+    if original.outcome is Outcome.MISMATCH and is_cancelled(store, original_key):
+        return original  # cancelled: the replay is not published either
+    # Decided before, not by a cancel: released already (or an impostor's content, replayed
+    # by an operator): the replay goes out under its own record.
+    return _release(releases, publish, message, key, fingerprint)
+
+
+class _NotReleased(Exception):
+    """A replay's own record refused it, inside its hold on the original's record."""
+
+    def __init__(self, result: ProcessResult) -> None:
+        super().__init__(result.outcome.value)
+        self.result = result
+
+
+def _release(
+    releases: IdempotentProcessor,
+    publish: Callable[[OutboundMessage], str],
+    message: OutboundMessage,
+    key: str,
+    fingerprint: str,
+) -> ProcessResult:
     seq = message.attributes.get(FIFO_SEQ)
-    if original_key is not None and not _claim_original(store, original_key, fingerprint, seq, key):
-        return ProcessResult(Outcome.MISMATCH)
 
     def effect() -> str:
         return json.dumps({"id": publish(message), "seq": seq})
@@ -173,31 +211,6 @@ def release_once(
         if first is not None and first != seq:
             releases.process(f"{key}#fifo_seq:{seq}", fingerprint, effect)
     return processed
-
-
-def _claim_original(
-    store: DedupStore, original_key: str, fingerprint: str, seq: str | None, fate_key: str
-) -> bool:
-    """Decide a replay's original's fate record before the replay is published; False when a
-    cancel got there first (a tombstone).
-
-    No record: the original never went out (it was dead-lettered). It is claimed for the
-    replay, whoever then comes - ``cancel`` answers "delivered" (the replay is released next,
-    and retried until it is), a task of the original still pending finds its message released
-    (this number: ``seq``). Done with other content (the operator replays a letter that was an
-    impostor of the key): not a cancel, the replay goes on as before. A claim held right now
-    (a cancel half-way, the original's own release publishing) is retried.
-    """
-    claim = store.claim(
-        RELAY_NAMESPACE, original_key, fingerprint, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
-    )
-    if claim.owns_key:
-        result = json.dumps({"id": "", "seq": seq, "replay": fate_key})
-        store.complete(RELAY_NAMESPACE, original_key, claim, result, ttl=TOMBSTONE_TTL)
-        return True
-    if claim.status is ClaimStatus.IN_PROGRESS:
-        raise ClaimInProgressError(f"the fate of {original_key!r} is being decided; retry")
-    return not _is_tombstone(claim.record)
 
 
 def released_seq(result: str | None) -> str | None:
