@@ -22,9 +22,20 @@ a call; a FIFO message's task is left to fire (its name carries the number, so `
 not find it), because the relay must then publish a filler for its number.
 
 A replay from the dead-letter topic has its own fate record, ``dedup_key#replay:ID``
-(:func:`fate_key`): the original's record is already decided. So has a consumer's delayed
+(:func:`fate_key`): the original's record may already be decided. So has a consumer's delayed
 retry (``RetryLater``), ``dedup_key#retry:CONSUMER:ATTEMPT``: a message that was delayed once
 already has a done record under its key, and each attempt of each consumer is released once.
+
+A replay's release also claims its *original's* record (``release_once`` with
+``original_key``), as the original's own release would, and publishes while it holds it: a
+tombstone there refuses the replay; a record nobody wrote yet (the original never went out: it
+was dead-lettered instead) ends up saying the replay released it, so a later ``cancel``
+answers "delivered" (one landing during the publish finds the claim held, and tries again); a
+done record (the original went out) lets the replay go on under its own. Cancel and replay
+thus meet on one record too: a cancel landing after the replay's checks can neither answer
+"not delivered" about a replay on the final topic nor be overtaken by one. The callers name
+the original key (a replay's ``dedup_key``, see :func:`replayed_key`); nothing is read back
+out of a fate key, which a producer's own key may resemble (``order#replay:7``).
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID, RETRY_ATTEMPT, RETRY_
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupStore, RecordState
+from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupRecord, DedupStore, RecordState
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +95,7 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     """Cancel the delayed message ``dedup_key``; idempotent.
 
     Raises :class:`~pubsub_toolkit.errors.ClaimInProgressError` while another ``cancel`` of the
-    same key is half-way (try again).
+    same key, or its release (a DLQ replay's included), is half-way (try again).
     """
     claim = store.claim(
         RELAY_NAMESPACE, dedup_key, CANCELLED, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
@@ -92,7 +103,7 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     if claim.owns_key:
         store.complete(RELAY_NAMESPACE, dedup_key, claim, CANCELLED, ttl=TOMBSTONE_TTL)
     elif claim.status is ClaimStatus.IN_PROGRESS:
-        raise ClaimInProgressError(f"another cancel of {dedup_key!r} is in progress")
+        raise ClaimInProgressError(f"another cancel or a release of {dedup_key!r} is in progress")
     delivered = claim.status is ClaimStatus.MISMATCH  # the relay's own claim got there first
     deleted = False if delivered else scheduler.delete(dedup_key)
     logger.info(
@@ -104,16 +115,20 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     return CancelResult(dedup_key, task_deleted=deleted, already_delivered=delivered)
 
 
-def is_cancelled(store: DedupStore, dedup_key: str) -> bool:
-    """True when the fate record of ``dedup_key`` is a cancel tombstone - or, for a DLQ
-    replay's own fate key (``key#replay:ID``, see :func:`fate_key`), the original's is: a
-    message ``cancel()`` answered "not delivered" stays undelivered when an operator replays
-    its dead letter (one more read, for replays only)."""
-    record = store.get(RELAY_NAMESPACE, dedup_key)
-    if record is not None and record.fingerprint == CANCELLED:
-        return True
-    original, replay, _ = dedup_key.partition(_REPLAY_MARK)
-    return bool(replay) and is_cancelled(store, original)
+def is_cancelled(store: DedupStore, fate_key: str, original_key: str | None = None) -> bool:
+    """True when the fate record ``fate_key`` is a cancel tombstone - or, for a DLQ replay
+    (``original_key``: the key of the message it replays, :func:`replayed_key`), the
+    original's is: a message ``cancel()`` answered "not delivered" stays undelivered when an
+    operator replays its dead letter (one more read, for replays only).
+
+    ``is_cancelled(store, dedup_key)`` asks about a message itself. Nothing is read out of
+    ``fate_key``'s text: a producer's own key may look like a replay's (``order#replay:7``)."""
+    keys = (fate_key,) if original_key is None else (fate_key, original_key)
+    return any(_is_tombstone(store.get(RELAY_NAMESPACE, key)) for key in keys)
+
+
+def _is_tombstone(record: DedupRecord | None) -> bool:
+    return record is not None and record.fingerprint == CANCELLED
 
 
 def is_released(store: DedupStore, dedup_key: str) -> bool:
@@ -130,6 +145,9 @@ def release_once(
     message: OutboundMessage,
     key: str,
     fingerprint: str,
+    *,
+    store: DedupStore,
+    original_key: str | None,
 ) -> ProcessResult:
     """Publish a due message once per key under its fate record (namespace ``relay``).
 
@@ -137,7 +155,51 @@ def release_once(
     *another* number (a producer's retry renumbered by the counter) is released too, once per
     number: the consumer's gate runs the lowest number holding the key and fills the others,
     so the group neither stalls on the missing number nor runs the message twice.
+
+    A DLQ replay (``original_key``: the message it replays) is released while holding the
+    original's record too (see the module doc). When that record is a tombstone nothing is
+    published and the outcome is MISMATCH, as for a tombstone under ``key`` itself: the
+    caller's :func:`is_cancelled` (reading ``store``) tells a cancel from other content.
     """
+    if original_key is None:
+        return _release(releases, publish, message, key, fingerprint)
+    released: list[ProcessResult] = []
+
+    def release_replay() -> str | None:
+        own = _release(releases, publish, message, key, fingerprint)
+        if own.outcome is Outcome.MISMATCH:
+            raise _NotReleased(own)  # nothing went out: the original's claim is let go
+        released.append(own)
+        return own.result
+
+    try:
+        original = releases.process(original_key, fingerprint, release_replay)
+    except _NotReleased as refused:
+        return refused.result
+    if released:  # the original never went out: its record now says this replay did
+        return released[0]
+    if original.outcome is Outcome.MISMATCH and is_cancelled(store, original_key):
+        return original  # cancelled: the replay is not published either
+    # Decided before, not by a cancel: released already (or an impostor's content, replayed
+    # by an operator): the replay goes out under its own record.
+    return _release(releases, publish, message, key, fingerprint)
+
+
+class _NotReleased(Exception):
+    """A replay's own record refused it, inside its hold on the original's record."""
+
+    def __init__(self, result: ProcessResult) -> None:
+        super().__init__(result.outcome.value)
+        self.result = result
+
+
+def _release(
+    releases: IdempotentProcessor,
+    publish: Callable[[OutboundMessage], str],
+    message: OutboundMessage,
+    key: str,
+    fingerprint: str,
+) -> ProcessResult:
     seq = message.attributes.get(FIFO_SEQ)
 
     def effect() -> str:
@@ -166,7 +228,11 @@ def released_message_id(result: str | None) -> str:
     return result or ""
 
 
-_REPLAY_MARK = "#replay:"  # a DLQ replay's fate key: the original's key, this, the replay id
+def replayed_key(dedup_key: str, attributes: Mapping[str, str]) -> str | None:
+    """The key of the message a DLQ replay (or a consumer's retry of one) replays: its own
+    ``dedup_key``, which ``dlq replay`` sets to the original's; None when ``attributes`` carry
+    no ``replay_id`` (the same test as :func:`fate_key`'s)."""
+    return dedup_key if attributes.get(REPLAY_ID) else None
 
 
 def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
@@ -175,7 +241,7 @@ def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
     key = dedup_key
     replay_id = attributes.get(REPLAY_ID)
     if replay_id:
-        key = f"{key}{_REPLAY_MARK}{replay_id}"
+        key = f"{key}#replay:{replay_id}"
     consumer, attempt = attributes.get(RETRY_CONSUMER), attributes.get(RETRY_ATTEMPT)
     if consumer and attempt:
         key = f"{key}#retry:{consumer}:{attempt}"

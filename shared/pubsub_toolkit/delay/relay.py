@@ -47,6 +47,7 @@ from pubsub_toolkit.delay.cancel import (
     is_cancelled,
     release_once,
     released_message_id,
+    replayed_key,
 )
 from pubsub_toolkit.delay.last_attempt import HandOver, HopScheduler, LastAttempt
 from pubsub_toolkit.delay.payload import DelayedMessage
@@ -238,7 +239,8 @@ class Relay:
 
     def _release(self, delayed: DelayedMessage) -> RelayResult:
         key = fate_key(delayed.dedup_key, delayed.message.attributes)
-        if is_cancelled(self._store, key):
+        original = replayed_key(delayed.dedup_key, delayed.message.attributes)
+        if is_cancelled(self._store, key, original):
             return self._cancelled(delayed)
         remaining = delayed.deliver_at - self._clock.now()
         if remaining > MAX_WAIT:
@@ -249,10 +251,16 @@ class Relay:
             attr.content_fingerprint(delayed.message.data, delayed.message.attributes)
         )
         processed = release_once(
-            self._publishes, lambda m: self._publish_as(key, m), delayed.message, key, fingerprint
+            self._publishes,
+            lambda m: self._publish_as(key, m),
+            delayed.message,
+            key,
+            fingerprint,
+            store=self._store,
+            original_key=original,
         )
         if processed.outcome is Outcome.MISMATCH:
-            if is_cancelled(self._store, key):  # cancelled between our check and our claim
+            if is_cancelled(self._store, key, original):  # cancelled between check and claim
                 return self._cancelled(delayed)
             self._rejections.process(
                 f"mismatch:{key}:{fingerprint}",

@@ -60,6 +60,7 @@ from pubsub_toolkit.delay.cancel import (
     is_cancelled,
     release_once,
     released_message_id,
+    replayed_key,
 )
 from pubsub_toolkit.envelope import Envelope, parse_envelope
 from pubsub_toolkit.errors import PermanentError
@@ -347,12 +348,21 @@ class Ingress:
         """A delayed message that is already due: release it through the relay's record, so
         a ``cancel`` that got there first wins and one that comes later is told "delivered"."""
         key, seq = fate_key(envelope.dedup_key, outbound.attributes), envelope.fifo_seq
-        if is_cancelled(self._store, key):
+        original = replayed_key(envelope.dedup_key, outbound.attributes)  # a replay's original
+        if is_cancelled(self._store, key, original):
             self.log.decision(IngressOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
             self._fill_cancelled(envelope)
             return Routed(IngressOutcome.CANCELLED, "", seq)
-        released = release_once(self._releases, self._publish, outbound, key, envelope.fingerprint)
-        if released.outcome is Outcome.MISMATCH and is_cancelled(self._store, key):
+        released = release_once(
+            self._releases,
+            self._publish,
+            outbound,
+            key,
+            envelope.fingerprint,
+            store=self._store,
+            original_key=original,
+        )
+        if released.outcome is Outcome.MISMATCH and is_cancelled(self._store, key, original):
             self._fill_cancelled(envelope)
             return Routed(IngressOutcome.CANCELLED, "", seq)
         if released.outcome is Outcome.MISMATCH:
