@@ -9,6 +9,13 @@ read or wrote per group, and the messages it parked; when a read goes back
 it could not restore, and keeps - as reused numbers - copies parked at numbers the group had
 already passed. The gate (:mod:`.gate`) reads and writes only through it.
 
+A copy parked in a sequence the store lost altogether (its counter restarted with it, and a new
+sequence began on the empty record) can never run: it is kept as ``fifo_after_end`` when this
+process saw that sequence end before it, else as ``fifo_sequence_restarted`` - all this process
+can know (another process may have run it, or ended the group before it, and dead-lettered it
+then: the gate's dead letters are once per copy, whatever the reason). Each copy is kept once
+per process: a repair whose save is refused does not keep (or hand over) it again.
+
 The repair fences every lease - except the live one this process took itself for a run still
 under way: that run's lease moves to the repaired record under a new token (:meth:`SeenStore.
 lease_now`), so its advance is recorded, not refused, and the message does not run twice.
@@ -22,6 +29,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from pubsub_toolkit._witness import Witness
+from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer._ran_keys import RanKeys
@@ -59,6 +67,8 @@ class Decide(Protocol):
 KeepReissued = Callable[[Message, str, int, GroupState], object]
 # A copy parked past the end of a complete group (the state given): settled as after the end.
 KeepPastEnd = Callable[[Message, str, int, GroupState], object]
+# The gate's dead-lettering: (message, group, seq, reason, detail), once per copy.
+DeadLetter = Callable[[Message, str, int, str, str], None]
 
 
 class SeenStore:
@@ -72,6 +82,7 @@ class SeenStore:
         *,
         decide: Decide,
         keep_reissued: KeepReissued,
+        dead_letter: DeadLetter,
         date: Callable[[GroupState], GroupState] = lambda state: state,
         held: Callable[[str], bool] = lambda group: False,
     ) -> None:
@@ -84,9 +95,13 @@ class SeenStore:
         self._clock = clock
         self._decide = decide
         self._keep_reissued = keep_reissued
+        self._dead_letter = dead_letter
         self._witness: Witness[str, GroupState] = Witness()
         # The messages this process parked: a store that loses them can be given them back.
         self._parked_copies: Witness[tuple[str, int], Message] = Witness(PARKED_COPIES)
+        # The copies a repair kept (dead-lettered or handed over), by (group, seq, identity):
+        # a repair whose save was refused runs again, and must not keep them again.
+        self._kept: Witness[tuple[str, int, str], bool] = Witness(PARKED_COPIES)
         # The lease token this process last took per group, and the token a repair moved a live
         # one of them to (a run that holds the first goes on under the second).
         self._own_leases: Witness[str, int] = Witness()
@@ -237,16 +252,18 @@ class SeenStore:
         ended = rules.other_sequence(seen, state) and state.epoch > seen.epoch
         restored, reissued = dict[int, Message](), list[tuple[int, Message]]()
         past_end = list[tuple[int, Message]]()  # parked past the end of the group seen here
+        # Parked in the lost sequence before this process saw it end, if it did: see _keep_ended.
+        orphaned = list[tuple[int, Message]]()
         for seq in lost:
             copy = self._parked_copies.get((group, seq))
             if copy is not None and ended and seen.complete and seq > seen.last_processed:
                 past_end.append((seq, copy))
             elif copy is not None and ended:
-                reissued.append((seq, copy))
+                orphaned.append((seq, copy))
             elif copy is not None:
                 self._store.park(self._consumer, group, seq, copy)
                 restored[seq] = copy
-        kept_copies = {*restored, *dict(reissued), *dict(past_end)}
+        kept_copies = {*restored, *dict(reissued), *dict(past_end), *dict(orphaned)}
         lost = [s for s in lost if s not in kept_copies]
         repaired = rules.repaired(seen, state, restored=list(restored), now=self._clock.now())
         rewritten = rules.rewritten_number(seen, state)
@@ -278,17 +295,22 @@ class SeenStore:
                 lost,
                 reissued,
                 past_end=[seq for seq, _ in past_end],
+                orphaned=[seq for seq, _ in orphaned],
             ),
             level=logging.ERROR,
             alert="store_rollback",
         )
+        # Each copy kept once by this process: a refused save below brings this repair again.
         for seq, copy in reissued:
+            once = _copy_of(group, seq, copy)
+            if self._kept.get(once):
+                continue
             try:
                 self._keep_reissued(copy, group, seq, repaired)
             except PermanentError:
                 hand_over(self._decide, group, seq, copy)
-        for seq, copy in past_end:
-            self._keep_past_end(copy, group, seq, seen)  # hands it over itself if it must
+            self._kept.put(once, True)
+        self._keep_lost_sequence(group, seen, state, past_end, orphaned)
         repaired = self._date(repaired)
         if not self._store.save(self._consumer, group, repaired, state):
             self._unpark_own(group, restored)  # no state lists them: they would be strays
@@ -300,3 +322,60 @@ class SeenStore:
         for seq in passed:
             self._store.unpark(self._consumer, group, seq)
         return True
+
+    def _keep_lost_sequence(
+        self,
+        group: str,
+        seen: GroupState,
+        state: GroupState,
+        past_end: list[tuple[int, Message]],
+        orphaned: list[tuple[int, Message]],
+    ) -> None:
+        """Keep, once each, the copies parked in the sequence ``seen`` that the store lost:
+        ``past_end`` (past the end this process saw) as after the end, ``orphaned`` (this
+        process saw no end before them) as numbers of a sequence that started again."""
+        copies = [(s, c, True) for s, c in past_end] + [(s, c, False) for s, c in orphaned]
+        for seq, copy, after_end in copies:
+            once = _copy_of(group, seq, copy)
+            if self._kept.get(once):
+                continue
+            if after_end:
+                self._keep_past_end(copy, group, seq, seen)  # hands it over itself if it must
+            else:
+                self._keep_ended(copy, group, seq, seen, state)
+            self._kept.put(once, True)
+
+    def _keep_ended(
+        self, copy: Message, group: str, seq: int, seen: GroupState, state: GroupState
+    ) -> None:
+        """``copy``, parked at ``seq`` in the sequence ``seen`` that the store lost (``state``'s
+        new one began on the empty record), can never run. This process never saw that sequence
+        end before it, and cannot know more: another process may have run it, or ended the group
+        before it and dead-lettered it then. So it is kept as what it surely is - a number of a
+        sequence that started again (``fifo_sequence_restarted``), never a number given to
+        another message - or, with no dead-letter topic, handed to the operator whole."""
+        detail = (
+            f"{group}#{seq} was parked in the group's sequence of epoch {seen.epoch}, which the "
+            f"store lost (at {seen.last_processed} as seen here; a new sequence, epoch "
+            f"{state.epoch}, began): this number will never run"
+        )
+        try:
+            self._dead_letter(copy, group, seq, rules.REASON_SEQUENCE_RESTARTED, detail)
+        except PermanentError:
+            hand_over(
+                self._decide,
+                group,
+                seq,
+                copy,
+                why=f"was parked in the group's sequence of epoch {seen.epoch}, which the store "
+                "lost",
+                outcome="restarted_unkept",
+                then="publish it again as a new message, or drop it (it may have run, or been "
+                "past the group's end: this process cannot tell)",
+            )
+
+
+def _copy_of(group: str, seq: int, copy: Message) -> tuple[str, int, str]:
+    """A parked copy's identity: its number, its sequence (epoch) and its message."""
+    epoch = copy.attributes.get(FIFO_EPOCH, "")
+    return group, seq, f"{epoch}:{key_digest(rules.message_key(copy))}"

@@ -5,7 +5,8 @@ A copy parked at a number the store gave again (a store that lost writes) can ne
 acked when parked, so it is dead-lettered ``fifo_sequence_reused`` - and with no dead-letter
 topic, its data and attributes go to the operator in a ``reissued_unkept`` ALERT instead (store-
 loss docs: "publish it again as a new message, or drop it"). A copy parked past a group's end
-(:mod:`._group_end`) goes the same way, as ``after_end_dropped``.
+(:mod:`._group_end`) goes the same way, as ``after_end_dropped``; so does one parked in a
+sequence the store lost (its counter restarted with it), as ``restarted_unkept``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ import base64
 import logging
 from collections.abc import Callable
 
-from pubsub_toolkit.consumer.gate_rules import REASON_SEQUENCE_REUSED, message_key
+from pubsub_toolkit.consumer.gate_rules import (
+    REASON_SEQUENCE_RESTARTED,
+    REASON_SEQUENCE_REUSED,
+    message_key,
+)
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 
@@ -58,6 +63,7 @@ def rollback_text(  # noqa: PLR0917 - the repair's findings, one call site
     reissued: list[tuple[int, Message]],
     *,
     past_end: list[int] | None = None,
+    orphaned: list[int] | None = None,
 ) -> str:
     """The ALERT of a repair: what went back, and what was restored, kept or lost."""
     last = max(seen.last_processed, state.last_processed)
@@ -97,6 +103,12 @@ def rollback_text(  # noqa: PLR0917 - the repair's findings, one call site
             f"; parked past the end of the group seen here ({seen.end_seq}), settled as "
             f"after its end: {past_end}"
             if past_end
+            else ""
+        )
+        + (
+            f"; parked in the sequence lost (epoch {seen.epoch}), never to run, kept as "
+            f"{REASON_SEQUENCE_RESTARTED}: {orphaned}"
+            if orphaned
             else ""
         )
     )

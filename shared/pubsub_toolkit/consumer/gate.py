@@ -192,6 +192,7 @@ class FifoGate:
             clock,
             decide=self._decision,
             keep_reissued=self._reused,
+            dead_letter=self._dead_letter,
             date=self._dated,
             held=self._holds,
         )
@@ -620,9 +621,12 @@ class FifoGate:
         if self.rejections is None:
             send()
             return
-        # Once per (reason, number, message), however often the copy is redelivered.
+        # Once per copy - (number, sequence, message) - whatever the reason, however often it is
+        # redelivered: a repair that finds a lost sequence's copy cannot tell whether another
+        # process dead-lettered it already, maybe for another reason (past the group's end).
         digest = key_digest(message_key(message))
-        self.rejections.process(f"{reason}:{group}#{seq}:{digest}", digest, send)
+        epoch = message.attributes.get(attr.FIFO_EPOCH, "")
+        self.rejections.process(f"dead_letter:{group}#{seq}@{epoch}:{digest}", digest, send)
 
     def _take_lease(
         self, group: str, state: GroupState, now: datetime, digest: str
