@@ -95,7 +95,9 @@ from pubsub_toolkit.stores.fifo_state.base import KEY_WINDOW
 from tests.simulation.ledger import DeadLetter, Decision, Ledger
 
 # The ALERTs that carry a parked copy whole when no dead-letter topic can keep it.
-HANDED_OVER = frozenset({"reissued_unkept", "after_end_dropped", "handover_unconfirmed"})
+HANDED_OVER = frozenset(
+    {"reissued_unkept", "restarted_unkept", "after_end_dropped", "handover_unconfirmed"}
+)
 LAST_ATTEMPT_REASONS = frozenset({"relay_store_unavailable", "relay_retries_exhausted"})
 
 
