@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.stores.dedup import claims
@@ -49,7 +50,7 @@ class MemoryDedupStore:
         return claims.run(claims.get(self._clock), self._performer(namespace, key))
 
     def _performer(self, namespace: str, key: str) -> Callable[[Op], Reply]:
-        return lambda op: self._perform((namespace, key), op)
+        return partial(self._perform, (namespace, key))
 
     def _perform(self, at: tuple[str, str], op: Op) -> Reply:
         with self._lock:
