@@ -344,10 +344,10 @@ def issue_11() -> tuple[Mutation, ...]:
             "complete is not idempotent: a lost reply is a StaleClaimError",
             (
                 SourceEdit(
-                    "pubsub_toolkit.stores.dedup.memory",
-                    "MemoryDedupStore.complete",
-                    "if mine and current is not None and current.state is RecordState.DONE:",
-                    "if False:",
+                    "pubsub_toolkit.stores.dedup.claims",
+                    "_write_held",
+                    "return _Held.ALREADY_DONE if new.state is RecordState.DONE else _Held.LOST",
+                    "return _Held.LOST",
                 ),
             ),
         ),
