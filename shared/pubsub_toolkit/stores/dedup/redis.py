@@ -1,4 +1,4 @@
-"""Redis (Memorystore) dedup store: ``SET NX GET`` claims, compare-and-set takeovers, Lua fencing.
+"""Redis (Memorystore) dedup store: the claim loop's primitives as ``SET NX GET`` and one Lua CAS.
 
 The decisions are :mod:`.claims`' (the one claim loop, shared with every backend); this module
 performs its primitives. A claim is one round trip whatever it finds: ``SET key value NX PX ttl
@@ -372,7 +372,9 @@ class RedisDedupStore:
         if unscripted:
             self._load_scripts()  # Redis restarted or flushed its scripts since we used ours
             for operation in self._execute(unscripted):
-                operation.finish(error=RuntimeError("Redis refused to keep the fencing script"))
+                operation.finish(
+                    error=RuntimeError("Redis refused to keep its compare-and-set script")
+                )
 
     def _execute(self, operations: Sequence[Operation]) -> list[Operation]:
         """Run ``operations`` in one round trip; return those that failed for a missing

@@ -1,5 +1,5 @@
-"""Redis dedup store for asyncio (``redis.asyncio``): the same records, keys and Lua fencing
-script as :class:`~pubsub_toolkit.stores.dedup.redis.RedisDedupStore`, so sync and async
+"""Redis dedup store for asyncio (``redis.asyncio``): the same records, keys and Lua
+scripts as :class:`~pubsub_toolkit.stores.dedup.redis.RedisDedupStore`, so sync and async
 workers share one store.
 
 The claim loop is :mod:`.claims`' (the one written for every backend, sync and async); this
