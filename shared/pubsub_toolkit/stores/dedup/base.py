@@ -62,8 +62,8 @@ class Claim:
 
     ``token`` is the fencing token to pass to ``complete``/``release`` when the status lets the
     caller run the effect; ``record`` is what the store holds now (for duplicates: its result).
-    ``version`` is backend-private state that lets ``complete`` skip a read (Firestore's
-    update_time); callers just hand it back.
+    ``version`` is backend-private state that lets ``complete`` skip a read (Redis: the raw
+    record written; Firestore: its update_time); callers just hand it back.
     """
 
     status: ClaimStatus

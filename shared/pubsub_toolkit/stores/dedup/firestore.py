@@ -7,30 +7,29 @@ hot production document) serialises transactions at about one a second, whereas 
 on ``update_time`` is a single atomic write with exactly one winner. Concurrent writes from one
 instance share commits (:mod:`._firestore_batch`).
 
-``complete`` is idempotent per claim. Its write carries an ``update_time`` precondition, so a
-retry of a complete whose first attempt applied but whose reply was lost (the client's own
-retry inside the commit, or IdempotentProcessor's) fails that precondition against its own
-write. The store then reads the record: ``done`` under the claim's token is that first
-attempt, reported as success - refusing it would log a false "effect ran after our lease
-expired" alert and get a finished message redelivered. ``done`` or ``pending`` under another
-token is a newer holder's: StaleClaimError. ``release`` never replaces a done record.
+The decisions are :mod:`.claims`' (the one claim loop of every backend); this module performs
+its primitives: create-or-get is ``create()`` and, on AlreadyExists, a read; the loop's
+compare-and-set is an update with an ``update_time`` precondition (a FailedPrecondition: lost,
+and the loop reads again). ``complete`` is idempotent per claim by the loop's rule: a retry of a
+complete whose first attempt applied but whose reply was lost fails its precondition against
+its own write, and the read finds ``done`` under the claim's token - success.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_retry, fail_closed
-from pubsub_toolkit.stores.dedup import rules
+from pubsub_toolkit.stores.dedup import claims
 from pubsub_toolkit.stores.dedup._firestore_batch import GroupCommitter
-from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
+from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord, RecordState
+from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Found, Op, Replace, Reply, Stored
 
 if TYPE_CHECKING:
     from google.cloud import firestore
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
 DEFAULT_COLLECTION = "pubsub_toolkit_dedup"
 _TIMEOUT = TIMEOUT
 _RETRY = bounded_retry()
+T = TypeVar("T")
 
 
 def document_id(namespace: str, key: str) -> str:
@@ -59,13 +59,11 @@ def to_document(record: DedupRecord) -> dict[str, Any]:
     }
 
 
-# What complete and release change. The other fields (namespace, key, token, fingerprint) are
-# those of the claim's own write - the update_time precondition, or the token check after a
-# re-read, proves the document still holds them - so rewriting them is work for nothing: a
-# smaller update mask is less for Firestore to apply and index, and less for the client to
-# encode.
-DONE_FIELDS = ("state", "lease_until", "expire_at", "result")
-RELEASED_FIELDS = ("lease_until",)
+# What complete and release change (the loop's names): the other fields (namespace, key, token,
+# fingerprint) are those of the claim's own write - the update_time precondition proves the
+# document still holds them - so a smaller update mask is less for Firestore to apply and index.
+DONE_FIELDS = claims.DONE_FIELDS
+RELEASED_FIELDS = claims.RELEASED_FIELDS
 
 
 def changed_fields(record: DedupRecord, names: tuple[str, ...]) -> dict[str, Any]:
@@ -105,109 +103,49 @@ class FirestoreDedupStore:
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
     ) -> Claim:
-        return fail_closed(lambda: self._claim(namespace, key, fingerprint, lease, ttl))
-
-    def _claim(
-        self, namespace: str, key: str, fingerprint: str, lease: timedelta, ttl: timedelta
-    ) -> Claim:
-        ref = self._collection.document(document_id(namespace, key))
-        while True:
-            now = self._clock.now()
-            fresh = rules.pending_record(
-                namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
-            )
-            try:
-                written = self._create(ref, to_document(fresh))
-                return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=written.update_time)
-            except gexc.AlreadyExists:
-                pass
-            snapshot = ref.get(retry=_RETRY, timeout=_TIMEOUT)
-            if not snapshot.exists:
-                continue  # deleted (TTL) between create and get: try to create again
-            existing = from_document(snapshot.to_dict() or {})
-            status = rules.evaluate_claim(existing, fingerprint, now)
-            if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
-                return Claim(status, existing.token, existing)
-            record = rules.pending_record(
-                namespace,
-                key,
-                fingerprint,
-                rules.next_token(existing),
-                now=now,
-                lease=lease,
-                ttl=ttl,
-            )
-            try:
-                written = self._update(ref, to_document(record), snapshot.update_time)
-                return Claim(status, record.token, record, version=written.update_time)
-            except gexc.FailedPrecondition:
-                continue  # another contender won the takeover: look again
+        protocol = claims.claim(
+            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
+        )
+        return self._drive(protocol, namespace, key)
 
     def complete(
         self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
     ) -> None:
-        if claim.record is None:
-            raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
-        done = rules.done_record(claim.record, result, now=self._clock.now(), ttl=ttl)
-        fail_closed(
-            lambda: self._replace_if_token(
-                namespace, key, claim, changed_fields(done, DONE_FIELDS), done_is_ours=True
-            )
-        )
+        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
+        self._drive(protocol, namespace, key)
 
     def release(self, namespace: str, key: str, claim: Claim) -> None:
-        if claim.record is None:
-            return
-        released = rules.released_record(claim.record, now=self._clock.now())
-        # A StaleClaimError means someone else holds the key now: nothing of ours to release.
-        with contextlib.suppress(StaleClaimError):
-            fail_closed(
-                lambda: self._replace_if_token(
-                    namespace,
-                    key,
-                    claim,
-                    changed_fields(released, RELEASED_FIELDS),
-                    done_is_ours=False,
-                )
-            )
+        self._drive(claims.release(namespace, key, claim, clock=self._clock), namespace, key)
 
-    def _replace_if_token(
-        self,
-        namespace: str,
-        key: str,
-        claim: Claim,
-        document: dict[str, Any],
-        *,
-        done_is_ours: bool,
-    ) -> None:
-        """Write ``document`` (changed fields) while the record is ``pending`` under
-        ``claim.token``.
+    def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return self._drive(claims.get(self._clock), namespace, key)
 
-        With ``done_is_ours`` (complete), a record already done under our token counts as
-        written: it is our own earlier attempt.
-        """
+    def _drive(self, protocol: claims.Protocol[T], namespace: str, key: str) -> T:
+        """Run the claim loop's ``protocol`` on the key's document; fail closed."""
         ref = self._collection.document(document_id(namespace, key))
-        if claim.version is not None:
-            # Fast path: nothing changed since our own claim write, so no read is needed.
+        return fail_closed(lambda: claims.run(protocol, partial(self._perform, ref)))
+
+    def _perform(self, ref: Any, op: Op) -> Reply:
+        """One primitive of the claim loop on ``ref``."""
+        if type(op) is CreateOrGet:
             try:
-                self._update(ref, document, claim.version)
-                return
-            except gexc.FailedPrecondition:
-                pass  # the document moved on; check below whether we still hold it
-        while True:
-            snapshot = ref.get(retry=_RETRY, timeout=_TIMEOUT)
-            current = from_document(snapshot.to_dict() or {}) if snapshot.exists else None
-            if current is None or current.token != claim.token:
-                raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
-            if current.state is RecordState.DONE:
-                if done_is_ours:
-                    return  # our first attempt applied; its reply was lost
-                raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is already done")
+                written = self._create(ref, to_document(op.record))
+                return Stored(written.update_time)
+            except gexc.AlreadyExists:
+                return found(ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        if type(op) is Replace:
+            if op.version is None:
+                return None  # no update_time to compare with: the loop reads first
+            document = (
+                to_document(op.record)
+                if op.fields is None
+                else changed_fields(op.record, op.fields)
+            )
             try:
-                self._update(ref, document, snapshot.update_time)
-                return
+                return Stored(self._update(ref, document, op.version).update_time)
             except gexc.FailedPrecondition:
-                continue
+                return None  # the document moved on: the loop reads it and decides again
+        return found(ref.get(retry=_RETRY, timeout=_TIMEOUT))
 
     def _create(self, ref: Any, document: dict[str, Any]) -> Any:
         """Create ``ref``; AlreadyExists if it exists."""
@@ -220,10 +158,9 @@ class FirestoreDedupStore:
             ref.path, lambda batch: batch.update(ref, document, option=option)
         )
 
-    def get(self, namespace: str, key: str) -> DedupRecord | None:
-        ref = self._collection.document(document_id(namespace, key))
-        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
-        if not snapshot.exists:
-            return None
-        record = from_document(snapshot.to_dict() or {})
-        return None if record.is_expired(self._clock.now()) else record
+
+def found(snapshot: Any) -> Found:
+    """The loop's view of a document snapshot: its record (None when absent) and version."""
+    if not snapshot.exists:
+        return Found(None)
+    return Found(from_document(snapshot.to_dict() or {}), snapshot.update_time)

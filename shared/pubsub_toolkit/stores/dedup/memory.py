@@ -1,18 +1,27 @@
-"""In-memory dedup store: first-class for unit tests and single-process use (not shared)."""
+"""In-memory dedup store: first-class for unit tests and single-process use (not shared).
+
+The decisions are :mod:`.claims`' (the one claim loop); this module performs its primitives on
+a dict, each under one lock, so every primitive is atomic and a compare-and-set compares the
+whole record (the record itself is its version).
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.errors import StaleClaimError
-from pubsub_toolkit.stores.dedup import rules
-from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
+from pubsub_toolkit.stores.dedup import claims
+from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord
+from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Found, Op, Replace, Reply, Stored
+
+_STORED = Stored()
 
 
 class MemoryDedupStore:
-    """A dict behind one lock; the lock makes claim an atomic insert-if-absent."""
+    """A dict behind one lock; the lock makes each primitive of the claim loop atomic."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
@@ -22,58 +31,41 @@ class MemoryDedupStore:
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
     ) -> Claim:
-        with self._lock:
-            now = self._clock.now()
-            existing = self._records.get((namespace, key))
-            status = rules.evaluate_claim(existing, fingerprint, now)
-            if status in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
-                record = rules.pending_record(
-                    namespace,
-                    key,
-                    fingerprint,
-                    rules.next_token(existing),
-                    now=now,
-                    lease=lease,
-                    ttl=ttl,
-                )
-                self._records[(namespace, key)] = record
-                return Claim(status, record.token, record)
-            assert existing is not None  # every other status means a live record exists
-            return Claim(status, existing.token, existing)
+        protocol = claims.claim(
+            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
+        )
+        return claims.run(protocol, self._performer(namespace, key))
 
     def complete(
         self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
     ) -> None:
-        with self._lock:
-            current = self._records.get((namespace, key))
-            mine = current is not None and current.token == claim.token
-            if mine and current is not None and current.state is RecordState.DONE:
-                return  # our own completion, retried after its answer was lost
-            if (
-                current is None
-                or current.token != claim.token
-                or current.state is not RecordState.PENDING
-            ):
-                raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
-            self._records[(namespace, key)] = rules.done_record(
-                current, result, now=self._clock.now(), ttl=ttl
-            )
+        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
+        claims.run(protocol, self._performer(namespace, key))
 
     def release(self, namespace: str, key: str, claim: Claim) -> None:
-        with self._lock:
-            current = self._records.get((namespace, key))
-            held = current is not None and current.token == claim.token
-            if held and current is not None and current.state is RecordState.PENDING:
-                self._records[(namespace, key)] = rules.released_record(
-                    current, now=self._clock.now()
-                )
+        protocol = claims.release(namespace, key, claim, clock=self._clock)
+        claims.run(protocol, self._performer(namespace, key))
 
     def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return claims.run(claims.get(self._clock), self._performer(namespace, key))
+
+    def _performer(self, namespace: str, key: str) -> Callable[[Op], Reply]:
+        return partial(self._perform, (namespace, key))
+
+    def _perform(self, at: tuple[str, str], op: Op) -> Reply:
         with self._lock:
-            record = self._records.get((namespace, key))
-        if record is None or record.is_expired(self._clock.now()):
-            return None
-        return record
+            current = self._records.get(at)
+            if type(op) is CreateOrGet:
+                if current is not None:
+                    return Found(current)
+                self._records[at] = op.record
+                return _STORED
+            if type(op) is Replace:
+                if current is None or not (current is op.expected or current == op.expected):
+                    return Found(current)
+                self._records[at] = op.record
+                return _STORED
+            return Found(current)
 
 
 class AsyncMemoryDedupStore:

@@ -1,24 +1,23 @@
-"""Redis (Memorystore) dedup store: ``SET NX GET`` claims, compare-and-set takeovers, Lua fencing.
+"""Redis (Memorystore) dedup store: the claim loop's primitives as ``SET NX GET`` and one Lua CAS.
 
-A claim is one round trip whatever it finds: ``SET key value NX PX ttl GET`` creates the record
-when the key is free and otherwise returns the record that holds it, so a duplicate or a
-contender learns the holder in the same reply (Redis >= 7.0; an older server gets the same
-answer from a two-line script, :data:`_CLAIM_OR_GET`). Only an expired lease or record is
-taken over, by a script that replaces the record if it still holds exactly the bytes we read
-(:data:`_TAKE_OVER`, exactly one contender wins). ``complete`` and ``release`` check the fencing
-token inside a Lua script, atomically. So claim + complete is two round trips, as plain as
-``SET NX`` then ``SET XX``.
+The decisions are :mod:`.claims`' (the one claim loop, shared with every backend); this module
+performs its primitives. A claim is one round trip whatever it finds: ``SET key value NX PX ttl
+GET`` (the loop's create-or-get) creates the record when the key is free and otherwise returns
+the record that holds it, so a duplicate or a contender learns the holder in the same reply
+(Redis >= 7.0; an older server gets the same answer from a two-line script,
+:data:`_CLAIM_OR_GET`). Every other write - a takeover, ``complete``, ``release`` - is the
+loop's compare-and-set: :data:`_REPLACE_IF_SAME` replaces the record only if it still holds
+exactly the bytes expected (the record as read, or as this claim wrote it) and otherwise returns
+what it holds, so the loop decides again without another read. So claim + complete is two round
+trips, as plain as ``SET NX`` then ``SET XX``; a takeover adds one.
 
 Alone, a call is one raw command on a pooled connection (no pipeline object, none of redis-py's
 per-command machinery: see :class:`_SoloConnection`); concurrent callers of one store share
 round trips (:mod:`pubsub_toolkit.stores._coalesce`), their commands packed into one write,
 including several on one record (Redis runs them in order, each atomically).
 
-``complete`` is idempotent per claim: a record already ``done`` under the claim's own token is
-our first attempt, applied although its reply was lost (a dropped connection, a timeout), so
-the retry reports success instead of a stale claim - which would log a false "effect ran after
-our lease expired" alert and make Pub/Sub redeliver a finished message. A done record under
-another token is a newer holder's, and still refused. ``release`` never touches a done record.
+``complete`` is idempotent per claim (the loop's rule: a record already ``done`` under the
+claim's own token is our first attempt, applied although its reply was lost).
 
 Cluster-safe: every command and script here touches one key (the record), so the store also
 runs on Redis Cluster / Memorystore for Redis Cluster with a ``redis.cluster.RedisCluster``
@@ -30,7 +29,7 @@ The store fails closed: if Redis cannot be reached, or refuses the command for n
 OOM, ...: :func:`~pubsub_toolkit.stores._redis_calls.is_unavailable`), it raises
 StoreUnavailableError (transient), never "assume new".
 
-(About 410 lines: the store, its three Lua scripts and the raw call path its round trips
+(About 420 lines: the store, its two Lua scripts and the raw call path its round trips
 share are one protocol; split apart, each piece would only make sense read with the others.)
 """
 
@@ -40,52 +39,31 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._coalesce import Coalescer, Operation
 from pubsub_toolkit.stores._redis_calls import (
     connect,
-    fail_closed,
     import_redis,
     is_cluster_client,
     raise_if_unavailable,
 )
 from pubsub_toolkit.stores.dedup import _codec as codec
-from pubsub_toolkit.stores.dedup import rules
-from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
+from pubsub_toolkit.stores.dedup import claims
+from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord
+from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Found, Op, Replace, Reply, Stored
 
 if TYPE_CHECKING:
     import redis as redis_lib
 
 T = TypeVar("T")
 
-# KEYS[1] = record key; ARGV = token, new encoded value, mode ("px" with ARGV[4] ms, or "keep"),
-# and ARGV[5] = "1" when a record already done under this token counts as success (complete).
-# Returns 1 if the record now holds our write, 0 if the token is no longer ours.
-_REPLACE_IF_TOKEN = """
-local raw = redis.call('GET', KEYS[1])
-if not raw then return 0 end
-local rec = cjson.decode(raw)
-if tonumber(rec['t']) ~= tonumber(ARGV[1]) then return 0 end
-if rec['s'] == 'done' then
-  if ARGV[5] == '1' then return 1 end
-  return 0
-end
-if rec['s'] ~= 'pending' then return 0 end
-if ARGV[3] == 'keep' then
-  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[4])
-end
-return 1
-"""
-
-# KEYS[1] = record key; ARGV = the raw record the caller read, its replacement, PX ms.
-# Returns 1 if the record still held exactly what was read and now holds the replacement;
-# otherwise what it holds now (a string), or 0 if the key is gone.
-_TAKE_OVER = """
+# The loop's compare-and-set. KEYS[1] = record key; ARGV = the raw record expected, its
+# replacement, PX ms. Returns 1 if the record still held exactly what was expected and now holds
+# the replacement; otherwise what it holds now (a string), or 0 if the key is gone.
+_REPLACE_IF_SAME = """
 local raw = redis.call('GET', KEYS[1])
 if not raw then return 0 end
 if raw ~= ARGV[1] then return raw end
@@ -100,7 +78,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false en
 return redis.call('GET', KEYS[1])
 """
 
-SCRIPTS = (_REPLACE_IF_TOKEN, _TAKE_OVER, _CLAIM_OR_GET)
+SCRIPTS = (_REPLACE_IF_SAME, _CLAIM_OR_GET)
 
 
 def script_sha(script: str) -> str:
@@ -238,26 +216,69 @@ class RedisDedupStore:
     def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
     ) -> Claim:
-        rkey = f"{self._prefix}{len(namespace)}:{namespace}:{key}"  # self._key, inlined
-        now = self._clock.now()
-        fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
-        try:  # self._call, inlined: a closure per call is client CPU on the hot path
-            raw = self._create_or_get(rkey, codec.encode(fresh), fresh, now)
+        protocol = claims.claim(
+            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
+        )
+        return self._drive(protocol, self._key(namespace, key))
+
+    def _claim_existing(
+        self,
+        rkey: str,
+        raw: Any,
+        *,
+        namespace: str,
+        key: str,
+        fingerprint: str,
+        lease: timedelta,
+        ttl: timedelta,
+    ) -> Claim:
+        """The claim loop from the record ``raw`` that a create-or-get found at ``rkey``."""
+        found = Found(codec.decode(raw), raw)
+        protocol = claims.settle(
+            found, namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
+        )
+        return self._drive(protocol, rkey)
+
+    def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
+        self._drive(protocol, self._key(namespace, key))
+
+    def release(self, namespace: str, key: str, claim: Claim) -> None:
+        protocol = claims.release(namespace, key, claim, clock=self._clock)
+        self._drive(protocol, self._key(namespace, key))
+
+    def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return self._drive(claims.get(self._clock), self._key(namespace, key))
+
+    def _drive(self, protocol: claims.Protocol[T], rkey: str) -> T:
+        """Run the claim loop's ``protocol`` on ``rkey``; fail closed (without the store we
+        cannot know whether this is a duplicate)."""
+        try:
+            return claims.run(protocol, partial(self._perform, rkey))
         except Exception as exc:
             raise_if_unavailable(self._redis_module, exc)
             raise
-        if raw is None:
-            return Claim(ClaimStatus.ACQUIRED, 1, fresh)
-        return self._call(
-            lambda: self._claim_existing(
-                rkey,
-                raw,
-                namespace=namespace,
-                key=key,
-                fingerprint=fingerprint,
-                lease=lease,
-                ttl=ttl,
-            )
+
+    def _perform(self, rkey: str, op: Op) -> Reply:
+        """One primitive of the claim loop: one round trip (alone or shared)."""
+        if type(op) is CreateOrGet:
+            value = codec.encode(op.record)
+            raw = self._create_or_get(rkey, value, op.record, self._clock.now())
+            return Stored(value) if raw is None else Found(codec.decode(raw), raw)
+        if type(op) is Replace:
+            value = codec.encode(op.record)
+            # The version is the raw record read; without one, the record as this process
+            # wrote it (the encoding is deterministic), so a complete needs no read first.
+            expected = op.version if op.version is not None else codec.encode(op.expected)
+            ttl_ms = _ms(op.record.expire_at, self._clock.now())
+            outcome = self._eval(_REPLACE_IF_SAME, rkey, [expected, value, ttl_ms])
+            if outcome == 1:
+                return Stored(value)
+            return _found(outcome)
+        return _found(
+            self._run(("GET", rkey), lambda p: p.get(rkey), lambda: self._client.get(rkey))
         )
 
     def _create_or_get(self, rkey: str, value: str, record: DedupRecord, now: datetime) -> Any:
@@ -278,89 +299,6 @@ class RedisDedupStore:
                     raise
                 self._nx_get = False  # Redis < 7.0: NX and GET together are refused
         return self._eval(_CLAIM_OR_GET, rkey, [value, ttl_ms])
-
-    def _claim_existing(
-        self,
-        rkey: str,
-        raw: Any,
-        *,
-        namespace: str,
-        key: str,
-        fingerprint: str,
-        lease: timedelta,
-        ttl: timedelta,
-    ) -> Claim:
-        """Decide on the record ``raw`` that the claim found; take it over if its lease or
-        itself expired, against exactly those bytes (a contender who wrote first wins)."""
-        while True:
-            existing = codec.decode(raw)
-            now = self._clock.now()
-            status = rules.evaluate_claim(existing, fingerprint, now)
-            if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
-                return Claim(status, existing.token, existing)
-            record = rules.pending_record(
-                namespace,
-                key,
-                fingerprint,
-                rules.next_token(existing),
-                now=now,
-                lease=lease,
-                ttl=ttl,
-            )
-            value = codec.encode(record)
-            outcome = self._eval(_TAKE_OVER, rkey, [raw, value, _ms(record.expire_at, now)])
-            if outcome == 1:
-                return Claim(status, record.token, record)
-            if outcome == 0:  # the key expired meanwhile: a fresh claim, as on a new key
-                fresh = rules.pending_record(
-                    namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
-                )
-                raw = self._create_or_get(rkey, codec.encode(fresh), fresh, now)
-                if raw is None:
-                    return Claim(ClaimStatus.ACQUIRED, 1, fresh)
-            else:
-                raw = outcome  # someone wrote first: decide again on what they wrote
-
-    def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        if claim.record is None:
-            raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
-        now = self._clock.now()
-        done = rules.done_record(claim.record, result, now=now, ttl=ttl)
-        args: list[Any] = [
-            claim.token,
-            codec.encode(done),
-            "px",
-            _ms(done.expire_at, now),
-            "1",  # done under our token = our own earlier attempt: success
-        ]
-        try:  # self._call, inlined
-            ok = self._eval(
-                _REPLACE_IF_TOKEN, f"{self._prefix}{len(namespace)}:{namespace}:{key}", args
-            )
-        except Exception as exc:
-            raise_if_unavailable(self._redis_module, exc)
-            raise
-        if not ok:
-            raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
-
-    def release(self, namespace: str, key: str, claim: Claim) -> None:
-        if claim.record is None:
-            return
-        released = rules.released_record(claim.record, now=self._clock.now())
-        args: list[Any] = [claim.token, codec.encode(released), "keep", 0, "0"]
-        self._call(lambda: self._eval(_REPLACE_IF_TOKEN, self._key(namespace, key), args))
-
-    def get(self, namespace: str, key: str) -> DedupRecord | None:
-        rkey = self._key(namespace, key)
-        raw = self._call(
-            lambda: self._run(("GET", rkey), lambda p: p.get(rkey), lambda: self._client.get(rkey))
-        )
-        if raw is None:
-            return None
-        record = codec.decode(raw)
-        return None if record.is_expired(self._clock.now()) else record
 
     def _eval(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
         """One of :data:`SCRIPTS` on ``rkey``, alone or sharing a round trip."""
@@ -434,7 +372,9 @@ class RedisDedupStore:
         if unscripted:
             self._load_scripts()  # Redis restarted or flushed its scripts since we used ours
             for operation in self._execute(unscripted):
-                operation.finish(error=RuntimeError("Redis refused to keep the fencing script"))
+                operation.finish(
+                    error=RuntimeError("Redis refused to keep its compare-and-set script")
+                )
 
     def _execute(self, operations: Sequence[Operation]) -> list[Operation]:
         """Run ``operations`` in one round trip; return those that failed for a missing
@@ -465,9 +405,12 @@ class RedisDedupStore:
         # Length-prefixed, so ("a:b", "c") and ("a", "b:c") never share a key.
         return f"{self._prefix}{len(namespace)}:{namespace}:{key}"
 
-    def _call(self, operation: Callable[[], T]) -> T:
-        # Fail closed: without the store we cannot know whether this is a duplicate.
-        return fail_closed(self._redis_module, operation)
+
+def _found(raw: Any) -> Found:
+    """What a key holds, from a raw reply (None or 0: nothing)."""
+    if raw is None or raw == 0:
+        return Found(None)
+    return Found(codec.decode(raw), raw)
 
 
 def _ms(until: datetime, now: datetime) -> int:

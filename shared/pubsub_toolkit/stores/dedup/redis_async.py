@@ -1,12 +1,12 @@
-"""Redis dedup store for asyncio (``redis.asyncio``): the same records, keys and Lua fencing
-script as :class:`~pubsub_toolkit.stores.dedup.redis.RedisDedupStore`, so sync and async
+"""Redis dedup store for asyncio (``redis.asyncio``): the same records, keys and Lua
+scripts as :class:`~pubsub_toolkit.stores.dedup.redis.RedisDedupStore`, so sync and async
 workers share one store.
 
-A claim is one round trip whatever it finds: ``SET NX PX GET`` creates the record or returns the
-one there (``_CLAIM_OR_GET`` on a server before Redis 7.0); an expired lease or record is taken
-over by the shared compare-and-set script (``_TAKE_OVER``: exactly one contender wins);
-``complete`` and ``release`` run the shared token-checking script (``_REPLACE_IF_TOKEN``).
-Every decision is :mod:`pubsub_toolkit.stores.dedup.rules`', every record encoding :mod:`._codec`'s.
+The claim loop is :mod:`.claims`' (the one written for every backend, sync and async); this
+module performs its primitives as the sync store does: create-or-get is ``SET NX PX GET`` (one
+round trip whatever it finds; ``_CLAIM_OR_GET`` on a server before Redis 7.0), every other
+write the shared compare-and-set script (``_REPLACE_IF_SAME``). Every record encoding is
+:mod:`._codec`'s.
 Round trips are not coalesced into pipelines as in the sync store: on one event loop the calls
 are already concurrent on the client's connection pool. Fails closed (StoreUnavailableError), on a
 standalone Redis or a cluster (its one-key commands and scripts run on either).
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.stores._redis_calls import (
     SOCKET_TIMEOUT,
     import_redis,
@@ -27,13 +27,14 @@ from pubsub_toolkit.stores._redis_calls import (
     server_in_cluster_mode,
 )
 from pubsub_toolkit.stores.dedup import _codec as codec
-from pubsub_toolkit.stores.dedup import rules
-from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord
+from pubsub_toolkit.stores.dedup import claims
+from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord
+from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Op, Replace, Reply, Stored
 from pubsub_toolkit.stores.dedup.redis import (
     _CLAIM_OR_GET,
-    _REPLACE_IF_TOKEN,
+    _REPLACE_IF_SAME,
     _SHA,
-    _TAKE_OVER,
+    _found,
     _ms,
 )
 
@@ -60,40 +61,39 @@ class AsyncRedisDedupStore:
     async def claim(
         self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
     ) -> Claim:
-        rkey = self._key(namespace, key)
-        now = self._clock.now()
-        fresh = rules.pending_record(namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl)
-        raw = await self._create_or_get(rkey, codec.encode(fresh), fresh, now)
-        if raw is None:
-            return Claim(ClaimStatus.ACQUIRED, 1, fresh)
-        while True:
-            existing = codec.decode(raw)
-            now = self._clock.now()
-            status = rules.evaluate_claim(existing, fingerprint, now)
-            if status not in (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER):
-                return Claim(status, existing.token, existing)
-            record = rules.pending_record(
-                namespace,
-                key,
-                fingerprint,
-                rules.next_token(existing),
-                now=now,
-                lease=lease,
-                ttl=ttl,
-            )
-            value = codec.encode(record)
-            outcome = await self._script(_TAKE_OVER, rkey, [raw, value, _ms(record.expire_at, now)])
-            if outcome == 1:
-                return Claim(status, record.token, record)
-            if outcome == 0:  # the key expired meanwhile: a fresh claim, as on a new key
-                fresh = rules.pending_record(
-                    namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
-                )
-                raw = await self._create_or_get(rkey, codec.encode(fresh), fresh, now)
-                if raw is None:
-                    return Claim(ClaimStatus.ACQUIRED, 1, fresh)
-            else:
-                raw = outcome  # someone wrote first: decide again on what they wrote
+        protocol = claims.claim(
+            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
+        )
+        return await claims.run_async(protocol, partial(self._perform, self._key(namespace, key)))
+
+    async def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
+        await claims.run_async(protocol, partial(self._perform, self._key(namespace, key)))
+
+    async def release(self, namespace: str, key: str, claim: Claim) -> None:
+        protocol = claims.release(namespace, key, claim, clock=self._clock)
+        await claims.run_async(protocol, partial(self._perform, self._key(namespace, key)))
+
+    async def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return await claims.run_async(
+            claims.get(self._clock), partial(self._perform, self._key(namespace, key))
+        )
+
+    async def _perform(self, rkey: str, op: Op) -> Reply:
+        """One primitive of the claim loop, as the sync store performs it: one round trip."""
+        if type(op) is CreateOrGet:
+            value = codec.encode(op.record)
+            raw = await self._create_or_get(rkey, value, op.record, self._clock.now())
+            return Stored(value) if raw is None else _found(raw)
+        if type(op) is Replace:
+            value = codec.encode(op.record)
+            expected = op.version if op.version is not None else codec.encode(op.expected)
+            ttl_ms = _ms(op.record.expire_at, self._clock.now())
+            outcome = await self._script(_REPLACE_IF_SAME, rkey, [expected, value, ttl_ms])
+            return Stored(value) if outcome == 1 else _found(outcome)
+        return _found(await self._call(self._client.get(rkey)))
 
     async def _create_or_get(
         self, rkey: str, value: str, record: DedupRecord, now: datetime
@@ -108,34 +108,6 @@ class AsyncRedisDedupStore:
                     raise
                 self._nx_get = False  # Redis < 7.0: NX and GET together are refused
         return await self._script(_CLAIM_OR_GET, rkey, [value, ttl_ms])
-
-    async def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        if claim.record is None:
-            raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
-        now = self._clock.now()
-        done = rules.done_record(claim.record, result, now=now, ttl=ttl)
-        args = [claim.token, codec.encode(done), "px", _ms(done.expire_at, now), "1"]
-        if not await self._script(_REPLACE_IF_TOKEN, self._key(namespace, key), args):
-            raise StaleClaimError(f"claim {claim.token} on {namespace}/{key} is no longer held")
-
-    async def release(self, namespace: str, key: str, claim: Claim) -> None:
-        if claim.record is None:
-            return
-        released = rules.released_record(claim.record, now=self._clock.now())
-        await self._script(
-            _REPLACE_IF_TOKEN,
-            self._key(namespace, key),
-            [claim.token, codec.encode(released), "keep", 0, "0"],
-        )
-
-    async def get(self, namespace: str, key: str) -> DedupRecord | None:
-        raw = await self._call(self._client.get(self._key(namespace, key)))
-        if raw is None:
-            return None
-        record = codec.decode(raw)
-        return None if record.is_expired(self._clock.now()) else record
 
     async def _script(self, script: str, rkey: str, args: Sequence[Any]) -> Any:
         """One of the sync store's scripts by EVALSHA, loaded once if Redis lacks it."""

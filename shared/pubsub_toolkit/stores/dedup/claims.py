@@ -1,0 +1,248 @@
+"""The dedup claim loop, written once: claim, complete, release and get over store primitives.
+
+Every backend (memory, Redis, Firestore; sync and asyncio) runs these generators; none decides
+anything itself. A generator *yields* the primitive it needs and receives the store's reply
+(the sans-I/O style of h11; the shape of AWS Powertools' idempotency ``persistence/base.py``):
+
+* :class:`CreateOrGet` - create ``record`` if the key is free, else read what holds it; one
+  atomic step (Redis ``SET NX GET``, Firestore ``create()`` then a read, a lock in memory).
+  Replies :class:`Stored` (created) or :class:`Found`.
+* :class:`Get` - read the record. Replies :class:`Found` (expired records included: the rules
+  need their fencing token).
+* :class:`Replace` - compare-and-set: write ``record`` only if the key still holds the
+  version it was read at (``version``, or ``expected`` as written when the version is None).
+  Replies :class:`Stored`, :class:`Found` (what holds the key now, when the store says so in
+  the same round trip) or None (lost, what holds it unknown: the loop reads again).
+
+A backend performs them with :func:`run` (sync) or :func:`run_async`. Errors of the store
+(:class:`~pubsub_toolkit.errors.StoreUnavailableError`) pass through unchanged; the loop raises
+:class:`~pubsub_toolkit.errors.StaleClaimError` itself. Fencing tokens only grow: every write
+of a new holder is a compare-and-set on the record it superseded (:func:`rules.next_token`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+from pubsub_toolkit.clock import Clock
+from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.stores.dedup import rules
+from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
+
+T = TypeVar("T")
+
+# Compare-and-set attempts before giving up as "store unavailable, try later": each failed one
+# means another writer changed the record in between, so this many in a row is a storm of
+# contenders, not a state the loop could settle by trying harder.
+MAX_ATTEMPTS = 64
+
+# What complete and release change (a backend may write only these fields: the
+# compare-and-set proves the others are the claim's own).
+DONE_FIELDS = ("state", "lease_until", "expire_at", "result")
+RELEASED_FIELDS = ("lease_until",)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOrGet:
+    """Create ``record`` if its key is free; else report what holds the key."""
+
+    record: DedupRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """Read the key's record (expired or not)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replace:
+    """Write ``record`` if the key still holds ``expected`` as read at ``version`` (None: as
+    written by this process, when the backend can tell without a version)."""
+
+    version: object
+    expected: DedupRecord
+    record: DedupRecord
+    fields: tuple[str, ...] | None = None  # None: every field may have changed
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The write applied; ``version`` identifies it for a later compare-and-set."""
+
+    version: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The key holds ``record`` (None: nothing) at ``version``."""
+
+    record: DedupRecord | None
+    version: object = None
+
+
+Op = CreateOrGet | Get | Replace
+Reply = Stored | Found | None
+Protocol = Generator[Op, Reply, T]
+
+
+class _Held(enum.Enum):
+    """What a write under a claim's token found."""
+
+    WRITTEN = "written"
+    ALREADY_DONE = "already_done"  # done under our token: our own earlier, applied attempt
+    LOST = "lost"  # absent, another token, or (for a release) already done
+
+
+def claim(
+    namespace: str,
+    key: str,
+    fingerprint: str,
+    *,
+    clock: Clock,
+    lease: timedelta,
+    ttl: timedelta,
+) -> Protocol[Claim]:
+    """Claim ``key`` or report who has it (see :meth:`~.base.DedupStore.claim`)."""
+    fresh = rules.pending_record(
+        namespace, key, fingerprint, 1, now=clock.now(), lease=lease, ttl=ttl
+    )
+    reply = yield CreateOrGet(fresh)
+    if type(reply) is Stored:
+        return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=reply.version)
+    assert type(reply) is Found
+    return (
+        yield from settle(reply, namespace, key, fingerprint, clock=clock, lease=lease, ttl=ttl)
+    )
+
+
+def settle(
+    found: Found,
+    namespace: str,
+    key: str,
+    fingerprint: str,
+    *,
+    clock: Clock,
+    lease: timedelta,
+    ttl: timedelta,
+) -> Protocol[Claim]:
+    """Decide on the record a claim found; take it over (its lease or itself expired) by a
+    compare-and-set on exactly what was read, so of several contenders exactly one wins and
+    the others decide again on the winner's record."""
+    for _ in range(MAX_ATTEMPTS):
+        now = clock.now()
+        existing = found.record
+        if existing is None:  # gone since (TTL): a fresh claim, as on a new key
+            fresh = rules.pending_record(
+                namespace, key, fingerprint, 1, now=now, lease=lease, ttl=ttl
+            )
+            reply = yield CreateOrGet(fresh)
+            if type(reply) is Stored:
+                return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=reply.version)
+            assert type(reply) is Found
+            found = reply
+            continue
+        status = rules.evaluate_claim(existing, fingerprint, now)
+        if status is not ClaimStatus.ACQUIRED and status is not ClaimStatus.TAKEN_OVER:
+            return Claim(status, existing.token, existing)
+        record = rules.pending_record(
+            namespace,
+            key,
+            fingerprint,
+            rules.next_token(existing),
+            now=now,
+            lease=lease,
+            ttl=ttl,
+        )
+        reply = yield Replace(found.version, existing, record)
+        if type(reply) is Stored:
+            return Claim(status, record.token, record, version=reply.version)
+        found = reply if type(reply) is Found else (yield from _read())
+    raise StoreUnavailableError(f"claim on {namespace}/{key}: too many concurrent writers")
+
+
+def complete(
+    namespace: str,
+    key: str,
+    held: Claim,
+    result: str | None,
+    *,
+    clock: Clock,
+    ttl: timedelta,
+) -> Protocol[None]:
+    """Mark ``held`` done with ``result``; idempotent for the same claim (a record already
+    done under its token is our own earlier attempt, whose reply was lost). Raises
+    StaleClaimError when another holder has the key."""
+    if held.record is None:
+        raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
+    done = rules.done_record(held.record, result, now=clock.now(), ttl=ttl)
+    outcome = yield from _write_held(held, done, DONE_FIELDS)
+    if outcome is _Held.LOST:
+        raise StaleClaimError(f"claim {held.token} on {namespace}/{key} is no longer held")
+
+
+def release(namespace: str, key: str, held: Claim, *, clock: Clock) -> Protocol[None]:
+    """End ``held``'s lease so a redelivery can claim at once; the record (and its token)
+    stays. A claim no longer held, or already done, is left alone."""
+    if held.record is None:
+        return
+    released = rules.released_record(held.record, now=clock.now())
+    yield from _write_held(held, released, RELEASED_FIELDS)
+
+
+def get(clock: Clock) -> Protocol[DedupRecord | None]:
+    """The key's record, or None when absent or expired."""
+    record = (yield from _read()).record
+    if record is None or record.is_expired(clock.now()):
+        return None
+    return record
+
+
+def _read() -> Protocol[Found]:
+    reply = yield Get()
+    assert type(reply) is Found
+    return reply
+
+
+def _write_held(held: Claim, new: DedupRecord, fields: tuple[str, ...]) -> Protocol[_Held]:
+    """Write ``new`` while the key holds ``held``'s pending record: first against the record
+    as the claim wrote it (one compare-and-set, no read), then against what the store holds
+    for as long as that is still ours."""
+    assert held.record is not None
+    reply = yield Replace(held.version, held.record, new, fields)
+    for _ in range(MAX_ATTEMPTS):
+        if type(reply) is Stored:
+            return _Held.WRITTEN
+        found = reply if type(reply) is Found else (yield from _read())
+        current = found.record
+        if current is None or current.token != held.token:
+            return _Held.LOST  # another holder took the key over, or it is gone
+        if current.state is RecordState.DONE:
+            return _Held.ALREADY_DONE if new.state is RecordState.DONE else _Held.LOST
+        reply = yield Replace(found.version, current, new, fields)
+    raise StoreUnavailableError(f"claim {held.token}: too many concurrent writers")
+
+
+def run(protocol: Protocol[T], perform: Callable[[Op], Reply]) -> T:
+    """Drive ``protocol`` synchronously: each primitive it yields performed by ``perform``."""
+    try:
+        op = next(protocol)
+        while True:
+            op = protocol.send(perform(op))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def run_async(protocol: Protocol[T], perform: Callable[[Op], Awaitable[Reply]]) -> T:
+    """Drive ``protocol`` on asyncio: each primitive it yields awaited from ``perform``."""
+    try:
+        op = next(protocol)
+        while True:
+            op = protocol.send(await perform(op))
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
