@@ -19,6 +19,10 @@ per process: a repair whose save is refused does not keep (or hand over) it agai
 The repair fences every lease - except the live one this process took itself for a run still
 under way: that run's lease moves to the repaired record under a new token (:meth:`SeenStore.
 lease_now`), so its advance is recorded, not refused, and the message does not run twice.
+
+(About 380 lines: the repair and what it does with each kind of lost copy belong together, so
+that one module shows every way a store loss is answered; the decisions themselves are pure
+functions in :mod:`.gate_rules`.)
 """
 
 from __future__ import annotations
