@@ -13,7 +13,8 @@ where hand-overs end.
    (``relay_handover_unconfirmed``), naming the task.
 2. Every transient failure of the last attempt hands over (the store, the final topic, Cloud
    Tasks, a release claimed by a run still going), but not for ever: once the message is
-   ``DEDUP_TTL`` past its due time it is dead-lettered with its reason instead.
+   ``DEDUP_TTL`` past its due time (the last attempt: ``HANDOVER_GRACE`` more, see
+   :mod:`tests.unit.test_relay_handover_limit_doubt`) it is dead-lettered with its reason.
 
 The relay runs on the project's in-memory store behind an outage switch, with an in-process
 queue implementing our ``HopScheduler`` protocol through the real ``plan_task``.
@@ -30,6 +31,7 @@ from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.delay.last_attempt import (
+    HANDOVER_GRACE,
     REASON_RETRIES_EXHAUSTED,
     REASON_STORE_UNAVAILABLE,
 )
@@ -264,8 +266,9 @@ def test_hand_overs_end_dedup_ttl_past_the_due_time_with_a_dead_letter(
     assert world.last_attempt(fifo_body(), store_down=store_down) is RelayOutcome.RESCHEDULED
     [(_, handed)] = world.queue.tasks.items()
     assert DelayedMessage.from_json(handed).hop == 1
-    # ... but that task's own last attempt, past it, dead-letters: not handed over for ever.
-    world.clock.advance(timedelta(minutes=2))
+    # ... but that task's own last attempt, past it (and past the grace a last attempt has to
+    # settle a create left in doubt inside it), dead-letters: not handed over for ever.
+    world.clock.advance(timedelta(minutes=1) + HANDOVER_GRACE)
     world.queue.tasks = {}
     assert world.last_attempt(handed, store_down=store_down) is RelayOutcome.DEAD_LETTERED
     assert world.queue.tasks == {}

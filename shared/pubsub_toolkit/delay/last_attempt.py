@@ -21,11 +21,18 @@ when an earlier one was applied. A doubt on the last attempt but one is answered
 attempt creates the same name again and learns the outcome. A doubt on the last attempt is
 neither dead-lettered (the task may exist and release it: the message would be both delivered
 and dead-lettered - review finding on issue 24) nor dropped silently: the message goes to the
-operator whole (``relay_handover_unconfirmed``: data, attributes, the task's name to look for).
+operator whole (``relay_handover_unconfirmed``: data, attributes, the task's name to look for,
+and a ``replay_id``). Its route is a replay, as ``dlq replay`` does one (mint the id, publish to
+the ingress topic with it): ingress releases it through the message's release record, so a
+cancel wins and a task releasing it too is a duplicate. Published again without the id, ingress
+acks it as a duplicate of the original publish (its record lives ``DEDUP_TTL``): lost.
 
 Hand-overs end: a message is handed over only until it is ``DEDUP_TTL`` past its due time
 (consumers keep its key that long, so a copy an earlier run published unrecorded is still a
-duplicate to them) and up to hop :data:`~pubsub_toolkit.delay.payload.MAX_HOP`. Past that, or
+duplicate to them) and up to hop :data:`~pubsub_toolkit.delay.payload.MAX_HOP`. The last
+attempt still creates the name up to :data:`HANDOVER_GRACE` later: the attempt before it (up to
+the queue's ``max_backoff`` earlier) or a duplicate run may have left a create in doubt inside
+the limit, and refusing on time would dead-letter a message that task releases. Past that, or
 when no task can be made (no scheduler, Cloud Tasks refusing the request itself), the relay
 dead-letters it with a reason, an ALERT, and in its ``error_detail`` why it was not handed
 over:
@@ -80,6 +87,12 @@ REASON_RETRIES_EXHAUSTED = "relay_retries_exhausted"
 # Creates of the next task tried per attempt: the name is fixed, so a create that timed out
 # after Cloud Tasks applied it is answered AlreadyExists by the next try.
 CONTINUE_TRIES = 3
+# How far past the hand-over limit a last attempt still creates the next task's name again.
+# Longer than any wait between the last two attempts (the queue's max_backoff: 300 s deployed,
+# Cloud Tasks' default 1 h) and between duplicate runs, so a create the attempt before it (or a
+# duplicate run) left in doubt inside the limit is settled by AlreadyExists, never refused on
+# time and dead-lettered beside the release of the task it made.
+HANDOVER_GRACE = timedelta(hours=2)
 
 
 class HandOver(enum.StrEnum):
@@ -144,13 +157,16 @@ class LastAttempt:
         limit: timedelta,
     ) -> HandOver:
         """Hand ``delayed`` to its next hop's task (see the module doc). ``overdue``: how long
-        past its due time it is now; past ``limit`` (``DEDUP_TTL``) it is not handed over."""
+        past its due time it is now; past ``limit`` (``DEDUP_TTL``) it is not handed over - the
+        last attempt up to :data:`HANDOVER_GRACE` past it still creates the name again."""
         hop = delayed.hop + 1
         if scheduler is None:
             return self._not_made("no scheduler to make a task with")
         if hop > MAX_HOP:
             return self._not_made(f"its hop {delayed.hop} is the last a task body may carry")
-        if overdue >= limit:
+        # A time-based refusal must not override a create that may have been applied: the
+        # attempt before the last hands over inside the limit and leaves a doubt to this one.
+        if overdue >= (limit + HANDOVER_GRACE if self._final else limit):
             return self._not_made(
                 f"it is {_days(overdue)} past its due time: handed over only until DEDUP_TTL "
                 f"({_days(limit)}) past it"
@@ -222,13 +238,21 @@ class LastAttempt:
         task = task_id(key, hop, message.attributes.get(attr.FIFO_SEQ))
         queue = getattr(scheduler, "queue", None)
         name = f"{queue}/tasks/{task}" if queue else task
+        # Published again as it is, ingress would ack it as a duplicate of the original (its
+        # record lives DEDUP_TTL): the operator replays it, as `dlq replay` does, under an id
+        # fixed by the task, so replaying the line twice still lets one copy through.
+        replay_id = f"relay-handover:{task}"
         self._log.decision(
             "handover_unconfirmed",
             f"ALERT: last Cloud Tasks attempt failed ({self._failure}), and whether the task "
             f"taking the message over (hop {hop}) was made is unknown ({doubt}). Not "
-            "dead-lettered: if that task exists it releases the message. Look for task "
-            f"{name}: if it is absent, this line is the message's dead letter (its data and "
-            "attributes) - check it was not cancelled (is_cancelled) before publishing it again",
+            f"dead-lettered: if that task exists it releases the message. Look for task {name}: "
+            "if it is absent (or ran), replay this line as `dlq replay` does - mint replay_id "
+            f"{replay_id} for dedup_key {message.attributes.get(attr.DEDUP_KEY, key)!r} in the "
+            "store ingress reads (pubsub_toolkit.dead_letters.replay.mint), then publish "
+            "data_base64 and attributes plus that replay_id to the ingress topic: ingress "
+            "releases it through its release record (not if cancelled; once, should the task "
+            "release it too). Not without replay_id: ingress acks that as a duplicate",
             dedup_key=key,
             level=logging.ERROR,
             alert="relay_handover_unconfirmed",
@@ -236,6 +260,7 @@ class LastAttempt:
             hop=hop,
             task_id=task,
             task_name=name,
+            replay_id=replay_id,
             error=str(doubt),
             data_base64=base64.b64encode(message.data).decode(),
             attributes=dict(message.attributes),
