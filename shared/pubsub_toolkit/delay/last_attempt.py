@@ -62,6 +62,10 @@ operator's ``fifo skip`` instead failed when the operator came later than the gr
 (an idle group forgets its record ``DEDUP_TTL`` after its last change; the relay gives up days
 after the due time): the skip was refused ("waits for 1"). If the filler's publish fails too,
 an ALERT names the group and number to skip.
+
+(About 375 lines: the last attempt's three ends - a new task, a dead letter with a filler, or
+the message handed to the operator whole - and the time bounds between them are one decision,
+kept in one module so that its "never both, never neither" can be read in one place.)
 """
 
 from __future__ import annotations

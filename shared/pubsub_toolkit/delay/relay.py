@@ -19,6 +19,10 @@ of the relay's own until ``DEDUP_TTL`` past its due time, and only dead-lettered
 (a FIFO one followed by a filler, so its group goes on) when no task is made
 (:mod:`.last_attempt`). A release record lives as long as a cancel tombstone
 (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
+
+(About 340 lines: the relay's request handling, its release under the fate record and its
+checks for a cancel before and after the claim read best together; the last attempt lives in
+:mod:`.last_attempt`.)
 """
 
 from __future__ import annotations
