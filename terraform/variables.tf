@@ -386,8 +386,13 @@ variable "tasks_retry" {
     max_doublings      = optional(number, 8)
     max_retry_duration = optional(string, "0s")
   })
-  description = "Queue retry_config. The relay answers 5xx on transient failures and is idempotent, so generous retries are safe; 0s duration means no time limit."
+  description = "Queue retry_config. The relay answers 5xx on transient failures and is idempotent, so generous retries are safe; 0s duration means no time limit. max_backoff must stay under 2 hours: the relay's last attempt settles a hand-over left in doubt by the attempt before it only within that grace."
   default     = {}
+
+  validation {
+    condition     = can(regex("^[0-9]+(\\.[0-9]+)?s$", var.tasks_retry.max_backoff)) ? tonumber(trimsuffix(var.tasks_retry.max_backoff, "s")) < 7200 : false
+    error_message = "tasks_retry.max_backoff must be a duration in seconds (\"300s\") under 7200s: the relay's last attempt settles a hand-over left in doubt within a 2-hour grace (docs/how-to/delay-and-cancel.md)."
+  }
 }
 
 variable "tasks_rate_limits" {

@@ -475,6 +475,16 @@ run "ttl_shorter_than_redelivery_window_is_refused" {
   expect_failures = [var.dedup_ttl_seconds]
 }
 
+run "tasks_max_backoff_of_two_hours_or_more_is_refused" {
+  command = plan
+
+  variables {
+    tasks_retry = { max_backoff = "7200s" }
+  }
+
+  expect_failures = [var.tasks_retry]
+}
+
 run "log_metrics_and_alerts" {
   command = apply
 
