@@ -8,18 +8,18 @@ Shared by the streaming :class:`~pubsub_toolkit.consumer.subscriber.Consumer` an
 * any other message is deduplicated by its ``dedup_key`` in the consumer's namespace;
 * the return value means "ack"; a TransientError means "deliver again".
 
-A handler that raises :class:`~pubsub_toolkit.errors.RetryLater` asks for the message again
-after a delay. In a FIFO group the gate does it (the head waits parked, the group holds its
-place). Any other message is re-scheduled through the delay path (:class:`RetryScheduler`,
-Cloud Tasks and the relay in production) as a copy with ``retry_attempt`` (its attempt number)
-and ``retry_consumer`` (this consumer), and acked: its dedup claim was released, so the copy
-runs when it is due. Its task and release record are keyed ``dedup_key#retry:CONSUMER:ATTEMPT``
+A handler that raises :class:`~pubsub_toolkit.errors.RetryLater` asks for the message again after a
+delay. In a FIFO group the gate does it (the head waits parked, the group holds its place). Any
+other message is re-scheduled through the delay path (:class:`RetryScheduler`, Cloud Tasks and the
+relay in production) as a copy with ``retry_attempt`` (its attempt number) and ``retry_consumer``
+(this consumer), and acked: its dedup claim was released, so the copy runs when it is due. Its task
+and release record are keyed ``dedup_key#retry:CONSUMER:ATTEMPT``
 (:func:`~pubsub_toolkit.delay.cancel.fate_key`), never the message's own key, which a message
-delayed once has already used; the copy keeps its ``dedup_key``. At the consumer's
-``max_attempts`` it is dead-lettered ``retry_limit`` and recorded done. The relay publishes to
-the final topic, so other subscriptions of it see the copy too: a key they already handled, so
-their dedup acks it as a duplicate. Without a scheduler (no ``TASKS_QUEUE``) the delay cannot be
-honoured: the message is nacked with a WARNING (Pub/Sub's backoff applies, nothing is acked).
+delayed once has already used; the copy keeps its ``dedup_key``. At the consumer's ``max_attempts``
+it is dead-lettered ``retry_limit`` and recorded done. The relay publishes to the final topic, so
+other subscriptions of it see the copy too: a key they already handled, so their dedup acks it as a
+duplicate. Without a scheduler (no ``PUBSUB_TOOLKIT_TASKS_QUEUE``) the delay cannot be honoured: the
+message is nacked with a WARNING (Pub/Sub's backoff applies, nothing is acked).
 
 In batch mode (``batch`` > 1) the handler takes lists; :meth:`MessageProcessor.process_batch`
 hands a group's consecutive deliveries to the gate together. (About 365 lines: the wiring from
@@ -317,7 +317,8 @@ class MessageProcessor:
         if self._scheduler is None:
             log.decision(
                 "retry_later_unscheduled",
-                f"RetryLater({exc.delay}) cannot be honoured: no delay path (TASKS_QUEUE unset); "
+                f"RetryLater({exc.delay}) cannot be honoured: no delay path "
+                "(PUBSUB_TOOLKIT_TASKS_QUEUE unset); "
                 "nacked, Pub/Sub's retry backoff decides when it comes again",
                 dedup_key=key,
                 level=logging.WARNING,
