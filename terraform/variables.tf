@@ -606,9 +606,10 @@ variable "consumer" {
   })
   description = <<-EOT
     Optional functions/consumer deployment (HTTP, behind the push subscription consumer-push on
-    the final topic, with message ordering): PUBSUB_TOOLKIT_CONSUMER_ID and PUBSUB_TOOLKIT_HANDLER=module:function; FIFO_*
-    settings go in extra_env. timeout_seconds is also the push subscription's ack deadline and the
-    scheduler job's attempt deadline. `sweep_schedule` (cron, in UTC): the Cloud Scheduler job
+    the final topic, with message ordering): PUBSUB_TOOLKIT_CONSUMER_ID and
+    PUBSUB_TOOLKIT_HANDLER=module:function; PUBSUB_TOOLKIT_FIFO_* settings go in extra_env.
+    timeout_seconds is also the push subscription's ack deadline and the scheduler job's attempt
+    deadline. `sweep_schedule` (cron, in UTC): the Cloud Scheduler job
     consumer-sweep that POSTs to the consumer's /sweep (parked messages, gap timeouts); "" or null:
     no job. Null: not deployed.
   EOT

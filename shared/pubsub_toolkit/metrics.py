@@ -185,8 +185,8 @@ def configure_metrics_from_env(
 ) -> Any | None:
     """For entry points: start exporting ``metrics`` as ``PUBSUB_TOOLKIT_METRICS_EXPORTER`` says
     (see the module docstring), every ``PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS`` (default 60).
-    Returns the SDK's
-    ``MeterProvider`` (call ``shutdown()`` at exit to flush), or None when export is off."""
+    Returns the SDK's ``MeterProvider`` (call ``shutdown()`` at exit to flush), or None when
+    export is off."""
     raw = env.get(EXPORTER_ENV, "").strip().lower() or "off"
     if raw not in EXPORTERS:
         raise ConfigurationError(f"{EXPORTER_ENV} {raw!r} is not one of {', '.join(EXPORTERS)}")

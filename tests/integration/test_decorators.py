@@ -310,8 +310,8 @@ def test_a_missing_setting_is_said_once_and_the_message_comes_back_later_not_in_
 ) -> None:
     """PUBSUB_TOOLKIT_FINAL_TOPIC unset: no delivery can be handled until the process restarts with
     it. The error names the variable once, and the message is held back a minute - a nack would
-    bring
-    it back at once, in a loop (a new user's first run wrote 1.8 million log lines a minute)."""
+    bring it back at once, in a loop (a new user's first run wrote 1.8 million log lines a
+    minute)."""
     monkeypatch.delenv("PUBSUB_TOOLKIT_FINAL_TOPIC")
     deliveries: list[str] = []
     first, again = threading.Event(), threading.Event()
