@@ -248,15 +248,15 @@ class Rig:
         )
         self.env = {
             "GOOGLE_CLOUD_PROJECT": self.project,
-            "FINAL_TOPIC": "final",
-            "DEAD_LETTER_TOPIC": "dead-letter",
-            "STORE_BACKEND": self.backend,
-            "REDIS_URL": self._servers.redis_url,
-            "STATS_FLUSH_SECONDS": "0",
-            "TASKS_QUEUE": queue,
-            "TASKS_TARGET": "appengine",
+            "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+            "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+            "PUBSUB_TOOLKIT_STORE_BACKEND": self.backend,
+            "PUBSUB_TOOLKIT_REDIS_URL": self._servers.redis_url,
+            "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",
+            "PUBSUB_TOOLKIT_TASKS_QUEUE": queue,
+            "PUBSUB_TOOLKIT_TASKS_TARGET": "appengine",
             "CLOUD_TASKS_EMULATOR_HOST": emulator.address,
-            "CONSUMER_ID": f"cost-{self.run}",
+            "PUBSUB_TOOLKIT_CONSUMER_ID": f"cost-{self.run}",
         }
         settings = Settings.from_env(self.env)
         assert settings.delay is not None

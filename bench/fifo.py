@@ -149,11 +149,11 @@ def consume(servers: Servers, messages: int, variant: Variant) -> dict[str, floa
 
     env = {
         "GOOGLE_CLOUD_PROJECT": project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": servers.redis_url,
-        "CONSUMER_ID": f"bench-{uuid.uuid4().hex[:6]}",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": servers.redis_url,
+        "PUBSUB_TOOLKIT_CONSUMER_ID": f"bench-{uuid.uuid4().hex[:6]}",
     }
     processor, store = _processor(env, handler, batch=variant.batch)
     consumer = Consumer(sub, processor, concurrency=CONCURRENCY)
@@ -178,11 +178,11 @@ def sweep_reads(servers: Servers, backend_name: str) -> dict[str, int]:
     consumer_id = f"sweep-{uuid.uuid4().hex[:6]}"
     env = {
         "GOOGLE_CLOUD_PROJECT": f"bench-{uuid.uuid4().hex[:8]}",
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": backend_name,
-        "REDIS_URL": servers.redis_url,
-        "CONSUMER_ID": consumer_id,
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": backend_name,
+        "PUBSUB_TOOLKIT_REDIS_URL": servers.redis_url,
+        "PUBSUB_TOOLKIT_CONSUMER_ID": consumer_id,
     }
     settings, consumer = Settings.from_env(env), ConsumerSettings.from_env(env)
     policy = gate_policy(consumer, completed_retention=settings.dedup_ttl)

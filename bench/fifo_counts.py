@@ -12,10 +12,10 @@ starts with that tree's ``shared/``:
   missing); one sweep round - ``gate.groups()`` and ``gate.sweep`` of each - by the gate that
   wrote them and by a fresh one (a restarted process): groups visited and billed reads.
 
-The current tree runs with the consumer's default ``FIFO_LEASE_HOLD_SECONDS`` (2 s), the
-baseline with its own defaults. ``python -m bench.fifo_counts [--baseline COMMIT]``: the
-baseline (default ``0990fda``, main before issue 15) is checked out with ``git worktree`` under
-/tmp and removed afterwards. JSON to ``bench/results/fifo_counts.json``.
+The current tree runs with the consumer's default ``PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS`` (2 s),
+the baseline with its own defaults. ``python -m bench.fifo_counts [--baseline COMMIT]``: the
+baseline (default ``0990fda``, main before issue 15) is checked out with ``git worktree`` under /tmp
+and removed afterwards. JSON to ``bench/results/fifo_counts.json``.
 """
 
 from __future__ import annotations

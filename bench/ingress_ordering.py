@@ -145,7 +145,7 @@ def early_arrivals(arrivals: list[tuple[str, tuple[str, int]]]) -> tuple[int, in
 
 
 def run(stack: LocalStack, *, rounds: int, messages: int, groups: int) -> dict[str, object]:
-    redis_url = stack.env["REDIS_URL"]
+    redis_url = stack.env["PUBSUB_TOOLKIT_REDIS_URL"]
     counter = RedisSequenceCounter.from_url(redis_url, prefix=f"bench-{uuid.uuid4().hex[:6]}:")
     one_round(stack, counter, ordered=False, messages=min(messages, 50), groups=groups)  # warm
     per_round: list[dict[str, Any]] = []

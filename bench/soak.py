@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         ingress_log = next(s.log_path for s in stack.group.services if s.name == "ingress")
         result = run_workload(
             topology=stack.topology,
-            env={**stack.env, "CONSUMER_ID": "soak-consumer"},
+            env={**stack.env, "PUBSUB_TOOLKIT_CONSUMER_ID": "soak-consumer"},
             mix=mix,
             counter=counter,
             ingress_log=ingress_log,

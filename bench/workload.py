@@ -78,9 +78,9 @@ def run_workload(
 ) -> RunResult:
     """Publish ``mix`` to origin, consume the final topic, and account for every copy.
 
-    A wave is published only while fewer than ``backlog`` copies wait for ingress, so a long
-    run keeps a bounded backlog (and FIFO gaps bounded in time) instead of queueing everything
-    in the emulator at once. ``env`` configures the Consumer (it needs ``CONSUMER_ID``).
+    A wave is published only while fewer than ``backlog`` copies wait for ingress, so a long run
+    keeps a bounded backlog (and FIFO gaps bounded in time) instead of queueing everything in the
+    emulator at once. ``env`` configures the Consumer (it needs ``PUBSUB_TOOLKIT_CONSUMER_ID``).
     """
     waves = build_waves(mix, counter)
     seen = Observer(ingress_log)

@@ -15,9 +15,11 @@ This file is two things:
       functions-framework --source=examples/consumer_function.py --target=consume \\
           --signature-type=http                  # and --target=sweep
 
-  with the toolkit's settings in the environment (``GOOGLE_CLOUD_PROJECT``, ``FINAL_TOPIC``,
-  ``DEAD_LETTER_TOPIC``, ``CONSUMER_ID``, ``STORE_BACKEND`` and ``REDIS_URL``...) and
-  ``EFFECTS_DIR``, where :func:`handle` records its effect (replace it with yours);
+  with the toolkit's settings in the environment (``GOOGLE_CLOUD_PROJECT``,
+  ``PUBSUB_TOOLKIT_FINAL_TOPIC``, ``PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC``,
+  ``PUBSUB_TOOLKIT_CONSUMER_ID``, ``PUBSUB_TOOLKIT_STORE_BACKEND`` and
+  ``PUBSUB_TOOLKIT_REDIS_URL``...) and ``EFFECTS_DIR``, where :func:`handle` records its effect
+  (replace it with yours);
 
 * **a run** (``python examples/consumer_function.py``): it creates a topic on the Pub/Sub
   emulator, serves ``consume`` and ``sweep`` with functions-framework on loopback ports (two
@@ -32,13 +34,14 @@ This file is two things:
 Run it (needs ``pip install 'pubsub-toolkit[functions]'``, and ``[redis]`` for the Redis store)::
 
     export PUBSUB_EMULATOR_HOST=127.0.0.1:8085           # a running Pub/Sub emulator
-    export REDIS_URL=redis://127.0.0.1:6379/0            # the store in Redis ...
+    export PUBSUB_TOOLKIT_REDIS_URL=redis://127.0.0.1:6379/0            # the store in Redis ...
     python examples/consumer_function.py
     export FIRESTORE_EMULATOR_HOST=127.0.0.1:8086        # ... or in Firestore
     python examples/consumer_function.py --store firestore
 
 ``GOOGLE_CLOUD_PROJECT`` defaults to ``local-project``; ``--store`` defaults to
-``STORE_BACKEND``, else redis when ``REDIS_URL`` is set, else firestore.
+``PUBSUB_TOOLKIT_STORE_BACKEND``, else redis when ``PUBSUB_TOOLKIT_REDIS_URL`` is set, else
+firestore.
 
 Why one file of ~450 lines: the function is the part above ``# --- the run``; the rest serves
 that very file, so what the run proves is the source you would deploy. Deploy the function
@@ -162,11 +165,12 @@ class SetupError(Exception):
 
 
 def default_store() -> str:
-    """``--store``'s default: STORE_BACKEND, else redis when REDIS_URL is set, else firestore."""
-    configured = os.environ.get("STORE_BACKEND", "").strip().lower()
+    """``--store``'s default: PUBSUB_TOOLKIT_STORE_BACKEND, else redis when
+    PUBSUB_TOOLKIT_REDIS_URL is set, else firestore."""
+    configured = os.environ.get("PUBSUB_TOOLKIT_STORE_BACKEND", "").strip().lower()
     if configured in ("redis", "firestore"):
         return configured
-    return "redis" if os.environ.get("REDIS_URL") else "firestore"
+    return "redis" if os.environ.get("PUBSUB_TOOLKIT_REDIS_URL") else "firestore"
 
 
 def free_port() -> int:
@@ -261,14 +265,15 @@ class Names:
 
 def function_env(names: Names, store: str, effects_dir: Path) -> dict[str, str]:
     """The functions' environment: the toolkit's settings, as a deployment would set them."""
-    env = {k: v for k, v in os.environ.items() if k != "DEDUP_BACKEND"}  # STORE_BACKEND wins
+    env = dict(os.environ)
     env.update(
         GOOGLE_CLOUD_PROJECT=names.project,
-        FINAL_TOPIC=names.topic,
-        DEAD_LETTER_TOPIC=names.dead_letter_topic,
-        STORE_BACKEND=store,
-        CONSUMER_ID=f"fulfilment-{names.run_id}",
-        FIFO_RETRY_BACKOFF_SECONDS="0.2",  # retry a failed head soon (default 5 s, doubling)
+        PUBSUB_TOOLKIT_FINAL_TOPIC=names.topic,
+        PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC=names.dead_letter_topic,
+        PUBSUB_TOOLKIT_STORE_BACKEND=store,
+        PUBSUB_TOOLKIT_CONSUMER_ID=f"fulfilment-{names.run_id}",
+        # Retry a failed head soon (default 5 s, doubling).
+        PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS="0.2",
         EFFECTS_DIR=str(effects_dir),
     )
     return env
@@ -424,8 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         "--store",
         choices=("redis", "firestore"),
         default=default_store(),
-        help="where dedup records and FIFO state live (default: STORE_BACKEND, else redis "
-        "when REDIS_URL is set, else firestore)",
+        help="where dedup records and FIFO state live (default: PUBSUB_TOOLKIT_STORE_BACKEND, "
+        "else redis when PUBSUB_TOOLKIT_REDIS_URL is set, else firestore)",
     )
     parser.add_argument(
         "--timeout", type=float, default=90.0, help="give up after this many seconds (default 90)"
@@ -435,8 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not os.environ.get("PUBSUB_EMULATOR_HOST", "").strip():
             raise SetupError("set PUBSUB_EMULATOR_HOST to a running Pub/Sub emulator")
-        if args.store == "redis" and not os.environ.get("REDIS_URL", "").strip():
-            raise SetupError("--store redis needs REDIS_URL, e.g. redis://127.0.0.1:6379/0")
+        if args.store == "redis" and not os.environ.get("PUBSUB_TOOLKIT_REDIS_URL", "").strip():
+            raise SetupError(
+                "--store redis needs PUBSUB_TOOLKIT_REDIS_URL, e.g. redis://127.0.0.1:6379/0"
+            )
         if args.store == "firestore" and not os.environ.get("FIRESTORE_EMULATOR_HOST", ""):
             raise SetupError("--store firestore needs FIRESTORE_EMULATOR_HOST")
         ok = run(args.store, args.timeout)

@@ -17,15 +17,15 @@ error), within ``--timeout`` seconds.
 Run it (pubsub-toolkit installed; the Redis store needs ``pip install 'pubsub-toolkit[redis]'``)::
 
     export PUBSUB_EMULATOR_HOST=127.0.0.1:8085           # a running Pub/Sub emulator
-    export REDIS_URL=redis://127.0.0.1:6379/0            # the Redis store ...
+    export PUBSUB_TOOLKIT_REDIS_URL=redis://127.0.0.1:6379/0            # the Redis store ...
     python examples/dedup_subscriber.py
     export FIRESTORE_EMULATOR_HOST=127.0.0.1:8086        # ... or the Firestore store
     python examples/dedup_subscriber.py --store firestore
 
-or inside the repository's local stack: ``pubsub-toolkit local up``, then
-``eval "$(pubsub-toolkit local env)"`` and ``python examples/dedup_subscriber.py``.
-``GOOGLE_CLOUD_PROJECT`` defaults to ``local-project``; ``--store`` defaults to
-``STORE_BACKEND``, else redis when ``REDIS_URL`` is set, else firestore.
+or inside the repository's local stack: ``pubsub-toolkit local up``, then ``eval "$(pubsub-toolkit
+local env)"`` and ``python examples/dedup_subscriber.py``. ``GOOGLE_CLOUD_PROJECT`` defaults to
+``local-project``; ``--store`` defaults to ``PUBSUB_TOOLKIT_STORE_BACKEND``, else redis when
+``PUBSUB_TOOLKIT_REDIS_URL`` is set, else firestore.
 """
 
 from __future__ import annotations
@@ -68,11 +68,13 @@ class SetupError(Exception):
 
 
 def make_store(kind: str) -> DedupStore:
-    """The dedup store: Redis (REDIS_URL) or Firestore (FIRESTORE_EMULATOR_HOST)."""
+    """The dedup store: Redis (PUBSUB_TOOLKIT_REDIS_URL) or Firestore (FIRESTORE_EMULATOR_HOST)."""
     if kind == "redis":
-        url = os.environ.get("REDIS_URL", "").strip()
+        url = os.environ.get("PUBSUB_TOOLKIT_REDIS_URL", "").strip()
         if not url:
-            raise SetupError("--store redis needs REDIS_URL, e.g. redis://127.0.0.1:6379/0")
+            raise SetupError(
+                "--store redis needs PUBSUB_TOOLKIT_REDIS_URL, e.g. redis://127.0.0.1:6379/0"
+            )
         # Imported here: the Redis backend needs the [redis] extra, Firestore does not.
         from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 
@@ -88,11 +90,12 @@ def make_store(kind: str) -> DedupStore:
 
 
 def default_store() -> str:
-    """``--store``'s default: STORE_BACKEND, else redis when REDIS_URL is set, else firestore."""
-    configured = os.environ.get("STORE_BACKEND", "").strip().lower()
+    """``--store``'s default: PUBSUB_TOOLKIT_STORE_BACKEND, else redis when
+    PUBSUB_TOOLKIT_REDIS_URL is set, else firestore."""
+    configured = os.environ.get("PUBSUB_TOOLKIT_STORE_BACKEND", "").strip().lower()
     if configured in ("redis", "firestore"):
         return configured
-    return "redis" if os.environ.get("REDIS_URL") else "firestore"
+    return "redis" if os.environ.get("PUBSUB_TOOLKIT_REDIS_URL") else "firestore"
 
 
 def project_id() -> str:
@@ -107,8 +110,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--store",
         choices=("redis", "firestore"),
         default=default_store(),
-        help="where dedup records live (default: STORE_BACKEND, else redis when REDIS_URL is "
-        "set, else firestore)",
+        help="where dedup records live (default: PUBSUB_TOOLKIT_STORE_BACKEND, else redis when "
+        "PUBSUB_TOOLKIT_REDIS_URL is set, else firestore)",
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="give up after this many seconds (default 60)"

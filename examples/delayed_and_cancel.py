@@ -18,11 +18,13 @@ Cloud Tasks emulator, ingress under functions-framework, the relay under gunicor
 
     pubsub-toolkit local up                  # from a checkout: make up
     eval "$(pubsub-toolkit local env)"       # GOOGLE_CLOUD_PROJECT, PUBSUB_EMULATOR_HOST,
-                                             # TASKS_QUEUE, CLOUD_TASKS_EMULATOR_HOST, ...
+                                             # PUBSUB_TOOLKIT_TASKS_QUEUE,
+                                             # CLOUD_TASKS_EMULATOR_HOST, ...
     python examples/delayed_and_cancel.py --delay 3
 
 It needs the ``tasks`` extra (``pip install 'pubsub-toolkit[tasks]'``). The origin topic is
-``ORIGIN_TOPIC`` (default ``origin``, the local stack's); the final topic is ``FINAL_TOPIC``.
+``ORIGIN_TOPIC`` (default ``origin``, the local stack's); the final topic is
+``PUBSUB_TOOLKIT_FINAL_TOPIC``.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def load_settings() -> Settings:
     settings = Settings.from_env()
     if settings.delay is None:
         raise SetupError(
-            "TASKS_QUEUE is not set (delayed delivery is off): "
+            "PUBSUB_TOOLKIT_TASKS_QUEUE is not set (delayed delivery is off): "
             'eval "$(pubsub-toolkit local env)" sets it for the local stack'
         )
     return settings

@@ -21,15 +21,15 @@ error), within ``--timeout`` seconds.
 
 Run it (pubsub-toolkit installed; the Redis store needs ``pip install 'pubsub-toolkit[redis]'``)::
 
-    export PUBSUB_EMULATOR_HOST=127.0.0.1:8085           # a running Pub/Sub emulator
-    export REDIS_URL=redis://127.0.0.1:6379/0            # counters and group state in Redis ...
-    python examples/fifo_publisher_consumer.py
-    export FIRESTORE_EMULATOR_HOST=127.0.0.1:8086        # ... or in Firestore
-    python examples/fifo_publisher_consumer.py --store firestore
+    export PUBSUB_EMULATOR_HOST=127.0.0.1:8085           # a running Pub/Sub emulator export
+    PUBSUB_TOOLKIT_REDIS_URL=redis://127.0.0.1:6379/0            # counters and group state in Redis
+    ... python examples/fifo_publisher_consumer.py export FIRESTORE_EMULATOR_HOST=127.0.0.1:8086
+    # ... or in Firestore python examples/fifo_publisher_consumer.py --store firestore
 
 or inside the local stack (``pubsub-toolkit local up``; ``eval "$(pubsub-toolkit local env)"``).
 ``GOOGLE_CLOUD_PROJECT`` defaults to ``local-project``; ``--store`` defaults to
-``STORE_BACKEND``, else redis when ``REDIS_URL`` is set, else firestore.
+``PUBSUB_TOOLKIT_STORE_BACKEND``, else redis when ``PUBSUB_TOOLKIT_REDIS_URL`` is set, else
+firestore.
 """
 
 from __future__ import annotations
@@ -80,11 +80,12 @@ class SetupError(Exception):
 
 
 def default_store() -> str:
-    """``--store``'s default: STORE_BACKEND, else redis when REDIS_URL is set, else firestore."""
-    configured = os.environ.get("STORE_BACKEND", "").strip().lower()
+    """``--store``'s default: PUBSUB_TOOLKIT_STORE_BACKEND, else redis when
+    PUBSUB_TOOLKIT_REDIS_URL is set, else firestore."""
+    configured = os.environ.get("PUBSUB_TOOLKIT_STORE_BACKEND", "").strip().lower()
     if configured in ("redis", "firestore"):
         return configured
-    return "redis" if os.environ.get("REDIS_URL") else "firestore"
+    return "redis" if os.environ.get("PUBSUB_TOOLKIT_REDIS_URL") else "firestore"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -94,8 +95,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--store",
         choices=("redis", "firestore"),
         default=default_store(),
-        help="where counters and group state live (default: STORE_BACKEND, else redis when "
-        "REDIS_URL is set, else firestore)",
+        help="where counters and group state live (default: PUBSUB_TOOLKIT_STORE_BACKEND, else "
+        "redis when PUBSUB_TOOLKIT_REDIS_URL is set, else firestore)",
     )
     parser.add_argument(
         "--timeout", type=float, default=90.0, help="give up after this many seconds (default 90)"
@@ -107,8 +108,10 @@ def check_environment(store: str) -> None:
     """Refuse to run anywhere but on emulators (it creates topics and writes records)."""
     if not os.environ.get("PUBSUB_EMULATOR_HOST", "").strip():
         raise SetupError("set PUBSUB_EMULATOR_HOST to a running Pub/Sub emulator")
-    if store == "redis" and not os.environ.get("REDIS_URL", "").strip():
-        raise SetupError("--store redis needs REDIS_URL, e.g. redis://127.0.0.1:6379/0")
+    if store == "redis" and not os.environ.get("PUBSUB_TOOLKIT_REDIS_URL", "").strip():
+        raise SetupError(
+            "--store redis needs PUBSUB_TOOLKIT_REDIS_URL, e.g. redis://127.0.0.1:6379/0"
+        )
     if store == "firestore" and not os.environ.get("FIRESTORE_EMULATOR_HOST", "").strip():
         raise SetupError("--store firestore needs FIRESTORE_EMULATOR_HOST (a Firestore emulator)")
 
@@ -170,12 +173,12 @@ class Run:
 
 def toolkit_settings(project: str, topic: str, dead_letter_topic: str, store: str) -> Settings:
     """The toolkit's settings, read as the deployed parts read them, from the environment."""
-    env = {k: v for k, v in os.environ.items() if k != "DEDUP_BACKEND"}  # STORE_BACKEND wins
+    env = dict(os.environ)
     env.update(
         GOOGLE_CLOUD_PROJECT=project,
-        FINAL_TOPIC=topic,
-        DEAD_LETTER_TOPIC=dead_letter_topic,
-        STORE_BACKEND=store,
+        PUBSUB_TOOLKIT_FINAL_TOPIC=topic,
+        PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC=dead_letter_topic,
+        PUBSUB_TOOLKIT_STORE_BACKEND=store,
     )
     return Settings.from_env(env)
 

@@ -8,10 +8,10 @@
 #   2. Cloud Run's IAM invoker check: only tasks-invoker holds run.invoker on the service (below),
 #      so Cloud Run verifies the task's OIDC token (signature, expiry, audience = the service's
 #      URL or its custom audience) and the invoker's permission before the container sees it;
-#   3. the relay's own check, as on App Engine: issuer, audience = RELAY_AUDIENCE, email =
-#      TASKS_SERVICE_ACCOUNT (verified), expiry. Cloud Run replaces the signature of a token it
+#   3. the relay's own check, as on App Engine: issuer, audience = PUBSUB_TOOLKIT_RELAY_AUDIENCE, email =
+#      PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT (verified), expiry. Cloud Run replaces the signature of a token it
 #      has verified with SIGNATURE_REMOVED_BY_GOOGLE before forwarding it, so the Cloud Run entry
-#      point (appengine/relay/cloud_run.py, RELAY_TRUST_CLOUD_RUN_IAM) checks those claims of a
+#      point (appengine/relay/cloud_run.py, PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM) checks those claims of a
 #      stripped token and still verifies the signature of any token that arrives signed.
 
 locals {
@@ -20,7 +20,7 @@ locals {
   # What the relay reads, as on App Engine, plus the one Cloud Run setting: a token whose
   # signature Cloud Run stripped may be trusted for its signature, because the invoker IAM
   # check above is always on for this service (invoker_iam_disabled = false).
-  cloud_run_env = merge(local.relay_env, { RELAY_TRUST_CLOUD_RUN_IAM = "true" })
+  cloud_run_env = merge(local.relay_env, { PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM = "true" })
 }
 
 resource "google_cloud_run_v2_service" "relay" {

@@ -1,6 +1,6 @@
 # A Cloud Monitoring dashboard of the toolkit: the log-based metrics of monitoring.tf (they work
 # with no further setting), Pub/Sub's own backlog metrics, and - when entry points export them
-# (METRICS_EXPORTER=cloud-monitoring, pubsub_toolkit.metrics) - the OpenTelemetry metrics under
+# (PUBSUB_TOOLKIT_METRICS_EXPORTER=cloud-monitoring, pubsub_toolkit.metrics) - the OpenTelemetry metrics under
 # workload.googleapis.com/pubsub_toolkit.* (their charts stay empty until then).
 
 locals {

@@ -25,7 +25,7 @@ locals {
     var.consumer == null ? {} : {
       consumer = {
         name          = "${local.prefix}${var.consumer.name}"
-        description   = "pubsub-toolkit consumer template: dedup + FIFO gate + HANDLER."
+        description   = "pubsub-toolkit consumer template: dedup + FIFO gate + PUBSUB_TOOLKIT_HANDLER."
         entry_point   = "consumer"
         trigger_topic = "final"
         account       = "consumer"

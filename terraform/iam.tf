@@ -24,7 +24,7 @@ locals {
     },
     local.sweep ? { scheduler = "pubsub-toolkit consumer sweep (Cloud Scheduler, invokes the consumer)" } : {},
     local.delay ? { relay = "pubsub-toolkit relay (${local.app_engine ? "App Engine" : "Cloud Run"})" } : {},
-    local.oidc ? { "tasks-invoker" = "pubsub-toolkit Cloud Tasks OIDC invoker (TASKS_SERVICE_ACCOUNT)" } : {},
+    local.oidc ? { "tasks-invoker" = "pubsub-toolkit Cloud Tasks OIDC invoker (PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT)" } : {},
     var.consumer == null ? {} : { consumer = "pubsub-toolkit consumer function" },
   )
 

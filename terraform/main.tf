@@ -36,12 +36,12 @@ locals {
     : "${var.relay.service}-dot-${local.app_engine_hostname}"
   )
   # Cloud Run's deterministic URL is known before the service exists (it needs only the name,
-  # the project number and the region), so the queue's audience, ingress's RELAY_URL and the
-  # relay's own RELAY_AUDIENCE are one value at plan time, without a dependency cycle through
+  # the project number and the region), so the queue's audience, ingress's PUBSUB_TOOLKIT_RELAY_URL and the
+  # relay's own PUBSUB_TOOLKIT_RELAY_AUDIENCE are one value at plan time, without a dependency cycle through
   # the service's computed `uri`. cloudrun.tf checks after apply that the service really has it.
   cloud_run_url        = "https://${local.cloud_run_relay_name}-${data.google_project.this.number}.${var.region}.run.app"
   cloud_run_relay_name = "${local.prefix}${var.cloud_run_relay.name}"
-  # RELAY_URL, where the tasks are sent. On Cloud Run always the run.app URL: Cloud Tasks counts
+  # PUBSUB_TOOLKIT_RELAY_URL, where the tasks are sent. On Cloud Run always the run.app URL: Cloud Tasks counts
   # as internal traffic on that URL only, so an internal-only relay behind a custom domain
   # would refuse every task; a relay_url (the custom domain) is then the tokens' audience alone.
   relay_url = local.cloud_run ? local.cloud_run_url : (
@@ -49,7 +49,7 @@ locals {
       local.relay_host != null ? "https://${local.relay_host}" : null
     )
   )
-  # RELAY_AUDIENCE, the audience of every task's OIDC token (the queue enforces it).
+  # PUBSUB_TOOLKIT_RELAY_AUDIENCE, the audience of every task's OIDC token (the queue enforces it).
   relay_audience = var.relay_url != null ? trimsuffix(var.relay_url, "/") : local.relay_url
 
   # Built from its parts rather than the queue's id so the value is known (and testable) at plan.
@@ -87,54 +87,54 @@ locals {
     if secret != null
   }
   redis_env = merge(
-    contains(keys(local.redis_secrets), "url") ? { REDIS_URL_SECRET = "${local.redis_secrets.url}/versions/latest" } : {},
-    contains(keys(local.redis_secrets), "ca_cert") ? { REDIS_CA_CERT_SECRET = "${local.redis_secrets.ca_cert}/versions/latest" } : {},
+    contains(keys(local.redis_secrets), "url") ? { PUBSUB_TOOLKIT_REDIS_URL_SECRET = "${local.redis_secrets.url}/versions/latest" } : {},
+    contains(keys(local.redis_secrets), "ca_cert") ? { PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET = "${local.redis_secrets.ca_cert}/versions/latest" } : {},
   )
 
   # The README's Configuration table, rendered. Topic names are short; Settings.from_env expands
   # them with GOOGLE_CLOUD_PROJECT.
   common_env = merge(
     {
-      GOOGLE_CLOUD_PROJECT = var.project_id
-      FINAL_TOPIC          = google_pubsub_topic.this["final"].name
-      DEAD_LETTER_TOPIC    = google_pubsub_topic.this["dead_letter"].name
-      DEDUP_BACKEND        = var.dedup_backend
-      DEDUP_TTL_SECONDS    = tostring(var.dedup_ttl_seconds)
-      DEDUP_COLLECTION     = local.dedup_collection
-      FIRESTORE_DATABASE   = var.firestore_database
+      GOOGLE_CLOUD_PROJECT              = var.project_id
+      PUBSUB_TOOLKIT_FINAL_TOPIC        = google_pubsub_topic.this["final"].name
+      PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC  = google_pubsub_topic.this["dead_letter"].name
+      PUBSUB_TOOLKIT_STORE_BACKEND      = var.dedup_backend
+      PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS  = tostring(var.dedup_ttl_seconds)
+      PUBSUB_TOOLKIT_DEDUP_COLLECTION   = local.dedup_collection
+      PUBSUB_TOOLKIT_FIRESTORE_DATABASE = var.firestore_database
     },
     local.redis_env,
   )
 
   delay_env = !local.delay ? {} : local.oidc ? {
-    TASKS_QUEUE           = local.tasks_queue_path
-    TASKS_TARGET          = "http"
-    RELAY_URL             = local.relay_url
-    RELAY_AUDIENCE        = local.relay_audience
-    RELAY_AUTH            = "oidc"
-    TASKS_SERVICE_ACCOUNT = google_service_account.component["tasks-invoker"].email
+    PUBSUB_TOOLKIT_TASKS_QUEUE           = local.tasks_queue_path
+    PUBSUB_TOOLKIT_TASKS_TARGET          = "http"
+    PUBSUB_TOOLKIT_RELAY_URL             = local.relay_url
+    PUBSUB_TOOLKIT_RELAY_AUDIENCE        = local.relay_audience
+    PUBSUB_TOOLKIT_RELAY_AUTH            = "oidc"
+    PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT = google_service_account.component["tasks-invoker"].email
     } : {
-    TASKS_QUEUE   = local.tasks_queue_path
-    TASKS_TARGET  = "appengine"
-    RELAY_SERVICE = var.relay.service
-    RELAY_AUTH    = "appengine"
+    PUBSUB_TOOLKIT_TASKS_QUEUE   = local.tasks_queue_path
+    PUBSUB_TOOLKIT_TASKS_TARGET  = "appengine"
+    PUBSUB_TOOLKIT_RELAY_SERVICE = var.relay.service
+    PUBSUB_TOOLKIT_RELAY_AUTH    = "appengine"
   }
 
   ingress_env = merge(local.common_env, local.delay_env, {
-    PUBLISH_TIMEOUT_SECONDS = tostring(var.ingress.publish_timeout)
-    DEDUP_LEASE_SECONDS     = tostring(var.ingress.lease_seconds)
+    PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS = tostring(var.ingress.publish_timeout)
+    PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS     = tostring(var.ingress.lease_seconds)
   }, var.ingress.extra_env)
 
   # The relay must know the queue's retry budget: on the last attempt it dead-letters a message
   # it still cannot release instead of answering 503 and letting the queue drop the task.
   relay_env = merge(local.common_env, local.delay_env, {
-    TASKS_MAX_ATTEMPTS = tostring(var.tasks_retry.max_attempts)
+    PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS = tostring(var.tasks_retry.max_attempts)
   })
 
   # delay_env: RetryLater re-schedules a plain message through the delay path.
   consumer_env = var.consumer == null ? {} : merge(local.common_env, local.delay_env, {
-    CONSUMER_ID = var.consumer.consumer_id
-    HANDLER     = var.consumer.handler
+    PUBSUB_TOOLKIT_CONSUMER_ID = var.consumer.consumer_id
+    PUBSUB_TOOLKIT_HANDLER     = var.consumer.handler
   }, var.consumer.extra_env)
 
   # cloudresourcemanager (the project lookup, IAM bindings) and serviceusage (enabling the rest,

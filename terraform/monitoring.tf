@@ -29,13 +29,13 @@ locals {
       doc         = "A producer reused a dedup_key for a different payload. The second message is on the dead-letter topic with error_reason=fingerprint_mismatch; fix the producer's key scheme."
     }
     fifo_gap_timeout = {
-      description = "A FIFO group waited longer than FIFO_GAP_TIMEOUT_SECONDS for a missing number."
+      description = "A FIFO group waited longer than PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS for a missing number."
       filter      = "${local.decision_filter} AND jsonPayload.outcome=\"gap_timeout\""
       label       = "consumer"
       extractor   = "EXTRACT(jsonPayload.consumer)"
       threshold   = var.alert_thresholds.gap_timeouts
       alert       = "FIFO gap timeout"
-      doc         = "A FIFO group is missing a sequence number (a publisher reserved it and never published). With FIFO_GAP_POLICY=wait the group is stalled: `pubsub-toolkit status` shows it; `pubsub-toolkit fifo skip GROUP SEQ` passes over it."
+      doc         = "A FIFO group is missing a sequence number (a publisher reserved it and never published). With PUBSUB_TOOLKIT_FIFO_GAP_POLICY=wait the group is stalled: `pubsub-toolkit status` shows it; `pubsub-toolkit fifo skip GROUP SEQ` passes over it."
     }
   }
 

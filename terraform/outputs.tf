@@ -17,12 +17,12 @@ output "service_accounts" {
 }
 
 output "tasks_queue" {
-  description = "TASKS_QUEUE: the Cloud Tasks queue path, or null when delayed delivery is off."
+  description = "PUBSUB_TOOLKIT_TASKS_QUEUE: the Cloud Tasks queue path, or null when delayed delivery is off."
   value       = local.tasks_queue_path
 }
 
 output "relay_url" {
-  description = "RELAY_URL: the relay's base URL (also the OIDC audience), or null without HTTP targets."
+  description = "PUBSUB_TOOLKIT_RELAY_URL: the relay's base URL (also the OIDC audience), or null without HTTP targets."
   value       = local.oidc ? local.relay_url : null
 }
 
@@ -62,7 +62,7 @@ output "ingress_env" {
 }
 
 output "relay_env_variables" {
-  description = "The relay's environment: on App Engine with relay_deploy = \"gcloud\", paste it into app.yaml's env_variables (with service_account set to service_accounts.relay) before `gcloud app deploy`. On Cloud Run the service gets it plus RELAY_TRUST_CLOUD_RUN_IAM."
+  description = "The relay's environment: on App Engine with relay_deploy = \"gcloud\", paste it into app.yaml's env_variables (with service_account set to service_accounts.relay) before `gcloud app deploy`. On Cloud Run the service gets it plus PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM."
   value       = local.delay ? (local.cloud_run ? local.cloud_run_env : local.relay_env) : null
 }
 

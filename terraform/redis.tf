@@ -1,6 +1,6 @@
 # Redis (Memorystore) mode, dedup_backend = "redis": the deployed parts read the Redis URL (with
-# its AUTH string) and the server CA from Secret Manager at start-up (REDIS_URL_SECRET,
-# REDIS_CA_CERT_SECRET; main.tf), so neither sits in an environment variable or in this
+# its AUTH string) and the server CA from Secret Manager at start-up (PUBSUB_TOOLKIT_REDIS_URL_SECRET,
+# PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET; main.tf), so neither sits in an environment variable or in this
 # module's state. The secrets and their values are the operator's (README.md); here only the
 # components that use the store may read exactly those secrets.
 

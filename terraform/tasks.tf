@@ -25,7 +25,7 @@ resource "google_cloud_tasks_queue" "delay" {
   }
 
   # HTTP targets: the queue enforces the OIDC identity and audience on every task, whatever the
-  # creator put in it, so the relay's check (email = TASKS_SERVICE_ACCOUNT, aud = RELAY_URL)
+  # creator put in it, so the relay's check (email = PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT, aud = PUBSUB_TOOLKIT_RELAY_URL)
   # holds even for a task created by hand.
   dynamic "http_target" {
     for_each = local.oidc ? [1] : []

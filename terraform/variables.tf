@@ -88,7 +88,7 @@ variable "topics" {
 
 variable "message_retention_duration" {
   type        = string
-  description = "How long each topic retains messages (seek/replay window), at most 31 days. Keep DEDUP_TTL_SECONDS above the subscriptions' retention."
+  description = "How long each topic retains messages (seek/replay window), at most 31 days. Keep PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS above the subscriptions' retention."
   default     = "604800s"
 
   validation {
@@ -205,7 +205,7 @@ variable "dead_letter_subscription" {
 
 variable "dedup_backend" {
   type        = string
-  description = "DEDUP_BACKEND of the deployed parts: firestore, or redis (then set redis and network: Memorystore has only a private IP)."
+  description = "PUBSUB_TOOLKIT_STORE_BACKEND of the deployed parts: firestore, or redis (then set redis and network: Memorystore has only a private IP)."
   default     = "firestore"
   nullable    = false
 
@@ -235,7 +235,7 @@ variable "redis" {
     id NAME in this project or projects/P/secrets/NAME: `url_secret` holds the whole URL with the
     AUTH string (rediss://:AUTH@10.x.y.z:6378/0 with in-transit encryption), `ca_cert_secret`
     (optional) the instance's server CA PEM (google_redis_instance.server_ca_certs[0].cert). The
-    deployed parts get REDIS_URL_SECRET / REDIS_CA_CERT_SECRET (their latest versions) and read
+    deployed parts get PUBSUB_TOOLKIT_REDIS_URL_SECRET / PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET (their latest versions) and read
     them at start-up; the components that use the store get secretAccessor on exactly these
     secrets. The module never creates the secrets' values: they would sit in its state.
   EOT
@@ -289,7 +289,7 @@ variable "network" {
 
 variable "dedup_ttl_seconds" {
   type        = number
-  description = "DEDUP_TTL_SECONDS: lifetime of a dedup record. Must exceed the redelivery window (7 days of retention), hence 8 days."
+  description = "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS: lifetime of a dedup record. Must exceed the redelivery window (7 days of retention), hence 8 days."
   default     = 691200
 
   validation {
@@ -300,7 +300,7 @@ variable "dedup_ttl_seconds" {
 
 variable "firestore_database" {
   type        = string
-  description = "FIRESTORE_DATABASE: Firestore database id holding dedup records and FIFO state."
+  description = "PUBSUB_TOOLKIT_FIRESTORE_DATABASE: Firestore database id holding dedup records and FIFO state."
   default     = "(default)"
 
   validation {
@@ -330,7 +330,7 @@ variable "firestore_location_id" {
 
 variable "dedup_collection" {
   type        = string
-  description = "DEDUP_COLLECTION: collection (group) of the dedup records; gets the TTL policy on expire_at. Null: pubsub_toolkit_dedup behind name_prefix with its dashes as underscores (\"blue-\": blue_pubsub_toolkit_dedup)."
+  description = "PUBSUB_TOOLKIT_DEDUP_COLLECTION: collection (group) of the dedup records; gets the TTL policy on expire_at. Null: pubsub_toolkit_dedup behind name_prefix with its dashes as underscores (\"blue-\": blue_pubsub_toolkit_dedup)."
   default     = null
 
   validation {
@@ -341,7 +341,7 @@ variable "dedup_collection" {
 
 variable "extra_ttl_collection_groups" {
   type        = map(string)
-  description = "More collection groups whose `expire_at` gets a TTL policy, keyed by purpose (e.g. another DEDUP_COLLECTION). The FIFO counters hold live state and get none."
+  description = "More collection groups whose `expire_at` gets a TTL policy, keyed by purpose (e.g. another PUBSUB_TOOLKIT_DEDUP_COLLECTION). The FIFO counters hold live state and get none."
   default     = {}
 }
 
@@ -351,13 +351,13 @@ variable "extra_ttl_collection_groups" {
 
 variable "enable_delayed_delivery" {
   type        = bool
-  description = "Create the Cloud Tasks queue, the invoker account and the relay. False: TASKS_QUEUE stays unset and due-later messages are dead-lettered (delayed_delivery_unavailable)."
+  description = "Create the Cloud Tasks queue, the invoker account and the relay. False: PUBSUB_TOOLKIT_TASKS_QUEUE stays unset and due-later messages are dead-lettered (delayed_delivery_unavailable)."
   default     = true
 }
 
 variable "tasks_queue_name" {
   type        = string
-  description = "Cloud Tasks queue name (name_prefix is put in front; TASKS_QUEUE is rendered as its full path)."
+  description = "Cloud Tasks queue name (name_prefix is put in front; PUBSUB_TOOLKIT_TASKS_QUEUE is rendered as its full path)."
   default     = "pubsub-toolkit-delay"
   nullable    = false
 
@@ -369,7 +369,7 @@ variable "tasks_queue_name" {
 
 variable "tasks_target" {
   type        = string
-  description = "TASKS_TARGET: http (tasks call RELAY_URL/release with an OIDC token of the invoker account) or appengine (App Engine routing, the relay trusts X-AppEngine-QueueName)."
+  description = "PUBSUB_TOOLKIT_TASKS_TARGET: http (tasks call PUBSUB_TOOLKIT_RELAY_URL/release with an OIDC token of the invoker account) or appengine (App Engine routing, the relay trusts X-AppEngine-QueueName)."
   default     = "http"
 
   validation {
@@ -461,7 +461,7 @@ variable "app_engine_location_id" {
 
 variable "relay_url" {
   type        = string
-  description = "RELAY_URL, the relay's base URL (no trailing slash), also the tasks' OIDC audience. Null: derived - on App Engine from the application created here (https://[SERVICE-dot-]HOSTNAME), on Cloud Run the service's deterministic URL (https://NAME-PROJECT_NUMBER.REGION.run.app). On Cloud Run a URL set here (a custom domain) is also made a custom audience of the service."
+  description = "PUBSUB_TOOLKIT_RELAY_URL, the relay's base URL (no trailing slash), also the tasks' OIDC audience. Null: derived - on App Engine from the application created here (https://[SERVICE-dot-]HOSTNAME), on Cloud Run the service's deterministic URL (https://NAME-PROJECT_NUMBER.REGION.run.app). On Cloud Run a URL set here (a custom domain) is also made a custom audience of the service."
   default     = null
 
   validation {
@@ -591,7 +591,7 @@ variable "ingress" {
 
   validation {
     condition     = var.ingress.lease_seconds >= 2 * var.ingress.publish_timeout
-    error_message = "ingress.lease_seconds (DEDUP_LEASE_SECONDS) must be at least twice ingress.publish_timeout (PUBLISH_TIMEOUT_SECONDS)."
+    error_message = "ingress.lease_seconds (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS) must be at least twice ingress.publish_timeout (PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS)."
   }
 }
 
@@ -611,9 +611,10 @@ variable "consumer" {
   })
   description = <<-EOT
     Optional functions/consumer deployment (HTTP, behind the push subscription consumer-push on
-    the final topic, with message ordering): CONSUMER_ID and HANDLER=module:function; FIFO_*
-    settings go in extra_env. timeout_seconds is also the push subscription's ack deadline and the
-    scheduler job's attempt deadline. `sweep_schedule` (cron, in UTC): the Cloud Scheduler job
+    the final topic, with message ordering): PUBSUB_TOOLKIT_CONSUMER_ID and
+    PUBSUB_TOOLKIT_HANDLER=module:function; PUBSUB_TOOLKIT_FIFO_* settings go in extra_env.
+    timeout_seconds is also the push subscription's ack deadline and the scheduler job's attempt
+    deadline. `sweep_schedule` (cron, in UTC): the Cloud Scheduler job
     consumer-sweep that POSTs to the consumer's /sweep (parked messages, gap timeouts); "" or null:
     no job. Null: not deployed.
   EOT
@@ -700,7 +701,7 @@ variable "alert_thresholds" {
 
 variable "create_dashboard" {
   type        = bool
-  description = "Create a Cloud Monitoring dashboard of the toolkit: the log-based metrics, the dead-letter backlog and the OpenTelemetry metrics entry points export with METRICS_EXPORTER=cloud-monitoring (empty charts until they do)."
+  description = "Create a Cloud Monitoring dashboard of the toolkit: the log-based metrics, the dead-letter backlog and the OpenTelemetry metrics entry points export with PUBSUB_TOOLKIT_METRICS_EXPORTER=cloud-monitoring (empty charts until they do)."
   default     = true
   nullable    = false
 }

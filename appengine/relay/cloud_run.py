@@ -7,18 +7,20 @@ token with its signature replaced by ``SIGNATURE_REMOVED_BY_GOOGLE``, so the rel
 (:class:`pubsub_toolkit.delay.auth.OidcAuthenticator`, which verifies the signature) would refuse
 every task. :class:`CloudRunAuthenticator` keeps the relay's checks as defence in depth:
 
-* a token whose signature Cloud Run stripped: issuer, audience (RELAY_AUDIENCE), email
-  (TASKS_SERVICE_ACCOUNT, verified), expiry and issue time are checked exactly as before; only
-  the signature is taken as verified by Cloud Run, and only when RELAY_TRUST_CLOUD_RUN_IAM=true
-  says the invoker check is on (the deploys set it with that check; never set it on a service
-  that allows unauthenticated calls, where anyone who reaches it could send such a token);
+* a token whose signature Cloud Run stripped: issuer, audience (PUBSUB_TOOLKIT_RELAY_AUDIENCE),
+  email (PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT, verified), expiry and issue time are checked exactly
+  as before; only the signature is taken as verified by Cloud Run, and only when
+  PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM=true says the invoker check is on (the deploys set it
+  with that check; never set it on a service that allows unauthenticated calls, where anyone who
+  reaches it could send such a token);
 * a token that arrives signed (the invoker check off, or a local run): fully verified, signature
   included, by the library's OidcAuthenticator;
 * a request that also carries X-Serverless-Authorization: Cloud Run checked that header, not
   Authorization, so a stripped-looking Authorization token proves nothing and is refused.
 
-RELAY_AUTH=appengine is refused at start: only App Engine strips X-AppEngine-QueueName from
-outside requests. Start with ``gunicorn ... 'cloud_run:create_app()'`` (see the Dockerfile).
+PUBSUB_TOOLKIT_RELAY_AUTH=appengine is refused at start: only App Engine strips
+X-AppEngine-QueueName from outside requests. Start with ``gunicorn ... 'cloud_run:create_app()'``
+(see the Dockerfile).
 """
 
 from __future__ import annotations
@@ -42,13 +44,13 @@ from pubsub_toolkit.delay.auth import (
     OidcAuthenticator,
     RequestAuthenticator,
 )
+from pubsub_toolkit.environment import flag
 from pubsub_toolkit.errors import ConfigurationError
 
 STRIPPED_SIGNATURE = "SIGNATURE_REMOVED_BY_GOOGLE"
-TRUST_ENV = "RELAY_TRUST_CLOUD_RUN_IAM"
+TRUST_ENV = "PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM"
 # The same leeway the library's OIDC check gives google-auth for clock differences.
 CLOCK_SKEW_SECONDS = 10
-_TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no", ""}
 
 
 def _payload(segment: str) -> dict[str, Any]:
@@ -125,13 +127,9 @@ class CloudRunAuthenticator:
 
 
 def trust_from_env(env: Mapping[str, str]) -> bool:
-    """RELAY_TRUST_CLOUD_RUN_IAM as a bool; a value that is neither is a ConfigurationError."""
-    raw = env.get(TRUST_ENV, "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ConfigurationError(f"{TRUST_ENV}={env[TRUST_ENV]!r} is not true or false")
+    """PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM: true or false (default false); any other value
+    is a ConfigurationError."""
+    return flag(env, TRUST_ENV)
 
 
 def authenticator_for_cloud_run(
@@ -140,15 +138,18 @@ def authenticator_for_cloud_run(
     """The Cloud Run authenticator for these settings; ConfigurationError names what is wrong."""
     delay = settings.delay
     if delay is None:
-        raise ConfigurationError("TASKS_QUEUE is required by the relay")
+        raise ConfigurationError("PUBSUB_TOOLKIT_TASKS_QUEUE is required by the relay")
     if delay.relay_auth != "oidc":
         raise ConfigurationError(
-            "RELAY_AUTH=appengine trusts X-AppEngine-QueueName, which only App Engine removes "
-            "from outside requests: on Cloud Run use RELAY_AUTH=oidc (TASKS_TARGET=http)"
+            "PUBSUB_TOOLKIT_RELAY_AUTH=appengine trusts X-AppEngine-QueueName, which only App "
+            "Engine removes "
+            "from outside requests: on Cloud Run use PUBSUB_TOOLKIT_RELAY_AUTH=oidc "
+            "(PUBSUB_TOOLKIT_TASKS_TARGET=http)"
         )
     if delay.audience is None or delay.invoker_email is None:
         raise ConfigurationError(
-            "RELAY_AUDIENCE (or RELAY_URL) and TASKS_SERVICE_ACCOUNT are required"
+            "PUBSUB_TOOLKIT_RELAY_AUDIENCE (or PUBSUB_TOOLKIT_RELAY_URL) and "
+            "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT are required"
         )
     signed = OidcAuthenticator(
         audience=delay.audience,

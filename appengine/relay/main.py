@@ -1,11 +1,11 @@
 """App Engine service `relay`: Cloud Tasks calls POST /release at each message's due time.
 
-A thin Flask layer over :class:`pubsub_toolkit.delay.relay.Relay`: authenticate (OIDC token or
-App Engine's queue header), release, and map the outcome to a status Cloud Tasks understands -
-2xx only after the publish resolved, 5xx on a transient failure (Cloud Tasks retries) except
-on the queue's last attempt (read from the task's retry-count header against
-``TASKS_MAX_ATTEMPTS``), where the relay dead-letters rather than let the task be dropped,
-401/403 for a request that is not from Cloud Tasks.
+A thin Flask layer over :class:`pubsub_toolkit.delay.relay.Relay`: authenticate (OIDC token or App
+Engine's queue header), release, and map the outcome to a status Cloud Tasks understands - 2xx only
+after the publish resolved, 5xx on a transient failure (Cloud Tasks retries) except on the queue's
+last attempt (read from the task's retry-count header against
+``PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS``), where the relay dead-letters rather than let the task be
+dropped, 401/403 for a request that is not from Cloud Tasks.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def create_app(
     authenticator: RequestAuthenticator | None = None,
 ) -> Flask:
     """The relay's Flask app. Reads the environment only when no parts are passed in (tracing,
-    ``TRACING`` and ``TRACE_FILE``, is read from it always: once per process)."""
+    ``PUBSUB_TOOLKIT_TRACING`` and ``PUBSUB_TOOLKIT_TRACE_FILE``, is read from it always: once per
+    process)."""
     configure_logging(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
     configure_entry_point(os.environ, service="relay")
     if relay is None or authenticator is None:
@@ -47,7 +48,7 @@ def create_app(
         if settings.delay is None:
             from pubsub_toolkit.errors import ConfigurationError
 
-            raise ConfigurationError("TASKS_QUEUE is required by the relay")
+            raise ConfigurationError("PUBSUB_TOOLKIT_TASKS_QUEUE is required by the relay")
         if relay is None:
             relay = Relay.from_settings(
                 settings, task_max_attempts=max_attempts_from_env(os.environ)
@@ -83,7 +84,7 @@ def create_app(
 def _observe(relay: Relay, settings: Settings) -> None:
     """The relay's counters and lateness histogram: flushed (under the relay's own scope: its
     outcome names are ingress's too) for the status page's charts, and exported through
-    OpenTelemetry when METRICS_EXPORTER says so."""
+    OpenTelemetry when PUBSUB_TOOLKIT_METRICS_EXPORTER says so."""
     if settings.stats_flush is not None:
         store = stats_store_from_settings(settings, scope=RELAY_SCOPE)
         interval = settings.stats_flush.total_seconds()

@@ -78,7 +78,7 @@ variable "consumer" {
     handler        = string
     sweep_schedule = optional(string)
   })
-  description = "Deploy functions/consumer behind a push subscription on the final topic with this CONSUMER_ID and HANDLER (module:function); null: not deployed. sweep_schedule: cron of the Cloud Scheduler job calling its /sweep (unset: the module's default, every minute; \"\": no job)."
+  description = "Deploy functions/consumer behind a push subscription on the final topic with this PUBSUB_TOOLKIT_CONSUMER_ID and PUBSUB_TOOLKIT_HANDLER (module:function); null: not deployed. sweep_schedule: cron of the Cloud Scheduler job calling its /sweep (unset: the module's default, every minute; \"\": no job)."
   default     = null
 }
 

@@ -1,8 +1,8 @@
 """Cloud Function (2nd gen) template `consumer`: final topic -> dedup + FIFO gate -> your handler.
 
-Set ``HANDLER=module:function`` (the module ships in this folder, like ``example_handler.py``)
-and ``CONSUMER_ID``; the rest of the configuration is the README's. One HTTP entry point,
-``consumer``, serves two callers:
+Set ``PUBSUB_TOOLKIT_HANDLER=module:function`` (the module ships in this folder, like
+``example_handler.py``) and ``PUBSUB_TOOLKIT_CONSUMER_ID``; the rest of the configuration is the
+README's. One HTTP entry point, ``consumer``, serves two callers:
 
 * the push subscription on the final topic (OIDC-authenticated, our dead-letter and retry
   policies, message ordering on), at any path but ``/sweep``: the raw push body is decoded
@@ -14,7 +14,7 @@ and ``CONSUMER_ID``; the rest of the configuration is the README's. One HTTP ent
 
 (``sweep`` is still an entry point of its own, for deployments that scheduled it separately.)
 
-``HANDLER`` may name an ``async def`` function: it then runs on the async stores
+``PUBSUB_TOOLKIT_HANDLER`` may name an ``async def`` function: it then runs on the async stores
 (``redis.asyncio``, Firestore's ``AsyncClient``) on one event loop per instance, which the
 requests' threads hand each message to (``AsyncMessageProcessor.blocking()``).
 """
@@ -46,13 +46,15 @@ def load_handler(spec: str) -> Handler | AsyncHandler:
     """Import ``module:function``; a clear ConfigurationError if it is not there."""
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
-        raise ConfigurationError(f"HANDLER={spec!r} must look like module:function")
+        raise ConfigurationError(f"PUBSUB_TOOLKIT_HANDLER={spec!r} must look like module:function")
     try:
         handler = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"HANDLER={spec!r} cannot be loaded: {exc}") from exc
+        raise ConfigurationError(
+            f"PUBSUB_TOOLKIT_HANDLER={spec!r} cannot be loaded: {exc}"
+        ) from exc
     if not callable(handler):
-        raise ConfigurationError(f"HANDLER={spec!r} is not callable")
+        raise ConfigurationError(f"PUBSUB_TOOLKIT_HANDLER={spec!r} is not callable")
     return handler  # type: ignore[no-any-return]
 
 
@@ -61,14 +63,16 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
     with _lock:
         if _processor is None:
             configure_logging(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
-            configure_entry_point(os.environ, service="consumer")  # TRACING, TRACE_FILE
-            spec = os.environ.get("HANDLER", "")
+            configure_entry_point(
+                os.environ, service="consumer"
+            )  # PUBSUB_TOOLKIT_TRACING, PUBSUB_TOOLKIT_TRACE_FILE
+            spec = os.environ.get("PUBSUB_TOOLKIT_HANDLER", "")
             if not spec:
                 raise ConfigurationError(
-                    "environment variable HANDLER is required (module:function)"
+                    "environment variable PUBSUB_TOOLKIT_HANDLER is required (module:function)"
                 )
-            # No lease is held between requests (FIFO_LEASE_HOLD_SECONDS unset): the group's next
-            # push may reach another instance, which would wait for a held lease.
+            # No lease is held between requests (PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS unset): the
+            # group's next push may reach another instance, which would wait for a held lease.
             processor = MessageProcessor.from_settings(
                 Settings.from_env(), ConsumerSettings.from_env(), load_handler(spec)
             )
@@ -76,8 +80,8 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
                 _processor = processor.blocking()  # an async def handler, on its own loop
             else:
                 _processor = processor
-                # METRICS_EXPORTER: decisions, dead letters, handler time and the groups'
-                # backlog through OpenTelemetry (read at export time, off the message path).
+                # PUBSUB_TOOLKIT_METRICS_EXPORTER: decisions, dead letters, handler time and the
+                # groups' backlog through OpenTelemetry (read at export time, off the message path).
                 gate = processor.gate
                 fifo = FifoSource(gate.store, gate.consumer)
                 configure_metrics_from_env(

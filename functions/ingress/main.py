@@ -44,10 +44,13 @@ def _get_ingress() -> Ingress:
     with _lock:
         if _ingress is None:
             configure_logging(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
-            configure_entry_point(os.environ, service="ingress")  # TRACING, TRACE_FILE
+            configure_entry_point(
+                os.environ, service="ingress"
+            )  # PUBSUB_TOOLKIT_TRACING, PUBSUB_TOOLKIT_TRACE_FILE
             settings = Settings.from_env()
             _ingress = Ingress.from_settings(settings)
-            # METRICS_EXPORTER: the metrics through OpenTelemetry (read at export, off the path).
+            # PUBSUB_TOOLKIT_METRICS_EXPORTER: the metrics through OpenTelemetry (read at export,
+            # off the path).
             configure_metrics_from_env(os.environ, _ingress.metrics, component="ingress")
             # The dashboard's dedup hit rate: counter deltas go to the dedup backend every few
             # seconds from a background thread, never on the message path. 0 turns it off.

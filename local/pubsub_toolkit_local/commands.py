@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from pubsub_toolkit.environment import check_environment
 from pubsub_toolkit.errors import ToolkitError
 
 
@@ -93,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tracing",
         dest="tracing",
         action="store_false",
-        help="start the parts with TRACING=off (by default every part writes its spans to one "
-        "TRACE_FILE in the stack's work directory, read by `pubsub-toolkit trace KEY`)",
+        help="start the parts with PUBSUB_TOOLKIT_TRACING=off (by default every part writes its "
+        "spans to one PUBSUB_TOOLKIT_TRACE_FILE in the stack's work directory, read by "
+        "`pubsub-toolkit trace KEY`)",
     )
     for name, port in DEFAULT_PORTS.items():
         flag = "--" + name.replace("_", "-")
@@ -146,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str]) -> int:
     """Parse ``argv`` (what followed ``local``) and run it; errors are ToolkitError."""
     args = parse_args(argv)
+    # A misspelt PUBSUB_TOOLKIT_STATE_DIR or _SDK_ROOT stops here rather than being ignored.
+    check_environment(os.environ)
     return int(args.func(args))
 
 
@@ -197,12 +202,13 @@ def cmd_local_env(args: argparse.Namespace) -> int:
 
 
 def trace_file() -> str | None:
-    """The running local stack's TRACE_FILE (None: no stack is running, or it traces nothing);
+    """The running local stack's PUBSUB_TOOLKIT_TRACE_FILE (None: no stack is running, or it traces
+    nothing);
     the default of ``pubsub-toolkit trace``."""
     from pubsub_toolkit_local import control
 
     state = control.StackState.load(control.state_path(repo_root()))
-    return None if state is None else state.env.get("TRACE_FILE") or None
+    return None if state is None else state.env.get("PUBSUB_TOOLKIT_TRACE_FILE") or None
 
 
 def cmd_local_status(args: argparse.Namespace) -> int:

@@ -60,19 +60,19 @@ USER_ENV = (
     "PUBSUB_EMULATOR_HOST",
     "FIRESTORE_EMULATOR_HOST",
     "CLOUD_TASKS_EMULATOR_HOST",
-    "FINAL_TOPIC",
-    "DEAD_LETTER_TOPIC",
-    "STORE_BACKEND",
-    "REDIS_URL",
-    "TASKS_QUEUE",
-    "TASKS_TARGET",
-    "RELAY_URL",
-    "TASKS_SERVICE_ACCOUNT",
-    "OIDC_CERTS_URL",
-    "TRACING",
-    "TRACE_FILE",
+    "PUBSUB_TOOLKIT_FINAL_TOPIC",
+    "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC",
+    "PUBSUB_TOOLKIT_STORE_BACKEND",
+    "PUBSUB_TOOLKIT_REDIS_URL",
+    "PUBSUB_TOOLKIT_TASKS_QUEUE",
+    "PUBSUB_TOOLKIT_TASKS_TARGET",
+    "PUBSUB_TOOLKIT_RELAY_URL",
+    "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT",
+    "PUBSUB_TOOLKIT_OIDC_CERTS_URL",
+    "PUBSUB_TOOLKIT_TRACING",
+    "PUBSUB_TOOLKIT_TRACE_FILE",
 )
-USER_CONSUMER_ID = "cli"  # `local env`'s CONSUMER_ID: the CLI's default consumer
+USER_CONSUMER_ID = "cli"  # `local env`'s PUBSUB_TOOLKIT_CONSUMER_ID: the CLI's default consumer
 _OPTION_FIELDS = ("project", "store_backend", "persist_dir", "tracing", *DEFAULT_PORTS)
 
 
@@ -314,10 +314,10 @@ def require_running(repo: Path) -> StackState:
 
 
 def export_lines(state: StackState) -> list[str]:
-    """`local env`: the stack's environment, plus a CONSUMER_ID for your own consumer
+    """`local env`: the stack's environment, plus a PUBSUB_TOOLKIT_CONSUMER_ID for your own consumer
     (``ConsumerSettings.from_env`` requires one; ``cli`` is the CLI's default, so `subscribe`
     and `status` see the same dedup records and FIFO groups)."""
-    env = {"CONSUMER_ID": USER_CONSUMER_ID, **state.env}
+    env = {"PUBSUB_TOOLKIT_CONSUMER_ID": USER_CONSUMER_ID, **state.env}
     return [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
 
 

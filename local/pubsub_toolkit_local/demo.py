@@ -1,13 +1,13 @@
 """`make run`: a narrated demo of all three guarantees on the local stack.
 
-It starts everything (:class:`~pubsub_toolkit_local.stack.LocalStack`) and publishes the way
-real producers do: each order twice (a retry after a timeout), one key reused for different
-content, two messages that break the contract, two delayed reminders, a FIFO group whose steps
-are sent out of order, and one message the consumer's handler can never process. A Consumer
-(dedup + FIFO gate, on unary pull) reads the final topic. It prints what happened and stops
-everything. Every part traces (TRACING=on, one TRACE_FILE): one delayed reminder is published
-through the toolkit's Publisher in a FIFO group, and its trace - producer, ingress, the Cloud
-Tasks task, the relay, the consumer - is printed last, as ``pubsub-toolkit trace`` prints it.
+It starts everything (:class:`~pubsub_toolkit_local.stack.LocalStack`) and publishes the way real
+producers do: each order twice (a retry after a timeout), one key reused for different content, two
+messages that break the contract, two delayed reminders, a FIFO group whose steps are sent out of
+order, and one message the consumer's handler can never process. A Consumer (dedup + FIFO gate, on
+unary pull) reads the final topic. It prints what happened and stops everything. Every part traces
+(PUBSUB_TOOLKIT_TRACING=on, one PUBSUB_TOOLKIT_TRACE_FILE): one delayed reminder is published
+through the toolkit's Publisher in a FIFO group, and its trace - producer, ingress, the Cloud Tasks
+task, the relay, the consumer - is printed last, as ``pubsub-toolkit trace`` prints it.
 """
 
 from __future__ import annotations
@@ -198,11 +198,12 @@ def run_demo(repo: Path) -> int:
         _say(f"ready: {topo.origin} -> ingress -> {topo.final}")
         env = {
             **stack.env,
-            "CONSUMER_ID": "demo-consumer",
-            "FIFO_MAX_ATTEMPTS": "2",
-            "FIFO_RETRY_BACKOFF_SECONDS": "0.5",
+            "PUBSUB_TOOLKIT_CONSUMER_ID": "demo-consumer",
+            "PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS": "2",
+            "PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS": "0.5",
         }
-        # This process is the producer and the consumer: its spans go to the stack's TRACE_FILE.
+        # This process is the producer and the consumer: its spans go to the stack's
+        # PUBSUB_TOOLKIT_TRACE_FILE.
         configure_entry_point(env, service="demo")
         recorder = _Recorder()
         processor = MessageProcessor.from_settings(

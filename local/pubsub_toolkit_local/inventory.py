@@ -64,7 +64,9 @@ def scheduled_tasks(env: Mapping[str, str]) -> int | None:
 
     try:
         client = tasks_client(env["CLOUD_TASKS_EMULATOR_HOST"])
-        return sum(1 for _ in client.list_tasks(parent=env["TASKS_QUEUE"], timeout=10))
+        return sum(
+            1 for _ in client.list_tasks(parent=env["PUBSUB_TOOLKIT_TASKS_QUEUE"], timeout=10)
+        )
     except Exception as exc:  # reported as unknown
         logger.info("cannot count scheduled tasks: %s", exc)
         return None

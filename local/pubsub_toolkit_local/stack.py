@@ -68,9 +68,9 @@ class StackOptions:
     # Keep Firestore's and Redis's data here across restarts (see emulators.py for what the
     # emulators allow); None: every part starts empty.
     persist_dir: str | None = None
-    # Every part traces each message (TRACING=on) into one file in the work directory,
-    # TRACE_FILE, which `pubsub-toolkit trace KEY` reads (`local up` and the demo turn it on);
-    # False: TRACING=off, no spans.
+    # Every part traces each message (PUBSUB_TOOLKIT_TRACING=on) into one file in the work
+    # directory, PUBSUB_TOOLKIT_TRACE_FILE, which `pubsub-toolkit trace KEY` reads (`local up` and
+    # the demo turn it on); False: PUBSUB_TOOLKIT_TRACING=off, no spans.
     tracing: bool = False
 
 
@@ -138,19 +138,19 @@ class LocalStack:
             "GOOGLE_CLOUD_PROJECT": o.project,
             "PUBSUB_EMULATOR_HOST": pubsub,
             "FIRESTORE_EMULATOR_HOST": firestore,
-            "FINAL_TOPIC": "final",
-            "DEAD_LETTER_TOPIC": "dead-letter",
-            "STORE_BACKEND": o.store_backend,
-            "TASKS_QUEUE": self.queue,
-            "TASKS_TARGET": "http",
-            "RELAY_URL": relay_url,
-            "TASKS_SERVICE_ACCOUNT": INVOKER,
+            "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+            "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+            "PUBSUB_TOOLKIT_STORE_BACKEND": o.store_backend,
+            "PUBSUB_TOOLKIT_TASKS_QUEUE": self.queue,
+            "PUBSUB_TOOLKIT_TASKS_TARGET": "http",
+            "PUBSUB_TOOLKIT_RELAY_URL": relay_url,
+            "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT": INVOKER,
             # The queue's max_attempts (_create_queue): on that attempt the relay dead-letters a
             # message it still cannot release instead of letting the queue drop it.
-            "TASKS_MAX_ATTEMPTS": str(LOCAL_TASK_ATTEMPTS),
+            "PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS": str(LOCAL_TASK_ATTEMPTS),
             "CLOUD_TASKS_EMULATOR_HOST": f"127.0.0.1:{self.ports['tasks']}",
-            "OIDC_CERTS_URL": f"http://127.0.0.1:{self.ports['oidc']}/oauth2/v1/certs",
-            **({"REDIS_URL": redis_url} if redis_url else {}),
+            "PUBSUB_TOOLKIT_OIDC_CERTS_URL": f"http://127.0.0.1:{self.ports['oidc']}/oauth2/v1/certs",
+            **({"PUBSUB_TOOLKIT_REDIS_URL": redis_url} if redis_url else {}),
             **self.tracing_env(),
             **o.extra_env,
         }
@@ -165,10 +165,11 @@ class LocalStack:
         return self.work_dir / TRACE_FILE_NAME
 
     def tracing_env(self) -> dict[str, str]:
-        """``TRACING`` and ``TRACE_FILE`` for the parts and the user's code (one shared file)."""
+        """``PUBSUB_TOOLKIT_TRACING`` and ``PUBSUB_TOOLKIT_TRACE_FILE`` for the parts and the
+        user's code (one shared file)."""
         if not self.options.tracing:
-            return {"TRACING": "off"}
-        return {"TRACING": "on", "TRACE_FILE": str(self.trace_file)}
+            return {"PUBSUB_TOOLKIT_TRACING": "off"}
+        return {"PUBSUB_TOOLKIT_TRACING": "on", "PUBSUB_TOOLKIT_TRACE_FILE": str(self.trace_file)}
 
     def spec(self, part: str) -> ServiceSpec:
         """How to run ``part`` (one of :data:`PARTS`) on its port."""

@@ -21,7 +21,7 @@ def read_secret_manager(version: str) -> bytes:
     """The payload of ``version``, read with the Secret Manager client and the ambient
     credentials; a refusal or a missing secret is a ConfigurationError naming it."""
     secretmanager = import_optional(
-        "google.cloud.secretmanager", extra="secrets", needed_by="REDIS_URL_SECRET"
+        "google.cloud.secretmanager", extra="secrets", needed_by="PUBSUB_TOOLKIT_REDIS_URL_SECRET"
     )
     from google.api_core import exceptions as gexc
 

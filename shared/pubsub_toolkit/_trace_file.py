@@ -1,5 +1,5 @@
-"""Spans as JSON lines in a file: the local stack's exporter (``TRACE_FILE``), read back by
-``pubsub-toolkit trace``.
+"""Spans as JSON lines in a file: the local stack's exporter (``PUBSUB_TOOLKIT_TRACE_FILE``), read
+back by ``pubsub-toolkit trace``.
 
 Each process appends one JSON object per finished span (a line is written whole under a
 lock, and ``O_APPEND`` keeps lines from several processes apart), so one file holds the

@@ -5,10 +5,12 @@ Every setting is a constructor argument of a frozen dataclass, and the dataclass
 :meth:`ConsumerSettings.from_env`, :meth:`DelaySettings.from_env`) only turn the environment's
 strings into those values and call the constructor, so a bad value is refused with the same
 message either way. Messages name the setting by both of its names, the argument and the
-variable (``dedup_lease (DEDUP_LEASE_SECONDS)``), so one string serves both.
+variable (``dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS)``), so one string serves both.
 
 Nothing in the library reads ``os.environ`` at import time; entry points call ``from_env`` once
-and pass the frozen value down.
+and pass the frozen value down. Every variable is a ``PUBSUB_TOOLKIT_*`` name of the one table in
+:mod:`pubsub_toolkit.environment`, which ``from_env`` checks the environment against first (an
+unknown ``PUBSUB_TOOLKIT_*`` name is refused with the closest known one).
 
 (About 520 lines: the three settings classes, each check beside the parsing of the variable it
 names, so that one module shows that both paths meet in the constructor.)
@@ -24,6 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
+from pubsub_toolkit.environment import check_environment, flag
 from pubsub_toolkit.errors import ConfigurationError
 
 StoreBackend = Literal["firestore", "redis", "memory"]
@@ -52,39 +55,39 @@ DEFAULT_FIRESTORE_DATABASE = "(default)"
 SETTING_NAMES: Mapping[str, str] = {
     # Settings
     "project": "project (GOOGLE_CLOUD_PROJECT)",
-    "final_topic": "final_topic (FINAL_TOPIC)",
-    "dead_letter_topic": "dead_letter_topic (DEAD_LETTER_TOPIC)",
-    "store_backend": "store_backend (STORE_BACKEND, or its older name DEDUP_BACKEND)",
-    "redis_url": "redis_url (REDIS_URL)",
-    "redis_url_secret": "redis_url_secret (REDIS_URL_SECRET)",
-    "redis_ca_cert_secret": "redis_ca_cert_secret (REDIS_CA_CERT_SECRET)",
-    "dedup_ttl": "dedup_ttl (DEDUP_TTL_SECONDS)",
-    "dedup_lease": "dedup_lease (DEDUP_LEASE_SECONDS)",
-    "dedup_collection": "dedup_collection (DEDUP_COLLECTION)",
-    "firestore_database": "firestore_database (FIRESTORE_DATABASE)",
-    "publish_timeout": "publish_timeout (PUBLISH_TIMEOUT_SECONDS)",
-    "stats_flush": "stats_flush (STATS_FLUSH_SECONDS)",
+    "final_topic": "final_topic (PUBSUB_TOOLKIT_FINAL_TOPIC)",
+    "dead_letter_topic": "dead_letter_topic (PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC)",
+    "store_backend": "store_backend (PUBSUB_TOOLKIT_STORE_BACKEND)",
+    "redis_url": "redis_url (PUBSUB_TOOLKIT_REDIS_URL)",
+    "redis_url_secret": "redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL_SECRET)",
+    "redis_ca_cert_secret": "redis_ca_cert_secret (PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET)",
+    "dedup_ttl": "dedup_ttl (PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS)",
+    "dedup_lease": "dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS)",
+    "dedup_collection": "dedup_collection (PUBSUB_TOOLKIT_DEDUP_COLLECTION)",
+    "firestore_database": "firestore_database (PUBSUB_TOOLKIT_FIRESTORE_DATABASE)",
+    "publish_timeout": "publish_timeout (PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS)",
+    "stats_flush": "stats_flush (PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS)",
     # DelaySettings
-    "queue": "queue (TASKS_QUEUE)",
-    "location": "location (TASKS_LOCATION)",
-    "target": "target (TASKS_TARGET)",
-    "relay_url": "relay_url (RELAY_URL)",
-    "invoker_email": "invoker_email (TASKS_SERVICE_ACCOUNT)",
-    "audience": "audience (RELAY_AUDIENCE)",
-    "appengine_service": "appengine_service (RELAY_SERVICE)",
+    "queue": "queue (PUBSUB_TOOLKIT_TASKS_QUEUE)",
+    "location": "location (PUBSUB_TOOLKIT_TASKS_LOCATION)",
+    "target": "target (PUBSUB_TOOLKIT_TASKS_TARGET)",
+    "relay_url": "relay_url (PUBSUB_TOOLKIT_RELAY_URL)",
+    "invoker_email": "invoker_email (PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT)",
+    "audience": "audience (PUBSUB_TOOLKIT_RELAY_AUDIENCE)",
+    "appengine_service": "appengine_service (PUBSUB_TOOLKIT_RELAY_SERVICE)",
     "tasks_emulator_host": "tasks_emulator_host (CLOUD_TASKS_EMULATOR_HOST)",
-    "relay_auth": "relay_auth (RELAY_AUTH)",
-    "oidc_certs_url": "oidc_certs_url (OIDC_CERTS_URL)",
+    "relay_auth": "relay_auth (PUBSUB_TOOLKIT_RELAY_AUTH)",
+    "oidc_certs_url": "oidc_certs_url (PUBSUB_TOOLKIT_OIDC_CERTS_URL)",
     # ConsumerSettings
-    "consumer_id": "consumer_id (CONSUMER_ID)",
-    "max_attempts": "max_attempts (FIFO_MAX_ATTEMPTS)",
-    "poison_policy": "poison_policy (FIFO_POISON_POLICY)",
-    "gap_timeout": "gap_timeout (FIFO_GAP_TIMEOUT_SECONDS)",
-    "gap_policy": "gap_policy (FIFO_GAP_POLICY)",
-    "lease": "lease (FIFO_LEASE_SECONDS)",
-    "lease_hold": "lease_hold (FIFO_LEASE_HOLD_SECONDS)",
-    "park": "park (FIFO_PARK)",
-    "retry_backoff": "retry_backoff (FIFO_RETRY_BACKOFF_SECONDS)",
+    "consumer_id": "consumer_id (PUBSUB_TOOLKIT_CONSUMER_ID)",
+    "max_attempts": "max_attempts (PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS)",
+    "poison_policy": "poison_policy (PUBSUB_TOOLKIT_FIFO_POISON_POLICY)",
+    "gap_timeout": "gap_timeout (PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS)",
+    "gap_policy": "gap_policy (PUBSUB_TOOLKIT_FIFO_GAP_POLICY)",
+    "lease": "lease (PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS)",
+    "lease_hold": "lease_hold (PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS)",
+    "park": "park (PUBSUB_TOOLKIT_FIFO_PARK)",
+    "retry_backoff": "retry_backoff (PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS)",
 }
 
 
@@ -130,12 +133,12 @@ class DelaySettings:
             if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
                 raise ConfigurationError(
                     f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
-                    "(or a short queue name with location (TASKS_LOCATION))"
+                    "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
                 )
         elif not queue or "/" in queue:
             raise ConfigurationError(
                 f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
-                "(or a short queue name with location (TASKS_LOCATION))"
+                "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
             )
         elif self.location is None:
             raise ConfigurationError(
@@ -161,23 +164,23 @@ class DelaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], project: str) -> DelaySettings | None:
-        """None when TASKS_QUEUE is unset (delayed delivery off)."""
-        queue = env.get("TASKS_QUEUE", "").strip()
+        """None when PUBSUB_TOOLKIT_TASKS_QUEUE is unset (delayed delivery off)."""
+        queue = env.get("PUBSUB_TOOLKIT_TASKS_QUEUE", "").strip()
         if not queue:
             return None
-        target = env.get("TASKS_TARGET", "").strip().lower() or "http"
-        relay_auth = env.get("RELAY_AUTH", "").strip().lower() or None
+        target = env.get("PUBSUB_TOOLKIT_TASKS_TARGET", "").strip().lower() or "http"
+        relay_auth = env.get("PUBSUB_TOOLKIT_RELAY_AUTH", "").strip().lower() or None
         return cls(
             queue=queue,
-            location=env.get("TASKS_LOCATION", ""),
+            location=env.get("PUBSUB_TOOLKIT_TASKS_LOCATION", ""),
             target=target,  # type: ignore[arg-type]  # __post_init__ checks it
-            relay_url=env.get("RELAY_URL"),
-            invoker_email=env.get("TASKS_SERVICE_ACCOUNT"),
-            audience=env.get("RELAY_AUDIENCE"),
-            appengine_service=env.get("RELAY_SERVICE", "").strip() or "default",
+            relay_url=env.get("PUBSUB_TOOLKIT_RELAY_URL"),
+            invoker_email=env.get("PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"),
+            audience=env.get("PUBSUB_TOOLKIT_RELAY_AUDIENCE"),
+            appengine_service=env.get("PUBSUB_TOOLKIT_RELAY_SERVICE", "").strip() or "default",
             tasks_emulator_host=env.get("CLOUD_TASKS_EMULATOR_HOST"),
             relay_auth=relay_auth,  # type: ignore[arg-type]  # __post_init__ checks it
-            oidc_certs_url=env.get("OIDC_CERTS_URL"),
+            oidc_certs_url=env.get("PUBSUB_TOOLKIT_OIDC_CERTS_URL"),
         ).resolved(project)
 
 
@@ -236,7 +239,8 @@ class Settings:
             and self.redis_url_secret is None
         ):
             raise ConfigurationError(
-                "redis_url or redis_url_secret (REDIS_URL or REDIS_URL_SECRET) is required when "
+                "redis_url or redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL or "
+                "PUBSUB_TOOLKIT_REDIS_URL_SECRET) is required when "
                 f"{SETTING_NAMES['store_backend']} is 'redis'"
             )
         for name in ("dedup_ttl", "dedup_lease", "publish_timeout"):
@@ -271,26 +275,34 @@ class Settings:
         """Read settings from ``env`` (default ``os.environ``): the same checks and messages as
         the constructor's, each naming the variable."""
         env = os.environ if env is None else env
+        check_environment(env)
         project = env.get("GOOGLE_CLOUD_PROJECT", "").strip()
         return cls(
             project=project,
-            final_topic=env.get("FINAL_TOPIC", "").strip(),
-            dead_letter_topic=env.get("DEAD_LETTER_TOPIC", "").strip(),
-            store_backend=store_backend_from_env(env)[1],
-            redis_url=env.get("REDIS_URL"),
-            redis_url_secret=env.get("REDIS_URL_SECRET"),
-            redis_ca_cert_secret=env.get("REDIS_CA_CERT_SECRET"),
-            dedup_ttl=_seconds(env, "DEDUP_TTL_SECONDS", "dedup_ttl", DEFAULT_TTL_SECONDS),
-            dedup_lease=_seconds(env, "DEDUP_LEASE_SECONDS", "dedup_lease", DEFAULT_LEASE_SECONDS),
-            dedup_collection=env.get("DEDUP_COLLECTION", "").strip() or DEFAULT_DEDUP_COLLECTION,
-            firestore_database=env.get("FIRESTORE_DATABASE", "").strip()
+            final_topic=env.get("PUBSUB_TOOLKIT_FINAL_TOPIC", "").strip(),
+            dead_letter_topic=env.get("PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC", "").strip(),
+            store_backend=store_backend_from_env(env),
+            redis_url=env.get("PUBSUB_TOOLKIT_REDIS_URL"),
+            redis_url_secret=env.get("PUBSUB_TOOLKIT_REDIS_URL_SECRET"),
+            redis_ca_cert_secret=env.get("PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET"),
+            dedup_ttl=_seconds(
+                env, "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS", "dedup_ttl", DEFAULT_TTL_SECONDS
+            ),
+            dedup_lease=_seconds(
+                env, "PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS", "dedup_lease", DEFAULT_LEASE_SECONDS
+            ),
+            dedup_collection=env.get("PUBSUB_TOOLKIT_DEDUP_COLLECTION", "").strip()
+            or DEFAULT_DEDUP_COLLECTION,
+            firestore_database=env.get("PUBSUB_TOOLKIT_FIRESTORE_DATABASE", "").strip()
             or DEFAULT_FIRESTORE_DATABASE,
-            publish_timeout=_seconds(env, "PUBLISH_TIMEOUT_SECONDS", "publish_timeout", 30),
+            publish_timeout=_seconds(
+                env, "PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS", "publish_timeout", 30
+            ),
             # With no project the constructor's "project is required" is the one to see.
             delay=DelaySettings.from_env(env, project) if project else None,
             stats_flush=None
-            if env.get("STATS_FLUSH_SECONDS", "").strip() == "0"
-            else _seconds(env, "STATS_FLUSH_SECONDS", "stats_flush", 5),
+            if env.get("PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS", "").strip() == "0"
+            else _seconds(env, "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS", "stats_flush", 5),
         )
 
 
@@ -311,27 +323,12 @@ def _secret_version(settings: object, name: str) -> str | None:
     return value if "/versions/" in value else f"{value}/versions/latest"
 
 
-def store_backend_from_env(env: Mapping[str, str]) -> tuple[str, StoreBackend]:
-    """``(variable, backend)`` from STORE_BACKEND, or its older name DEDUP_BACKEND.
-
-    The one backend holds every store (not only dedup records), hence the new name; the old one
-    is still read so existing deployments keep working. Both set to different values is an
-    error rather than a silent choice. The value is checked by :class:`Settings`.
-    """
-    values = {
-        name: env[name].strip().lower()
-        for name in ("STORE_BACKEND", "DEDUP_BACKEND")
-        if env.get(name, "").strip()
-    }
-    if len(set(values.values())) > 1:
-        raise ConfigurationError(
-            f"STORE_BACKEND={values['STORE_BACKEND']!r} and DEDUP_BACKEND="
-            f"{values['DEDUP_BACKEND']!r} disagree; set STORE_BACKEND only (DEDUP_BACKEND is "
-            "its older name)"
-        )
-    name = next(iter(values), "STORE_BACKEND")
-    backend = values.get(name, "firestore")
-    return name, backend  # type: ignore[return-value]  # Settings checks it
+def store_backend_from_env(env: Mapping[str, str]) -> StoreBackend:
+    """PUBSUB_TOOLKIT_STORE_BACKEND, lower-cased (default firestore); :class:`Settings` checks
+    it. Its former names (STORE_BACKEND, DEDUP_BACKEND) are not read (the start-up WARNING of
+    :func:`~pubsub_toolkit.environment.check_environment` names the new one)."""
+    raw = env.get("PUBSUB_TOOLKIT_STORE_BACKEND", "").strip().lower() or "firestore"
+    return raw  # type: ignore[return-value]  # Settings checks it
 
 
 def topic_path(project: str, topic: str, *, setting: str | None = None) -> str:
@@ -410,30 +407,32 @@ class ConsumerSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerSettings:
         """Read the consumer's settings from ``env`` (default ``os.environ``)."""
         env = os.environ if env is None else env
-        raw_attempts = env.get("FIFO_MAX_ATTEMPTS", "").strip() or "5"
+        check_environment(env)
+        raw_attempts = env.get("PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS", "").strip() or "5"
         try:
             attempts = int(raw_attempts)
         except ValueError:
             raise ConfigurationError(
                 f"{SETTING_NAMES['max_attempts']} must be an integer >= 1, not {raw_attempts!r}"
             ) from None
-        park = env.get("FIFO_PARK", "").strip().lower() or "true"
-        if park not in ("true", "false"):
-            raise ConfigurationError(f"{SETTING_NAMES['park']} must be true or false, not {park!r}")
         return cls(
-            consumer_id=env.get("CONSUMER_ID", "").strip(),
+            consumer_id=env.get("PUBSUB_TOOLKIT_CONSUMER_ID", "").strip(),
             max_attempts=attempts,
-            poison_policy=env.get("FIFO_POISON_POLICY", "").strip().lower()  # type: ignore[arg-type]
+            poison_policy=env.get("PUBSUB_TOOLKIT_FIFO_POISON_POLICY", "").strip().lower()  # type: ignore[arg-type]
             or "skip",
-            gap_timeout=_seconds(env, "FIFO_GAP_TIMEOUT_SECONDS", "gap_timeout", 300),
-            gap_policy=env.get("FIFO_GAP_POLICY", "").strip().lower()  # type: ignore[arg-type]
+            gap_timeout=_seconds(
+                env, "PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS", "gap_timeout", 300
+            ),
+            gap_policy=env.get("PUBSUB_TOOLKIT_FIFO_GAP_POLICY", "").strip().lower()  # type: ignore[arg-type]
             or "wait",
-            lease=_seconds(env, "FIFO_LEASE_SECONDS", "lease", 60),
-            park=park == "true",
-            retry_backoff=_seconds(env, "FIFO_RETRY_BACKOFF_SECONDS", "retry_backoff", 5),
+            lease=_seconds(env, "PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS", "lease", 60),
+            park=flag(env, "PUBSUB_TOOLKIT_FIFO_PARK", label=SETTING_NAMES["park"]),
+            retry_backoff=_seconds(
+                env, "PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS", "retry_backoff", 5
+            ),
             lease_hold=(
-                _seconds(env, "FIFO_LEASE_HOLD_SECONDS", "lease_hold", 0)
-                if env.get("FIFO_LEASE_HOLD_SECONDS", "").strip()
+                _seconds(env, "PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS", "lease_hold", 0)
+                if env.get("PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS", "").strip()
                 else None
             ),
         )
@@ -446,7 +445,7 @@ def queue_path(project: str, location: str, queue: str) -> str:
         if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
             raise ConfigurationError(
                 f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
-                "(or a short queue name with location (TASKS_LOCATION))"
+                "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
             )
         return queue
     if not location.strip():

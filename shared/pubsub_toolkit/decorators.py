@@ -92,9 +92,9 @@ def idempotent(
 ) -> Callable[[Callable[..., Any]], Guarded]:
     """Make a CloudEvent function or a subscriber callback run once per key (see the module).
 
-    ``consumer`` names this consumer's dedup namespace and FIFO state (default: CONSUMER_ID).
-    The result is a plain function (functions-framework accepts nothing else) with a
-    ``close()`` that stops the FIFO sweeper of a subscriber callback.
+    ``consumer`` names this consumer's dedup namespace and FIFO state (default:
+    PUBSUB_TOOLKIT_CONSUMER_ID). The result is a plain function (functions-framework accepts nothing
+    else) with a ``close()`` that stops the FIFO sweeper of a subscriber callback.
     """
     if on_missing_key not in ("dead_letter", "run"):
         raise ValueError(f"on_missing_key={on_missing_key!r} is not 'dead_letter' or 'run'")

@@ -20,16 +20,17 @@ instrument                             kind            attributes / source
 
 Every instrument carries the ``component`` attribute given to :func:`instrument` (ingress,
 relay, consumer). Counters and gauges are observable: the SDK calls back at each collection
-(every ``METRICS_EXPORT_SECONDS``), so the message path pays nothing for them; the gauges list
-the FIFO store's groups then (:func:`~pubsub_toolkit.stores.fifo_state.status.group_statuses`,
-what ``pubsub-toolkit status`` shows). The two histograms are synchronous OTel histograms with
-the toolkit's bucket bounds, fed by :meth:`Metrics.observe` through an observer: one
-``record()`` per observation while export is on, nothing when it is off.
+(every ``PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS``), so the message path pays nothing for them;
+the gauges list the FIFO store's groups then
+(:func:`~pubsub_toolkit.stores.fifo_state.status.group_statuses`, what ``pubsub-toolkit
+status`` shows). The two histograms are synchronous OTel histograms with the toolkit's bucket
+bounds, fed by :meth:`Metrics.observe` through an observer: one ``record()`` per observation
+while export is on, nothing when it is off.
 
-Entry points call :func:`configure_metrics_from_env`: ``METRICS_EXPORTER`` is ``off`` (the
-default), ``cloud-monitoring`` (the ``[metrics]`` extra: ``opentelemetry-exporter-gcp-monitoring``;
-metrics land as ``workload.googleapis.com/pubsub_toolkit.*``) or ``console`` (stdout, for local
-runs).
+Entry points call :func:`configure_metrics_from_env`: ``PUBSUB_TOOLKIT_METRICS_EXPORTER`` is
+``off`` (the default), ``cloud-monitoring`` (the ``[metrics]`` extra:
+``opentelemetry-exporter-gcp-monitoring``; metrics land as
+``workload.googleapis.com/pubsub_toolkit.*``) or ``console`` (stdout, for local runs).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
 
 METER_NAME = "pubsub_toolkit"
 PREFIX = "pubsub_toolkit."
-EXPORTER_ENV = "METRICS_EXPORTER"
-INTERVAL_ENV = "METRICS_EXPORT_SECONDS"
+EXPORTER_ENV = "PUBSUB_TOOLKIT_METRICS_EXPORTER"
+INTERVAL_ENV = "PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS"
 DEFAULT_INTERVAL_S = 60.0  # Cloud Monitoring accepts one point per series every 5 s at most
 EXPORTERS = ("off", "cloud-monitoring", "console")
 _HISTOGRAMS = {
@@ -183,9 +184,10 @@ def configure_metrics_from_env(
     component: str,
     fifo: FifoSource | None = None,
 ) -> Any | None:
-    """For entry points: start exporting ``metrics`` as ``METRICS_EXPORTER`` says (see the
-    module docstring), every ``METRICS_EXPORT_SECONDS`` (default 60). Returns the SDK's
-    ``MeterProvider`` (call ``shutdown()`` at exit to flush), or None when export is off."""
+    """For entry points: start exporting ``metrics`` as ``PUBSUB_TOOLKIT_METRICS_EXPORTER`` says
+    (see the module docstring), every ``PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS`` (default 60).
+    Returns the SDK's ``MeterProvider`` (call ``shutdown()`` at exit to flush), or None when
+    export is off."""
     raw = env.get(EXPORTER_ENV, "").strip().lower() or "off"
     if raw not in EXPORTERS:
         raise ConfigurationError(f"{EXPORTER_ENV} {raw!r} is not one of {', '.join(EXPORTERS)}")

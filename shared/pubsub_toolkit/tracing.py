@@ -1,9 +1,9 @@
 """OpenTelemetry tracing: one trace per message across every hop - off by default.
 
 A message crosses up to six processes (producer -> origin -> ingress -> Cloud Tasks -> relay ->
-final -> consumer). With tracing on (:func:`enable`, or ``TRACING=on`` read by the entry points
-through :func:`configure_from_env`) every hop the toolkit owns makes spans named and attributed
-per the OpenTelemetry messaging conventions for ``gcp_pubsub``:
+final -> consumer). With tracing on (:func:`enable`, or ``PUBSUB_TOOLKIT_TRACING=on`` read by the
+entry points through :func:`configure_from_env`) every hop the toolkit owns makes spans named and
+attributed per the OpenTelemetry messaging conventions for ``gcp_pubsub``:
 
 * a message's creation - the producer's publish, a handler's - is a ``send`` span (PRODUCER)
   whose context travels in the message's ``googclient_traceparent`` attribute: the W3C
@@ -42,7 +42,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from pubsub_toolkit.errors import ConfigurationError
+from pubsub_toolkit.environment import flag
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -74,7 +74,6 @@ S = TypeVar("S")
 # What every span helper returns when there is no span to make (tracing off, the hot path):
 # stateless, so one for all calls rather than a new one each.
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
-_TRUE, _FALSE = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
 
 
 class _State:
@@ -109,15 +108,13 @@ def enabled() -> bool:
 
 
 def configure_from_env(env: Mapping[str, str]) -> bool:
-    """For entry points: ``TRACING`` on/off (default off); with ``TRACE_FILE`` set, spans are
-    also written there as JSON lines (the local stack's exporter, read by
-    ``pubsub-toolkit trace``). Returns whether tracing is on."""
-    raw = env.get("TRACING", "").strip().lower()
-    if raw not in _TRUE + _FALSE:
-        raise ConfigurationError(f"TRACING {raw!r} is not one of on, off")
-    if raw in _FALSE:
+    """For entry points: ``PUBSUB_TOOLKIT_TRACING`` on or off (default off, nothing else
+    accepted); with ``PUBSUB_TOOLKIT_TRACE_FILE`` set, spans are also written there as JSON lines
+    (the local stack's exporter, read by ``pubsub-toolkit trace``). Returns whether tracing is
+    on."""
+    if not flag(env, "PUBSUB_TOOLKIT_TRACING"):
         return False
-    path = env.get("TRACE_FILE", "").strip()
+    path = env.get("PUBSUB_TOOLKIT_TRACE_FILE", "").strip()
     if path:
         from pubsub_toolkit._trace_file import install_file_exporter
 

@@ -1,12 +1,13 @@
-"""Tracing at an entry point's start: ``TRACING`` and ``TRACE_FILE`` read once, spans exported.
+"""Tracing at an entry point's start: ``PUBSUB_TOOLKIT_TRACING`` and ``PUBSUB_TOOLKIT_TRACE_FILE``
+read once, spans exported.
 
-Ingress, the relay and the consumer call :func:`configure_entry_point` where they configure
-logging (on the first request, like the rest of their settings). It turns the toolkit's spans on
-or off (:func:`pubsub_toolkit.tracing.configure_from_env`: a value of ``TRACING`` that is not
-on/off is a ConfigurationError naming the variable) and decides where the spans go:
+Ingress, the relay and the consumer call :func:`configure_entry_point` where they configure logging
+(on the first request, like the rest of their settings). It turns the toolkit's spans on or off
+(:func:`pubsub_toolkit.tracing.configure_from_env`: a value of ``PUBSUB_TOOLKIT_TRACING`` that is
+not on/off is a ConfigurationError naming the variable) and decides where the spans go:
 
-* ``TRACE_FILE`` set (the local stack): one JSON line per span in that file, read back by
-  ``pubsub-toolkit trace``;
+* ``PUBSUB_TOOLKIT_TRACE_FILE`` set (the local stack): one JSON line per span in that file, read
+  back by ``pubsub-toolkit trace``;
 * otherwise, OpenTelemetry's own variable ``OTEL_TRACES_EXPORTER`` (a comma-separated list) names
   the exporters: ``otlp`` (OTLP over HTTP, or gRPC with ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``; the
   ``otlp`` extra), ``gcp_trace`` (Cloud Trace; the ``tracing`` extra), ``console`` or ``none``.
@@ -33,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pubsub_toolkit import tracing
+from pubsub_toolkit.environment import check_environment
 from pubsub_toolkit.errors import ConfigurationError, MissingDependencyError
 
 logger = logging.getLogger(__name__)
@@ -44,10 +46,10 @@ OTLP_MODULES = {
 }
 EXPORTERS = ("otlp", "gcp_trace", "console", "none")
 NO_EXPORTER_WARNING = (
-    "TRACING=on but no span exporter is configured, so spans are dropped: install "
+    "PUBSUB_TOOLKIT_TRACING=on but no span exporter is configured, so spans are dropped: install "
     "opentelemetry-exporter-gcp-trace (pip install 'pubsub-toolkit[tracing]') to send them to "
     "Cloud Trace, set OTEL_EXPORTER_OTLP_ENDPOINT (pip install 'pubsub-toolkit[otlp]') to send "
-    "them over OTLP, or set TRACE_FILE to write them to a file"
+    "them over OTLP, or set PUBSUB_TOOLKIT_TRACE_FILE to write them to a file"
 )
 
 _lock = threading.Lock()
@@ -55,9 +57,12 @@ _configured: list[bool] = []  # the first call's answer, once there was one
 
 
 def configure_entry_point(env: Mapping[str, str], *, service: str) -> bool:
-    """Read ``TRACING``/``TRACE_FILE`` (and the ``OTEL_*`` variables) from ``env`` and set up
-    export for ``service`` (the entry point's name: ``service.name`` unless
-    ``OTEL_SERVICE_NAME`` says otherwise). Returns whether tracing is on."""
+    """Check ``env`` (:func:`~pubsub_toolkit.environment.check_environment`: an unknown
+    ``PUBSUB_TOOLKIT_*`` name stops the start), read ``PUBSUB_TOOLKIT_TRACING`` and
+    ``PUBSUB_TOOLKIT_TRACE_FILE`` (and the ``OTEL_*`` variables) and set up export for
+    ``service`` (the entry point's name: ``service.name`` unless ``OTEL_SERVICE_NAME`` says
+    otherwise). Returns whether tracing is on."""
+    check_environment(env)
     with _lock:
         if _configured:
             return _configured[0]
@@ -65,10 +70,10 @@ def configure_entry_point(env: Mapping[str, str], *, service: str) -> bool:
             on = tracing.configure_from_env(env)
         except ImportError as exc:  # OpenTelemetry itself missing (google-cloud-pubsub brings it)
             raise MissingDependencyError(
-                f"TRACING=on needs OpenTelemetry ({exc.name or exc}): pip install "
+                f"PUBSUB_TOOLKIT_TRACING=on needs OpenTelemetry ({exc.name or exc}): pip install "
                 "'pubsub-toolkit[tracing]'"
             ) from exc
-        if on and not env.get("TRACE_FILE", "").strip():
+        if on and not env.get("PUBSUB_TOOLKIT_TRACE_FILE", "").strip():
             install_exporters(env, service=service)
         _configured.append(on)
         return on

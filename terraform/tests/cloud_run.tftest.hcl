@@ -122,11 +122,11 @@ run "tasks_reach_the_service_url_signed_for_it" {
   }
   assert {
     condition = (
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_URL"] == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app" &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_TARGET"] == "http" &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_RELAY_URL"] == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_TASKS_TARGET"] == "http" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email
     )
-    error_message = "ingress creates HTTP tasks for RELAY_URL/release on the service, signed as the invoker."
+    error_message = "ingress creates HTTP tasks for PUBSUB_TOOLKIT_RELAY_URL/release on the service, signed as the invoker."
   }
   assert {
     condition     = output.relay_url == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app"
@@ -159,22 +159,22 @@ run "relay_reads_the_same_oidc_settings" {
 
   assert {
     condition = (
-      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["RELAY_AUDIENCE"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
-      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["RELAY_URL"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
-      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
-      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["RELAY_AUTH"] == "oidc"
+      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_RELAY_AUDIENCE"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
+      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_RELAY_URL"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
+      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
+      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_RELAY_AUTH"] == "oidc"
     )
     error_message = "the relay checks the tokens' audience (its URL) and email (the invoker) itself, as on App Engine."
   }
   assert {
-    condition     = { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["RELAY_TRUST_CLOUD_RUN_IAM"] == "true"
+    condition     = { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM"] == "true"
     error_message = "the relay is told Cloud Run's IAM check verified the signature it strips."
   }
   assert {
     condition = (
-      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["TASKS_QUEUE"] == "projects/test-project/locations/europe-west1/queues/pubsub-toolkit-delay" &&
+      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_TASKS_QUEUE"] == "projects/test-project/locations/europe-west1/queues/pubsub-toolkit-delay" &&
       { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["GOOGLE_CLOUD_PROJECT"] == "test-project" &&
-      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["FINAL_TOPIC"] == "final"
+      { for e in google_cloud_run_v2_service.relay[0].template[0].containers[0].env : e.name => e.value }["PUBSUB_TOOLKIT_FINAL_TOPIC"] == "final"
     )
     error_message = "the relay knows its project (Cloud Run does not set GOOGLE_CLOUD_PROJECT), queue and topics."
   }
@@ -209,9 +209,9 @@ run "custom_relay_url_is_a_custom_audience" {
   }
   assert {
     condition = (
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_URL"] == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app" &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_AUDIENCE"] == "https://relay.example.com" &&
-      google_cloud_run_v2_service.relay[0].template[0].containers[0].env[index(google_cloud_run_v2_service.relay[0].template[0].containers[0].env[*].name, "RELAY_AUDIENCE")].value == "https://relay.example.com" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_RELAY_URL"] == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_RELAY_AUDIENCE"] == "https://relay.example.com" &&
+      google_cloud_run_v2_service.relay[0].template[0].containers[0].env[index(google_cloud_run_v2_service.relay[0].template[0].containers[0].env[*].name, "PUBSUB_TOOLKIT_RELAY_AUDIENCE")].value == "https://relay.example.com" &&
       output.relay_url == "https://pubsub-toolkit-relay-123456789012.europe-west1.run.app"
     )
     error_message = "tasks still call the run.app URL (Cloud Tasks is internal traffic there only; a custom domain is refused by an internal-only relay): the custom domain is the audience alone."
@@ -262,7 +262,7 @@ run "app_engine_default_has_no_cloud_run_relay" {
     error_message = "App Engine needs its API."
   }
   assert {
-    condition     = !contains(keys(google_app_engine_standard_app_version.relay[0].env_variables), "RELAY_TRUST_CLOUD_RUN_IAM") && output.relay_service == null
+    condition     = !contains(keys(google_app_engine_standard_app_version.relay[0].env_variables), "PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM") && output.relay_service == null
     error_message = "App Engine's relay never trusts a stripped signature: nothing strips it there."
   }
 }

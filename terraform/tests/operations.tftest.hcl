@@ -123,9 +123,9 @@ run "consumer_is_pushed_in_order_and_swept_with_a_name_prefix" {
   }
   assert {
     condition = (
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["DEDUP_COLLECTION"] == "blue_pubsub_toolkit_dedup" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_DEDUP_COLLECTION"] == "blue_pubsub_toolkit_dedup" &&
       google_firestore_field.ttl["dedup"].collection == "blue_pubsub_toolkit_dedup" &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["FINAL_TOPIC"] == "blue-final"
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_FINAL_TOPIC"] == "blue-final"
     )
     error_message = "the dedup collection (dashes as underscores) and the topics in the environment carry the prefix."
   }

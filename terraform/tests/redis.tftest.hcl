@@ -61,12 +61,12 @@ run "redis_mode_has_no_firestore_resources" {
         google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables,
         google_app_engine_standard_app_version.relay[0].env_variables,
       ] :
-      !contains(keys(env), "REDIS_URL") &&
-      env["REDIS_URL_SECRET"] == "projects/test-project/secrets/redis-url/versions/latest" &&
-      env["REDIS_CA_CERT_SECRET"] == "projects/other-project/secrets/redis-ca/versions/latest" &&
-      env["DEDUP_BACKEND"] == "redis"
+      !contains(keys(env), "PUBSUB_TOOLKIT_REDIS_URL") &&
+      env["PUBSUB_TOOLKIT_REDIS_URL_SECRET"] == "projects/test-project/secrets/redis-url/versions/latest" &&
+      env["PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET"] == "projects/other-project/secrets/redis-ca/versions/latest" &&
+      env["PUBSUB_TOOLKIT_STORE_BACKEND"] == "redis"
     ])
-    error_message = "redis mode: REDIS_URL_SECRET and REDIS_CA_CERT_SECRET (version names), never REDIS_URL."
+    error_message = "redis mode: PUBSUB_TOOLKIT_REDIS_URL_SECRET and PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET (version names), never PUBSUB_TOOLKIT_REDIS_URL."
   }
   assert {
     condition = (

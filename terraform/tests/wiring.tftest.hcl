@@ -107,8 +107,8 @@ run "ingress_is_pushed_from_origin" {
   }
   assert {
     condition = (
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["FINAL_TOPIC"] == "final" &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["DEAD_LETTER_TOPIC"] == "dead-letter" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_FINAL_TOPIC"] == "final" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC"] == "dead-letter" &&
       google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["GOOGLE_CLOUD_PROJECT"] == "test-project"
     )
     error_message = "ingress environment must name the project, final and dead-letter topics."
@@ -195,23 +195,23 @@ run "oidc_audience_is_the_relay_url" {
   }
   assert {
     condition = (
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_URL"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_TARGET"] == "http" &&
-      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["TASKS_QUEUE"] == "projects/test-project/locations/europe-west1/queues/pubsub-toolkit-delay"
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_RELAY_URL"] == google_cloud_tasks_queue.delay[0].http_target[0].oidc_token[0].audience &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_TASKS_TARGET"] == "http" &&
+      google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_TASKS_QUEUE"] == "projects/test-project/locations/europe-west1/queues/pubsub-toolkit-delay"
     )
     error_message = "ingress must create HTTP tasks on the queue, for the relay's URL, signed as the invoker."
   }
   assert {
     condition = (
-      google_app_engine_standard_app_version.relay[0].env_variables["RELAY_AUDIENCE"] == "https://test-project.ew.r.appspot.com" &&
-      google_app_engine_standard_app_version.relay[0].env_variables["TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
-      google_app_engine_standard_app_version.relay[0].env_variables["RELAY_AUTH"] == "oidc"
+      google_app_engine_standard_app_version.relay[0].env_variables["PUBSUB_TOOLKIT_RELAY_AUDIENCE"] == "https://test-project.ew.r.appspot.com" &&
+      google_app_engine_standard_app_version.relay[0].env_variables["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"] == google_service_account.component["tasks-invoker"].email &&
+      google_app_engine_standard_app_version.relay[0].env_variables["PUBSUB_TOOLKIT_RELAY_AUTH"] == "oidc"
     )
     error_message = "the relay must accept exactly the invoker's tokens for its own URL."
   }
   assert {
-    condition     = google_app_engine_standard_app_version.relay[0].env_variables["TASKS_MAX_ATTEMPTS"] == tostring(google_cloud_tasks_queue.delay[0].retry_config[0].max_attempts)
+    condition     = google_app_engine_standard_app_version.relay[0].env_variables["PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS"] == tostring(google_cloud_tasks_queue.delay[0].retry_config[0].max_attempts)
     error_message = "the relay must know the queue's max_attempts, to dead-letter on the last attempt instead of losing the message with the task."
   }
   assert {
@@ -310,7 +310,7 @@ run "app_engine_target_uses_routing_not_oidc" {
     error_message = "no invoker account, and nobody acts as one, without OIDC."
   }
   assert {
-    condition     = google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["RELAY_AUTH"] == "appengine"
+    condition     = google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables["PUBSUB_TOOLKIT_RELAY_AUTH"] == "appengine"
     error_message = "the relay must trust the App Engine queue header."
   }
   assert {
@@ -408,7 +408,7 @@ run "dedup_records_have_a_ttl_on_expire_at" {
   }
   assert {
     condition     = google_firestore_field.ttl["dedup"].database == "(default)"
-    error_message = "the TTL policy belongs to FIRESTORE_DATABASE."
+    error_message = "the TTL policy belongs to PUBSUB_TOOLKIT_FIRESTORE_DATABASE."
   }
   assert {
     condition     = toset(keys(google_project_iam_member.firestore_user)) == toset(["ingress", "relay"])
@@ -436,10 +436,10 @@ run "no_primitive_roles" {
   }
   assert {
     condition = (
-      google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables["CONSUMER_ID"] == "billing" &&
-      google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables["HANDLER"] == "example_handler:handle"
+      google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables["PUBSUB_TOOLKIT_CONSUMER_ID"] == "billing" &&
+      google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables["PUBSUB_TOOLKIT_HANDLER"] == "example_handler:handle"
     )
-    error_message = "the consumer function needs CONSUMER_ID and HANDLER."
+    error_message = "the consumer function needs PUBSUB_TOOLKIT_CONSUMER_ID and PUBSUB_TOOLKIT_HANDLER."
   }
   assert {
     condition     = toset(keys(google_pubsub_topic_iam_member.publisher)) == toset(["ingress/final", "ingress/dead_letter", "relay/final", "relay/dead_letter", "consumer/dead_letter"])
@@ -460,8 +460,8 @@ run "delays_off" {
     error_message = "no queue and no relay when delayed delivery is off."
   }
   assert {
-    condition     = !contains(keys(google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables), "TASKS_QUEUE")
-    error_message = "TASKS_QUEUE stays unset, so ingress dead-letters due-later messages instead of delivering them early."
+    condition     = !contains(keys(google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables), "PUBSUB_TOOLKIT_TASKS_QUEUE")
+    error_message = "PUBSUB_TOOLKIT_TASKS_QUEUE stays unset, so ingress dead-letters due-later messages instead of delivering them early."
   }
 }
 

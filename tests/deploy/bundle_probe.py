@@ -27,25 +27,32 @@ CLOSED = "127.0.0.1:9"  # discard port: clients are built, never used
 
 BASE_ENV = {
     "GOOGLE_CLOUD_PROJECT": "bundle-probe",
-    "FINAL_TOPIC": "final",
-    "DEAD_LETTER_TOPIC": "dead-letter",
+    "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+    "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
     "PUBSUB_EMULATOR_HOST": CLOSED,
     "FIRESTORE_EMULATOR_HOST": CLOSED,
     "CLOUD_TASKS_EMULATOR_HOST": CLOSED,
-    "TASKS_QUEUE": "projects/bundle-probe/locations/europe-west1/queues/pubsub-toolkit-delay",
+    "PUBSUB_TOOLKIT_TASKS_QUEUE": (
+        "projects/bundle-probe/locations/europe-west1/queues/pubsub-toolkit-delay"
+    ),
 }
 OIDC_ENV = {
-    "TASKS_TARGET": "http",
-    "RELAY_URL": "https://bundle-probe.ew.r.appspot.com",
-    "RELAY_AUTH": "oidc",
-    "TASKS_SERVICE_ACCOUNT": "ptk-tasks-invoker@bundle-probe.iam.gserviceaccount.com",
+    "PUBSUB_TOOLKIT_TASKS_TARGET": "http",
+    "PUBSUB_TOOLKIT_RELAY_URL": "https://bundle-probe.ew.r.appspot.com",
+    "PUBSUB_TOOLKIT_RELAY_AUTH": "oidc",
+    "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT": (
+        "ptk-tasks-invoker@bundle-probe.iam.gserviceaccount.com"
+    ),
 }
-APPENGINE_ENV = {"TASKS_TARGET": "appengine", "RELAY_AUTH": "appengine"}
+APPENGINE_ENV = {
+    "PUBSUB_TOOLKIT_TASKS_TARGET": "appengine",
+    "PUBSUB_TOOLKIT_RELAY_AUTH": "appengine",
+}
 VARIANTS = {
-    "firestore+oidc": {"STORE_BACKEND": "firestore", **OIDC_ENV},
+    "firestore+oidc": {"PUBSUB_TOOLKIT_STORE_BACKEND": "firestore", **OIDC_ENV},
     "redis+appengine": {
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": f"redis://{CLOSED}/0",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": f"redis://{CLOSED}/0",
         **APPENGINE_ENV,
     },
 }
@@ -89,7 +96,9 @@ def probe_function(target: str) -> dict[str, object]:
     for variant, env in VARIANTS.items():
         os.environ.update(BASE_ENV | env)
         if target == "consumer":
-            os.environ.update(CONSUMER_ID="probe", HANDLER="example_handler:handle")
+            os.environ.update(
+                PUBSUB_TOOLKIT_CONSUMER_ID="probe", PUBSUB_TOOLKIT_HANDLER="example_handler:handle"
+            )
         setattr(main, cache, None)
         built = getattr(main, factory)()
         assert built is not None, variant
@@ -106,7 +115,7 @@ def probe_relay(app_spec: str) -> dict[str, object]:
         assert app.test_client().get("/healthz").status_code == 200, variant
     assert in_bundle(sys.modules["main"])
     # The Cloud Run entry point (the Dockerfile's CMD) from the same bundle and requirements.
-    os.environ.update(BASE_ENV | OIDC_ENV | {"RELAY_TRUST_CLOUD_RUN_IAM": "true"})
+    os.environ.update(BASE_ENV | OIDC_ENV | {"PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM": "true"})
     app = import_app(CLOUD_RUN_APP)
     assert app.test_client().get("/healthz").status_code == 200, CLOUD_RUN_APP
     assert in_bundle(sys.modules["cloud_run"])
@@ -119,8 +128,8 @@ def verify_oidc_token() -> None:
     from google.auth import jwt
 
     token, cert = os.environ["PROBE_OIDC_TOKEN"], os.environ["PROBE_OIDC_CERT"]
-    claims = jwt.decode(token, certs={"probe": cert}, audience=OIDC_ENV["RELAY_URL"])
-    assert claims["email"] == OIDC_ENV["TASKS_SERVICE_ACCOUNT"], claims
+    claims = jwt.decode(token, certs={"probe": cert}, audience=OIDC_ENV["PUBSUB_TOOLKIT_RELAY_URL"])
+    assert claims["email"] == OIDC_ENV["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"], claims
 
 
 def main() -> None:

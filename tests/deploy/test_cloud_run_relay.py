@@ -3,13 +3,13 @@
 Behind Cloud Run's IAM invoker check the relay receives the task's OIDC token with its signature
 replaced by ``SIGNATURE_REMOVED_BY_GOOGLE``. These tests build the bundle (scripts/build-bundles
 plus the Dockerfile the deploy scripts copy in), run the Dockerfile's own CMD - gunicorn loading
-``cloud_run:create_app()`` - with the environment the Terraform module renders, and send it
-requests as Cloud Run would forward them: a stripped token with the right claims releases the
-message to the final topic of a real Pub/Sub emulator; a stripped token with any claim wrong, a
-stripped token without RELAY_TRUST_CLOUD_RUN_IAM, or one beside X-Serverless-Authorization is
-refused; a token that arrives signed is verified against a certificate endpoint, signature
-included. Settings that would open the relay (RELAY_AUTH=appengine off App Engine) stop it
-from starting. Cloud Run's own IAM check cannot run here: what it does is in the README.
+``cloud_run:create_app()`` - with the environment the Terraform module renders, and send it requests
+as Cloud Run would forward them: a stripped token with the right claims releases the message to the
+final topic of a real Pub/Sub emulator; a stripped token with any claim wrong, a stripped token
+without PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM, or one beside X-Serverless-Authorization is
+refused; a token that arrives signed is verified against a certificate endpoint, signature included.
+Settings that would open the relay (PUBSUB_TOOLKIT_RELAY_AUTH=appengine off App Engine) stop it from
+starting. Cloud Run's own IAM check cannot run here: what it does is in the README.
 
 Over ~300 lines because it brings its own token signer and certificate server instead of the
 local stack's OIDC issuer: it needs nothing but the relay bundle, gunicorn and the emulator.
@@ -204,17 +204,20 @@ def relay_env(topics: Topics, certs_url: str, port: int, **extra: str) -> dict[s
         "PUBSUB_EMULATOR_HOST": os.environ["PUBSUB_EMULATOR_HOST"],
         # Hops (delays over 30 days) would create tasks: none here, the client is never used.
         "CLOUD_TASKS_EMULATOR_HOST": "127.0.0.1:9",
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "DEDUP_BACKEND": "memory",  # one gunicorn worker: the process's own memory suffices here
-        "TASKS_QUEUE": f"projects/{topics.project}/locations/europe-west1/queues/delay",
-        "TASKS_TARGET": "http",
-        "RELAY_URL": AUDIENCE,
-        "RELAY_AUDIENCE": AUDIENCE,
-        "RELAY_AUTH": "oidc",
-        "TASKS_SERVICE_ACCOUNT": INVOKER,
-        "RELAY_TRUST_CLOUD_RUN_IAM": "true",
-        "OIDC_CERTS_URL": certs_url,
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        # One gunicorn worker: the process's own memory suffices here.
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "memory",
+        "PUBSUB_TOOLKIT_TASKS_QUEUE": (
+            f"projects/{topics.project}/locations/europe-west1/queues/delay"
+        ),
+        "PUBSUB_TOOLKIT_TASKS_TARGET": "http",
+        "PUBSUB_TOOLKIT_RELAY_URL": AUDIENCE,
+        "PUBSUB_TOOLKIT_RELAY_AUDIENCE": AUDIENCE,
+        "PUBSUB_TOOLKIT_RELAY_AUTH": "oidc",
+        "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT": INVOKER,
+        "PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM": "true",
+        "PUBSUB_TOOLKIT_OIDC_CERTS_URL": certs_url,
     }
     return {k: v for k, v in (env | extra).items() if v}
 
@@ -389,7 +392,8 @@ def test_stripped_token_is_refused_without_the_trust_setting(
     bundle: Path, topics: Topics, certs_url: str
 ) -> None:
     running = start_relay(
-        bundle, relay_env(topics, certs_url, free_port(), RELAY_TRUST_CLOUD_RUN_IAM="")
+        bundle,
+        relay_env(topics, certs_url, free_port(), PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM=""),
     )
     try:
         wait_until(lambda: healthy(running), timeout=60, what="the relay's /healthz")
@@ -398,15 +402,23 @@ def test_stripped_token_is_refused_without_the_trust_setting(
         )
     finally:
         stop_relay(running)
-    assert status == 403 and "RELAY_TRUST_CLOUD_RUN_IAM is not set" in answer["error"]
+    assert (
+        status == 403 and "PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM is not set" in answer["error"]
+    )
     assert pulled(topics, "untrusted") == []
 
 
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ({"RELAY_AUTH": "appengine", "TASKS_TARGET": "appengine"}, "RELAY_AUTH=appengine"),
-        ({"RELAY_TRUST_CLOUD_RUN_IAM": "maybe"}, "RELAY_TRUST_CLOUD_RUN_IAM='maybe'"),
+        (
+            {"PUBSUB_TOOLKIT_RELAY_AUTH": "appengine", "PUBSUB_TOOLKIT_TASKS_TARGET": "appengine"},
+            "PUBSUB_TOOLKIT_RELAY_AUTH=appengine",
+        ),
+        (
+            {"PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM": "maybe"},
+            "PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM must be true or false, not 'maybe'",
+        ),
     ],
 )
 def test_settings_that_would_open_the_relay_stop_it_from_starting(

@@ -1,13 +1,13 @@
 """The deploy scripts' Cloud Run relay path, checked by dry-run as test_deploy_scripts.py does.
 
-scripts/deploy-gcloud with RELAY_PLATFORM=cloud_run must create no App Engine application and
-deploy the relay with `gcloud run deploy --source` (the bundle plus its Dockerfile) behind the
-IAM invoker check, grant run.invoker to the Cloud Tasks invoker account only, and point the
-queue's OIDC audience, ingress's RELAY_URL and the relay's RELAY_AUDIENCE at the service's
-deterministic URL - in that order, with the Terraform module's settings. scripts/deploy-terraform
-with relay_platform = "cloud_run" in the tfvars builds the relay's image (tagged by the bundle's
-content) before terraform runs and passes it as relay_image. Every printed gcloud command also
-goes through the installed SDK's parser.
+scripts/deploy-gcloud with RELAY_PLATFORM=cloud_run must create no App Engine application and deploy
+the relay with `gcloud run deploy --source` (the bundle plus its Dockerfile) behind the IAM invoker
+check, grant run.invoker to the Cloud Tasks invoker account only, and point the queue's OIDC
+audience, ingress's PUBSUB_TOOLKIT_RELAY_URL and the relay's PUBSUB_TOOLKIT_RELAY_AUDIENCE at the
+service's deterministic URL - in that order, with the Terraform module's settings.
+scripts/deploy-terraform with relay_platform = "cloud_run" in the tfvars builds the relay's image
+(tagged by the bundle's content) before terraform runs and passes it as relay_image. Every printed
+gcloud command also goes through the installed SDK's parser.
 """
 
 from __future__ import annotations
@@ -114,10 +114,10 @@ def test_one_url_is_audience_relay_url_and_the_relay_s_own_audience(cloud_run: t
     assert flag(queue, "http-oidc-token-audience-override") == URL
     assert flag(queue, "http-oidc-service-account-email-override") == INVOKER.split(":", 1)[1]
     (ingress,) = [c for c in gcloud(cmds, "functions", "deploy") if c[3] == "ingress"]
-    assert env_file(flag(ingress, "env-vars-file"))["RELAY_URL"] == URL
+    assert env_file(flag(ingress, "env-vars-file"))["PUBSUB_TOOLKIT_RELAY_URL"] == URL
     (deploy,) = gcloud(cmds, "run", "deploy")
     relay_env = env_file(flag(deploy, "env-vars-file"))
-    assert relay_env["RELAY_TRUST_CLOUD_RUN_IAM"] == "true"
+    assert relay_env["PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM"] == "true"
     settings = Settings.from_env(relay_env)
     assert settings.delay is not None
     assert (settings.delay.audience, settings.delay.relay_url) == (URL, URL)

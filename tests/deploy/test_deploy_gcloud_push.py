@@ -41,6 +41,7 @@ REDIS = {
     "VPC_CONNECTOR": "ptk-connector",
     # Set by someone who used it locally: it must not travel anywhere.
     "REDIS_URL": "rediss://:hunter2-auth@10.0.0.3:6378/0",
+    "PUBSUB_TOOLKIT_REDIS_URL": "rediss://:hunter2-auth@10.0.0.3:6378/0",
 }
 CONNECTOR = f"projects/{P}/locations/europe-west1/connectors/ptk-connector"
 PUBSUB_AGENT = "serviceAccount:service-<project-number>@gcp-sa-pubsub.iam.gserviceaccount.com"
@@ -414,11 +415,14 @@ def test_redis_mode_deploys_secret_names_never_the_url(
         envs = run.env_files()
         assert len(envs) == 3, envs.keys()  # ingress, consumer, the relay
         for name, env in envs.items():
-            assert "REDIS_URL" not in env, name
-            assert env["DEDUP_BACKEND"] == "redis", name
-            assert env["REDIS_URL_SECRET"] == f"projects/{P}/secrets/redis-url/versions/latest"
+            assert "REDIS_URL" not in env and "PUBSUB_TOOLKIT_REDIS_URL" not in env, name
+            assert env["PUBSUB_TOOLKIT_STORE_BACKEND"] == "redis", name
             assert (
-                env["REDIS_CA_CERT_SECRET"]
+                env["PUBSUB_TOOLKIT_REDIS_URL_SECRET"]
+                == f"projects/{P}/secrets/redis-url/versions/latest"
+            )
+            assert (
+                env["PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET"]
                 == "projects/shared-proj/secrets/redis-ca/versions/latest"
             )
         # Nowhere: not in a flag, not in any file of the build.
@@ -519,13 +523,17 @@ def test_name_prefix_on_every_name(prefixed: DryRun) -> None:
     }
     envs = prefixed.env_files()
     for name, env in envs.items():
-        assert (env["FINAL_TOPIC"], env["DEAD_LETTER_TOPIC"]) == ("blue-final", "blue-dead-letter")
-        assert env["DEDUP_COLLECTION"] == "blue_pubsub_toolkit_dedup", name
-    assert envs["blue-ingress"]["TASKS_QUEUE"].endswith("/queues/blue-pubsub-toolkit-delay")
+        assert (env["PUBSUB_TOOLKIT_FINAL_TOPIC"], env["PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC"]) == (
+            "blue-final",
+            "blue-dead-letter",
+        )
+        assert env["PUBSUB_TOOLKIT_DEDUP_COLLECTION"] == "blue_pubsub_toolkit_dedup", name
+    queue = envs["blue-ingress"]["PUBSUB_TOOLKIT_TASKS_QUEUE"]
+    assert queue.endswith("/queues/blue-pubsub-toolkit-delay")
     # The App Engine relay on its own service, and the tasks' audience follows it.
     parsed = load_app_yaml(prefixed.build / "appengine/relay/app.yaml")
     assert parsed["service"] == "blue-relay"
-    assert envs["app.yaml"]["RELAY_URL"] == "https://blue-relay-dot-<app-hostname>"
+    assert envs["app.yaml"]["PUBSUB_TOOLKIT_RELAY_URL"] == "https://blue-relay-dot-<app-hostname>"
     # Entry points and bundles keep their names.
     for c in gcloud(cmds, "functions", "deploy"):
         assert flag(c, "entry-point") == c[3].removeprefix("blue-")

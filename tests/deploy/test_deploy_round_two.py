@@ -141,7 +141,7 @@ def test_dedup_ttl_within_pubsub_s_redelivery_window_is_refused(ttl: str) -> Non
 
 def test_dedup_ttl_above_the_window_is_deployed(tmp_path: Path) -> None:
     run = dry_run(tmp_path, **BASE, DEDUP_TTL_SECONDS="604801")
-    assert run.env_files()["ingress"]["DEDUP_TTL_SECONDS"] == "604801"
+    assert run.env_files()["ingress"]["PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS"] == "604801"
 
 
 # --- 3. make deploy needs terraform, gcloud and bash, not the development toolchain ----------

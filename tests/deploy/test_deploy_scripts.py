@@ -424,8 +424,9 @@ def test_every_gcloud_command_parses_with_the_installed_sdk(
 
 def test_the_relay_knows_the_queue_s_retry_budget(gcloud_dry_run: tuple) -> None:
     """Issue 24, defect 9: the relay dead-letters on the queue's last attempt only if it knows
-    which attempt is the last - the queue's --max-attempts, passed as TASKS_MAX_ATTEMPTS."""
+    which attempt is the last - the queue's --max-attempts, passed as
+    PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS."""
     cmds, build = gcloud_dry_run
     (queue,) = gcloud(cmds, "tasks", "queues", "create")
     env = load_app_yaml(build / "appengine/relay/app.yaml")["version"]["envVariables"]
-    assert env["TASKS_MAX_ATTEMPTS"] == flag(queue, "max-attempts") == "100"
+    assert env["PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS"] == flag(queue, "max-attempts") == "100"

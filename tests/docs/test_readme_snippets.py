@@ -45,10 +45,10 @@ def topology(pubsub_emulator: str, project_id: str) -> Topology:
 def environment(topology: Topology, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in {
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
     }.items():
         monkeypatch.setenv(name, value)
 

@@ -80,7 +80,9 @@ def local_stack(work: Path, *, redis_url: str | None = None) -> Iterator[LocalSt
         emulators=RunningEmulators(
             os.environ["PUBSUB_EMULATOR_HOST"], os.environ["FIRESTORE_EMULATOR_HOST"], redis_url
         ),
-        extra_env={"STATS_FLUSH_SECONDS": "0"},  # no dashboard counters: less noise in Redis
+        extra_env={
+            "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0"
+        },  # no dashboard counters: less noise in Redis
     )
     with LocalStack(options, work, repo_root()) as stack:
         yield stack

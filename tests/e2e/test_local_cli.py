@@ -56,11 +56,11 @@ def test_up_status_env_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert {(s["name"], s["state"]) for s in services} == {(n, "running") for n in names}
         exports = cli(env, "env").stdout
         # The consumer namespace the FIFO how-to's program needs, and the CLI's own default.
-        assert "export CONSUMER_ID=cli\n" in exports
+        assert "export PUBSUB_TOOLKIT_CONSUMER_ID=cli\n" in exports
         assert f"export PUBSUB_EMULATOR_HOST=127.0.0.1:{state.services[0].port}" in exports
         # Every part traces into one file in the stack's work directory (pubsub-toolkit trace).
-        assert "export TRACING=on\n" in exports
-        assert f"export TRACE_FILE={state.work_dir}/traces.jsonl\n" in exports
+        assert "export PUBSUB_TOOLKIT_TRACING=on\n" in exports
+        assert f"export PUBSUB_TOOLKIT_TRACE_FILE={state.work_dir}/traces.jsonl\n" in exports
         again = cli(env, "up", *port_flags())
         assert again.returncode == 1 and "already running" in again.stderr  # a failed operation
     finally:

@@ -61,7 +61,7 @@ def local_stack(tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
     state = StackState.load(tmp_path / "state" / "state.json")
     assert state is not None
     try:
-        yield {**base, **state.env, "CONSUMER_ID": "e2e"}, up.stdout
+        yield {**base, **state.env, "PUBSUB_TOOLKIT_CONSUMER_ID": "e2e"}, up.stdout
     finally:
         if (tmp_path / "state" / "state.json").exists():
             cli(base, "local", "down")
@@ -208,7 +208,7 @@ def test_persist_keeps_the_store_across_down_and_up(tmp_path: Path, backend: str
     assert "persist: Firestore" in up.stdout and "message ids restart at 1" in up.stdout
     state = StackState.load(tmp_path / "state" / "state.json")
     assert state is not None
-    env = {**base, **state.env, "CONSUMER_ID": "e2e"}
+    env = {**base, **state.env, "PUBSUB_TOOLKIT_CONSUMER_ID": "e2e"}
     restarted: StackState | None = None
     try:
         # A FIFO group's numbers come from a counter in the store: they go on after down/up.

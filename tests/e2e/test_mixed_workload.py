@@ -26,7 +26,7 @@ MIX = Mix(total=2000, groups=10, delay_range=(1.0, 5.0), invalid=4, mismatched=2
 
 def test_mixed_workload_exactly_once_on_time_in_order(stack: LocalStack) -> None:
     assert stack.topology is not None
-    env = {**stack.env, "CONSUMER_ID": "e2e-consumer"}
+    env = {**stack.env, "PUBSUB_TOOLKIT_CONSUMER_ID": "e2e-consumer"}
     counter = FirestoreSequenceCounter(firestore.Client(project=env["GOOGLE_CLOUD_PROJECT"]))
     ingress_log = next(s.log_path for s in stack.group.services if s.name == "ingress")
 

@@ -51,7 +51,7 @@ def node_publish(stack: LocalStack, messages: list[dict[str, object]]) -> list[s
 
 def test_node_publisher_gets_dedup_delay_fifo_and_dead_letters(stack: LocalStack) -> None:
     assert stack.topology is not None
-    env = {**stack.env, "CONSUMER_ID": "node-check"}
+    env = {**stack.env, "PUBSUB_TOOLKIT_CONSUMER_ID": "node-check"}
     seen: dict[str, list[tuple[float, Message]]] = defaultdict(list)
     lock = threading.Lock()
 

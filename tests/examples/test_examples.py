@@ -55,8 +55,8 @@ def emulator_env(project_id: str, store: str, redis_url: str) -> dict[str, str]:
         GOOGLE_CLOUD_PROJECT=project_id,
         PUBSUB_EMULATOR_HOST=os.environ["PUBSUB_EMULATOR_HOST"],
         FIRESTORE_EMULATOR_HOST=os.environ["FIRESTORE_EMULATOR_HOST"],
-        REDIS_URL=redis_url,
-        STORE_BACKEND=store,
+        PUBSUB_TOOLKIT_REDIS_URL=redis_url,
+        PUBSUB_TOOLKIT_STORE_BACKEND=store,
     )
 
 
@@ -204,7 +204,7 @@ def test_consumer_function(servers: str, project_id: str, store: str) -> None:
     ],
 )
 def test_an_example_without_its_environment_says_what_to_set(name: str, needs: str) -> None:
-    done = run_example(name, clean_env(REDIS_URL="redis://127.0.0.1:9/0"))
+    done = run_example(name, clean_env(PUBSUB_TOOLKIT_REDIS_URL="redis://127.0.0.1:9/0"))
     assert done.returncode == 2, explain(done)
     assert needs in done.stderr and "Traceback" not in done.stderr, explain(done)
 

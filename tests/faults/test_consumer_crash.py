@@ -83,14 +83,14 @@ def test_killed_between_effect_and_ack_the_redelivery_repeats_nothing_and_keeps_
     env = {
         **os.environ,
         "GOOGLE_CLOUD_PROJECT": project_id,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": backend,
-        "CONSUMER_ID": f"crash-{project_id}",
-        "FIFO_GAP_TIMEOUT_SECONDS": "600",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": backend,
+        "PUBSUB_TOOLKIT_CONSUMER_ID": f"crash-{project_id}",
+        "PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS": "600",
     }
     if backend == "redis":
-        env["REDIS_URL"] = redis_url
+        env["PUBSUB_TOOLKIT_REDIS_URL"] = redis_url
     log = tmp_path / "consumer.log"
 
     def lines() -> list[list[str]]:

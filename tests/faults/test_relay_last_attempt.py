@@ -2,8 +2,8 @@
 
 The real parts: the project's Cloud Tasks emulator (a queue of 3 attempts, quick backoff, HTTP
 target with OIDC tokens, the ``X-CloudTasks-TaskRetryCount`` header), the relay under gunicorn
-configured from its environment (``TASKS_MAX_ATTEMPTS=3``, Redis as its store), a redis-server of
-the test's own that is stopped before the task is due, and the Pub/Sub emulator.
+configured from its environment (``PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS=3``, Redis as its store), a
+redis-server of the test's own that is stopped before the task is due, and the Pub/Sub emulator.
 
 Before the fix the relay answered 503 to every attempt, the queue then deleted the task, and the
 message reached neither the final nor the dead-letter topic. Then the last attempt dead-lettered
@@ -76,18 +76,18 @@ def test_the_last_attempt_hands_over_what_a_store_outage_kept_from_release(
     env = {
         "GOOGLE_CLOUD_PROJECT": project_id,
         "PUBSUB_EMULATOR_HOST": pubsub_emulator,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": f"redis://{own_redis.host}/0",
-        "TASKS_QUEUE": queue,
-        "TASKS_TARGET": "http",
-        "RELAY_URL": relay_url,
-        "TASKS_SERVICE_ACCOUNT": INVOKER,
-        "OIDC_CERTS_URL": issuer.certs_url,
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": f"redis://{own_redis.host}/0",
+        "PUBSUB_TOOLKIT_TASKS_QUEUE": queue,
+        "PUBSUB_TOOLKIT_TASKS_TARGET": "http",
+        "PUBSUB_TOOLKIT_RELAY_URL": relay_url,
+        "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT": INVOKER,
+        "PUBSUB_TOOLKIT_OIDC_CERTS_URL": issuer.certs_url,
         "CLOUD_TASKS_EMULATOR_HOST": emulator.address,
-        "TASKS_MAX_ATTEMPTS": str(MAX_ATTEMPTS),  # the queue's max_attempts
-        "STATS_FLUSH_SECONDS": "0",
+        "PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS": str(MAX_ATTEMPTS),  # the queue's max_attempts
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",
     }
     spec = servers.relay(port, app_dir=repo_root() / "appengine/relay", env=env)
     relay = start_service(spec, tmp_path / "relay")

@@ -1,7 +1,8 @@
-"""The ``functions/consumer`` template with ``HANDLER`` naming an ``async def`` (served by
-functions-framework's Flask test client, on the Pub/Sub emulator and a real redis-server): the
-handler runs on the instance's own event loop over the async Redis stores; a redelivery is
-acked without running it again; a FIFO group pushed out of order runs in order; ``/sweep``
+"""The ``functions/consumer`` template with ``PUBSUB_TOOLKIT_HANDLER`` naming an ``async def``
+(served by functions-framework's Flask test client, on the Pub/Sub emulator and a real
+redis-server): the handler runs on the instance's own event loop over the async Redis stores; a
+redelivery is acked without running it again; a FIFO group pushed out of order runs in order;
+``/sweep``
 answers for every group."""
 
 from __future__ import annotations
@@ -53,19 +54,19 @@ def template(
 ) -> Iterator[tuple[Any, Any, Any]]:
     env = {
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "STATS_FLUSH_SECONDS": "0",
-        "CONSUMER_ID": f"async-push-{project_id}",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",
+        "PUBSUB_TOOLKIT_CONSUMER_ID": f"async-push-{project_id}",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     handler_module = f"async_handler_{project_id.replace('-', '_')}"
     (tmp_path / f"{handler_module}.py").write_text(ASYNC_HANDLER)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("HANDLER", f"{handler_module}:handle")
+    monkeypatch.setenv("PUBSUB_TOOLKIT_HANDLER", f"{handler_module}:handle")
     monkeypatch.syspath_prepend(str(repo_root() / "functions/consumer"))
     app = functions_framework.create_app(
         target="consumer",

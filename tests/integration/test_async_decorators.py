@@ -64,11 +64,11 @@ def topology(pubsub_emulator: str, project_id: str) -> Topology:
 def env(topology: Topology, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     values = {
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "DEDUP_LEASE_SECONDS": "60",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS": "60",
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)

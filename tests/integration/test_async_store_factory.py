@@ -1,8 +1,8 @@
 """An ``async def`` handler gets its stores from the same factory, configured the same way, as
-a sync one: the deployed settings (``REDIS_URL_SECRET`` with ``REDIS_CA_CERT_SECRET``, a TLS
-Memorystore behind AUTH) work for both, and Redis Cluster is refused for both at configuration
-(the FIFO gate store's script writes two keys) instead of failing every FIFO delivery with
-CROSSSLOT, redelivered forever.
+a sync one: the deployed settings (``PUBSUB_TOOLKIT_REDIS_URL_SECRET`` with
+``PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET``, a TLS Memorystore behind AUTH) work for both, and Redis
+Cluster is refused for both at configuration (the FIFO gate store's script writes two keys) instead
+of failing every FIFO delivery with CROSSSLOT, redelivered forever.
 
 The secrets come through our own SecretReader protocol (see test_redis_secrets), the TLS
 redis-server and the one-node Redis Cluster are real.
@@ -49,7 +49,9 @@ def test_an_async_handler_reads_the_url_and_the_ca_from_secrets_as_a_sync_one_do
 ) -> None:
     secrets = DictSecrets({URL_SECRET: tls_redis.url.encode(), CA_SECRET: tls_redis.ca_pem})
     monkeypatch.setattr(factory, "read_secret_manager", secrets)
-    configured = settings(REDIS_URL_SECRET=URL_SECRET, REDIS_CA_CERT_SECRET=CA_SECRET)
+    configured = settings(
+        PUBSUB_TOOLKIT_REDIS_URL_SECRET=URL_SECRET, PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET=CA_SECRET
+    )
     ran: list[bytes] = []
 
     async def handler(message: Message) -> str:
@@ -73,7 +75,7 @@ def test_an_async_handler_reads_the_url_and_the_ca_from_secrets_as_a_sync_one_do
 def test_redis_cluster_is_refused_at_configuration_for_async_handlers_as_for_sync_ones(
     cluster: PrivateRedis, pubsub_emulator: str
 ) -> None:
-    configured = settings(REDIS_URL=cluster.url)
+    configured = settings(PUBSUB_TOOLKIT_REDIS_URL=cluster.url)
 
     def sync_handler(message: Message) -> None:
         raise AssertionError("never delivered")

@@ -26,7 +26,7 @@ from tests.support.sinks import RecordingSink
 from tests.support.stores import BACKENDS, store_factory
 
 FINAL, DLQ = "projects/p/topics/final", "projects/p/topics/dlq"
-DEDUP_TTL = timedelta(days=8)  # the default DEDUP_TTL_SECONDS
+DEDUP_TTL = timedelta(days=8)  # the default PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS
 
 
 def wiring(store: Any, sink: RecordingSink, clock: ManualClock) -> dict[str, Any]:

@@ -29,11 +29,11 @@ def env(pubsub_emulator: str, redis_url: str, project_id: str) -> dict[str, str]
     return {
         **os.environ,
         "GOOGLE_CLOUD_PROJECT": project_id,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "CONSUMER_ID": f"cli-{project_id}",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_CONSUMER_ID": f"cli-{project_id}",
     }
 
 
@@ -66,7 +66,7 @@ def test_publish_subscribe_and_status_round_trip(env: dict[str, str]) -> None:
     row = next(line for line in status.stdout.splitlines() if line.startswith("order-7"))
     assert row.split()[:4] == ["order-7", "3", "3", "0"]  # issued, processed, parked
     assert "dead letters: (no subscription dead-letter-sub)" in status.stdout
-    assert "scheduled deliveries: (TASKS_QUEUE not set)" in status.stdout
+    assert "scheduled deliveries: (PUBSUB_TOOLKIT_TASKS_QUEUE not set)" in status.stdout
 
 
 def test_bad_arguments_get_one_line_and_non_zero_exit(env: dict[str, str]) -> None:
@@ -92,7 +92,7 @@ def test_consumer_function_template(
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("HANDLER", "example_handler:handle")
+    monkeypatch.setenv("PUBSUB_TOOLKIT_HANDLER", "example_handler:handle")
     monkeypatch.syspath_prepend(str(repo_root() / "functions/consumer"))
     app = functions_framework.create_app(
         target="consumer",

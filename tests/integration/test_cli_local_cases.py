@@ -40,11 +40,11 @@ def env(pubsub_emulator: str, redis_url: str, project_id: str) -> dict[str, str]
     return {
         **os.environ,
         "GOOGLE_CLOUD_PROJECT": project_id,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "CONSUMER_ID": f"cli-{project_id}",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_CONSUMER_ID": f"cli-{project_id}",
     }
 
 

@@ -68,14 +68,14 @@ def _env(
 ) -> dict[str, str]:
     env = {
         "GOOGLE_CLOUD_PROJECT": project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": backend,
-        "CONSUMER_ID": consumer,
-        "FIFO_GAP_TIMEOUT_SECONDS": "600",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": backend,
+        "PUBSUB_TOOLKIT_CONSUMER_ID": consumer,
+        "PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS": "600",
     }
     if backend == "redis":
-        env["REDIS_URL"] = request.getfixturevalue("redis_url")
+        env["PUBSUB_TOOLKIT_REDIS_URL"] = request.getfixturevalue("redis_url")
     else:
         request.getfixturevalue("firestore_emulator")
     return env

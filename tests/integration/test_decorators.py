@@ -78,11 +78,11 @@ def topology(pubsub_emulator: str, project_id: str) -> Topology:
 def env(topology: Topology, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     values = {
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "DEDUP_LEASE_SECONDS": "60",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS": "60",
     }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
@@ -308,10 +308,11 @@ def test_a_missing_setting_is_said_once_and_the_message_comes_back_later_not_in_
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """FINAL_TOPIC unset: no delivery can be handled until the process restarts with it. The
-    error names the variable once, and the message is held back a minute - a nack would bring
-    it back at once, in a loop (a new user's first run wrote 1.8 million log lines a minute)."""
-    monkeypatch.delenv("FINAL_TOPIC")
+    """PUBSUB_TOOLKIT_FINAL_TOPIC unset: no delivery can be handled until the process restarts with
+    it. The error names the variable once, and the message is held back a minute - a nack would
+    bring it back at once, in a loop (a new user's first run wrote 1.8 million log lines a
+    minute)."""
+    monkeypatch.delenv("PUBSUB_TOOLKIT_FINAL_TOPIC")
     deliveries: list[str] = []
     first, again = threading.Event(), threading.Event()
     guarded = idempotent(consumer=f"unset-{project_id}")(lambda message: None)
@@ -338,4 +339,4 @@ def test_a_missing_setting_is_said_once_and_the_message_comes_back_later_not_in_
         subscriber.close()
     assert len(deliveries) == 1
     said = [r.getMessage() for r in caplog.records if "cannot handle messages" in r.getMessage()]
-    assert len(said) == 1 and "FINAL_TOPIC" in said[0]
+    assert len(said) == 1 and "PUBSUB_TOOLKIT_FINAL_TOPIC" in said[0]

@@ -187,9 +187,11 @@ def test_forged_requests_to_the_served_relay_publish_nothing(chain: DelayChain) 
     body = DelayedMessage(
         OutboundMessage(b"forged", {"dedup_key": "forged"}), "forged", datetime.now(UTC)
     ).to_json()
-    url = chain.env["RELAY_URL"] + "/release"
+    url = chain.env["PUBSUB_TOOLKIT_RELAY_URL"] + "/release"
     with LocalOidcIssuer() as stranger:
-        forged_token = stranger.sign(chain.env["RELAY_URL"], chain.env["TASKS_SERVICE_ACCOUNT"])
+        forged_token = stranger.sign(
+            chain.env["PUBSUB_TOOLKIT_RELAY_URL"], chain.env["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"]
+        )
     answers = [
         requests.post(url, data=body, timeout=10).status_code,
         requests.post(

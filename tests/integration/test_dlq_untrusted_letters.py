@@ -65,13 +65,13 @@ def env(topology: Topology, redis_url: str) -> dict[str, str]:
     return {
         **os.environ,
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "DEDUP_COLLECTION": f"dedup-{topology.project}",
-        "CONSUMER_ID": f"cli-{topology.project}",
-        "STATS_FLUSH_SECONDS": "0",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_DEDUP_COLLECTION": f"dedup-{topology.project}",
+        "PUBSUB_TOOLKIT_CONSUMER_ID": f"cli-{topology.project}",
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",
     }
 
 

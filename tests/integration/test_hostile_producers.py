@@ -109,11 +109,11 @@ def pipeline(
     collection = f"dedup-{unique}"
     env = {
         "GOOGLE_CLOUD_PROJECT": project_id,
-        "FINAL_TOPIC": topology.final,
-        "DEAD_LETTER_TOPIC": topology.dead_letter,
-        "STORE_BACKEND": "firestore",
-        "DEDUP_COLLECTION": collection,
-        "STATS_FLUSH_SECONDS": "0",  # no background flusher thread in a test process
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": topology.final,
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": topology.dead_letter,
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "firestore",
+        "PUBSUB_TOOLKIT_DEDUP_COLLECTION": collection,
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",  # no background flusher thread in a test process
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -36,12 +36,12 @@ def topology(pubsub_emulator: str, firestore_emulator: str, project_id: str) -> 
 def ingress_env(topology: Topology, backend: str, redis_url: str | None = None) -> dict[str, str]:
     env = {
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": topology.final,
-        "DEAD_LETTER_TOPIC": "dead-letter",  # short names resolve against the project
-        "STORE_BACKEND": backend,
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": topology.final,
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",  # short: resolved in the project
+        "PUBSUB_TOOLKIT_STORE_BACKEND": backend,
     }
     if redis_url:
-        env["REDIS_URL"] = redis_url
+        env["PUBSUB_TOOLKIT_REDIS_URL"] = redis_url
     return env
 
 
@@ -67,7 +67,7 @@ def test_function_via_test_client(
     redis_url = request.getfixturevalue("redis_url") if backend == "redis" else None
     for name, value in ingress_env(topology, backend, redis_url).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("DEDUP_COLLECTION", f"dedup-{backend}")
+    monkeypatch.setenv("PUBSUB_TOOLKIT_DEDUP_COLLECTION", f"dedup-{backend}")
     app = functions_framework.create_app(
         target="ingress", source=str(INGRESS_SOURCE), signature_type="http"
     )

@@ -33,11 +33,11 @@ def test_a_claim_in_progress_elsewhere_is_one_info_line_and_a_503(
     topology = create_topology(project_id)
     env = {
         "GOOGLE_CLOUD_PROJECT": project_id,
-        "FINAL_TOPIC": topology.final,
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "STATS_FLUSH_SECONDS": "0",  # no flusher thread outliving the test's Redis
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": topology.final,
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",  # no flusher thread outliving the test's Redis
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)

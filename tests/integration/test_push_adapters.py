@@ -64,11 +64,11 @@ def settings_env(
 ) -> dict[str, str]:
     env = {
         "GOOGLE_CLOUD_PROJECT": topology.project,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "redis",
-        "REDIS_URL": redis_url,
-        "STATS_FLUSH_SECONDS": "0",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -85,8 +85,8 @@ def consumer(
     handler_module = f"recording_handler_{project_id.replace('-', '_')}"
     (tmp_path / f"{handler_module}.py").write_text(RECORDING_HANDLER)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("HANDLER", f"{handler_module}:handle")
-    monkeypatch.setenv("CONSUMER_ID", f"push-{project_id}")
+    monkeypatch.setenv("PUBSUB_TOOLKIT_HANDLER", f"{handler_module}:handle")
+    monkeypatch.setenv("PUBSUB_TOOLKIT_CONSUMER_ID", f"push-{project_id}")
     monkeypatch.syspath_prepend(str(repo_root() / "functions/consumer"))
     app = functions_framework.create_app(
         target="consumer",

@@ -94,7 +94,7 @@ def test_fifo_store_refuses_a_cluster_client(cluster_client: RedisCluster) -> No
     text = str(refused.value)
     assert "Redis Cluster" in text
     assert "Basic or Standard tier" in text
-    assert "STORE_BACKEND=firestore" in text
+    assert "PUBSUB_TOOLKIT_STORE_BACKEND=firestore" in text
 
 
 def test_fifo_store_from_url_refuses_a_cluster_node(cluster_url: str) -> None:

@@ -156,11 +156,15 @@ class DictSecrets:
         return self.payloads[version]
 
 
-ENV = {"GOOGLE_CLOUD_PROJECT": "p", "FINAL_TOPIC": "f", "DEAD_LETTER_TOPIC": "d"}
+ENV = {
+    "GOOGLE_CLOUD_PROJECT": "p",
+    "PUBSUB_TOOLKIT_FINAL_TOPIC": "f",
+    "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "d",
+}
 
 
 def settings(**env: str) -> Settings:
-    return Settings.from_env({**ENV, "STORE_BACKEND": "redis", **env})
+    return Settings.from_env({**ENV, "PUBSUB_TOOLKIT_STORE_BACKEND": "redis", **env})
 
 
 @pytest.fixture(autouse=True)
@@ -173,8 +177,9 @@ def fresh_resolution_cache() -> Iterator[None]:
 def test_url_and_ca_from_secrets_reach_a_tls_redis_with_auth(tls_redis: TlsRedis) -> None:
     secrets = DictSecrets({URL_SECRET: tls_redis.url.encode() + b"\n", CA_SECRET: tls_redis.ca_pem})
     configured = settings(
-        REDIS_URL_SECRET="projects/p/secrets/redis-url",  # the latest version is meant
-        REDIS_CA_CERT_SECRET=CA_SECRET,
+        # No version: the latest is meant.
+        PUBSUB_TOOLKIT_REDIS_URL_SECRET="projects/p/secrets/redis-url",
+        PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET=CA_SECRET,
     )
     url = factory.redis_url_from_settings(configured, read_secret=secrets)
     store = RedisDedupStore.from_url(url)
@@ -190,7 +195,7 @@ def test_url_and_ca_from_secrets_reach_a_tls_redis_with_auth(tls_redis: TlsRedis
 def test_without_the_ca_the_tls_connection_is_refused(tls_redis: TlsRedis) -> None:
     secrets = DictSecrets({URL_SECRET: tls_redis.url.encode()})
     url = factory.redis_url_from_settings(
-        settings(REDIS_URL_SECRET=URL_SECRET), read_secret=secrets
+        settings(PUBSUB_TOOLKIT_REDIS_URL_SECRET=URL_SECRET), read_secret=secrets
     )
     client = redis.Redis.from_url(url, socket_timeout=2)
     with pytest.raises(redis.ConnectionError):
@@ -198,19 +203,25 @@ def test_without_the_ca_the_tls_connection_is_refused(tls_redis: TlsRedis) -> No
 
 
 def test_settings_name_what_is_wrong_and_never_echo_the_url() -> None:
-    with pytest.raises(ConfigurationError, match="\\(REDIS_URL or REDIS_URL_SECRET\\) is required"):
+    with pytest.raises(
+        ConfigurationError,
+        match="\\(PUBSUB_TOOLKIT_REDIS_URL or PUBSUB_TOOLKIT_REDIS_URL_SECRET\\) is required",
+    ):
         settings()
     with pytest.raises(ConfigurationError, match="not both"):
-        settings(REDIS_URL="redis://x", REDIS_URL_SECRET=URL_SECRET)
+        settings(PUBSUB_TOOLKIT_REDIS_URL="redis://x", PUBSUB_TOOLKIT_REDIS_URL_SECRET=URL_SECRET)
     with pytest.raises(
-        ConfigurationError, match="\\(REDIS_URL_SECRET\\) 'redis-url' is not a Secret"
+        ConfigurationError,
+        match="\\(PUBSUB_TOOLKIT_REDIS_URL_SECRET\\) 'redis-url' is not a Secret",
     ):
-        settings(REDIS_URL_SECRET="redis-url")
-    configured = settings(REDIS_URL_SECRET=URL_SECRET, REDIS_CA_CERT_SECRET=CA_SECRET)
+        settings(PUBSUB_TOOLKIT_REDIS_URL_SECRET="redis-url")
+    configured = settings(
+        PUBSUB_TOOLKIT_REDIS_URL_SECRET=URL_SECRET, PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET=CA_SECRET
+    )
     not_a_url = DictSecrets({URL_SECRET: f"{PASSWORD}".encode()})
     with pytest.raises(ConfigurationError) as refused:
         factory.redis_url_from_settings(configured, read_secret=not_a_url)
-    assert "REDIS_URL_SECRET does not hold" in str(refused.value)
+    assert "PUBSUB_TOOLKIT_REDIS_URL_SECRET does not hold" in str(refused.value)
     assert PASSWORD not in str(refused.value)
     plain = DictSecrets({URL_SECRET: b"redis://:pw@10.0.0.3:6379/0", CA_SECRET: b"x"})
     with pytest.raises(ConfigurationError, match="not a rediss:// \\(TLS\\) URL"):
@@ -226,7 +237,9 @@ def test_the_deployed_function_path_reads_the_secret(
     # The factories the functions and the relay use go through the same resolution.
     secrets = DictSecrets({URL_SECRET: tls_redis.url.encode(), CA_SECRET: tls_redis.ca_pem})
     monkeypatch.setattr(factory, "read_secret_manager", secrets)
-    configured = settings(REDIS_URL_SECRET=URL_SECRET, REDIS_CA_CERT_SECRET=CA_SECRET)
+    configured = settings(
+        PUBSUB_TOOLKIT_REDIS_URL_SECRET=URL_SECRET, PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET=CA_SECRET
+    )
     counter = factory.counter_from_settings(configured)
     assert list(counter.reserve("group-a", 2).numbers()) == [1, 2]
     assert list(counter.reserve("group-a").numbers()) == [3]

@@ -48,7 +48,9 @@ def processor(chain: DelayChain, project_id: str, handler: object) -> MessagePro
         chain.client(),
         queue=chain.queue,
         target=HttpTarget(
-            env["RELAY_URL"] + "/release", env["TASKS_SERVICE_ACCOUNT"], env["RELAY_URL"]
+            env["PUBSUB_TOOLKIT_RELAY_URL"] + "/release",
+            env["PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT"],
+            env["PUBSUB_TOOLKIT_RELAY_URL"],
         ),
     )
     dedup = IdempotentProcessor(

@@ -1,10 +1,10 @@
-"""One trace per message across every hop, on the real local stack with TRACING on.
+"""One trace per message across every hop, on the real local stack with PUBSUB_TOOLKIT_TRACING on.
 
-ingress (functions-framework), the Cloud Tasks emulator and the relay (gunicorn) on the
-session's emulators, all writing one TRACE_FILE; the producer is ``pubsub-toolkit publish`` and
-the consumer ``pubsub-toolkit subscribe`` (each its own process, with the environment
-``local env`` prints). One delayed FIFO message goes through, and the file must hold one trace
-for it from the producer's send to the consumer's ack, which ``pubsub-toolkit trace`` prints.
+ingress (functions-framework), the Cloud Tasks emulator and the relay (gunicorn) on the session's
+emulators, all writing one PUBSUB_TOOLKIT_TRACE_FILE; the producer is ``pubsub-toolkit publish`` and
+the consumer ``pubsub-toolkit subscribe`` (each its own process, with the environment ``local env``
+prints). One delayed FIFO message goes through, and the file must hold one trace for it from the
+producer's send to the consumer's ack, which ``pubsub-toolkit trace`` prints.
 """
 
 from __future__ import annotations
@@ -79,8 +79,10 @@ def test_one_delayed_fifo_message_is_one_trace_from_send_to_ack(
     stack: LocalStack, unique: str
 ) -> None:
     key, group = f"traced-{unique}", f"group-{unique}"
-    env = {**os.environ, **stack.env, "CONSUMER_ID": f"c-{unique}"}
-    assert env["TRACING"] == "on" and env["TRACE_FILE"] == str(stack.trace_file)
+    env = {**os.environ, **stack.env, "PUBSUB_TOOLKIT_CONSUMER_ID": f"c-{unique}"}
+    assert env["PUBSUB_TOOLKIT_TRACING"] == "on" and env["PUBSUB_TOOLKIT_TRACE_FILE"] == str(
+        stack.trace_file
+    )
     subscriber = subprocess.Popen(
         [
             sys.executable,
@@ -158,7 +160,7 @@ def test_one_delayed_fifo_message_is_one_trace_from_send_to_ack(
     trace_field = f'"logging.googleapis.com/trace": "projects/{stack.options.project}/traces/'
     assert trace_field + send["trace_id"] + '"' in ingress_log
 
-    shown = cli({**env, "TRACE_FILE": str(stack.trace_file)}, "trace", key)
+    shown = cli({**env, "PUBSUB_TOOLKIT_TRACE_FILE": str(stack.trace_file)}, "trace", key)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     order = [

@@ -47,10 +47,10 @@ def test_a_consumer_restarted_five_times_on_one_subscription_gets_every_message(
     topic, subscription = make_subscription(project_id, "restarts")
     env = {
         "GOOGLE_CLOUD_PROJECT": project_id,
-        "FINAL_TOPIC": "final",
-        "DEAD_LETTER_TOPIC": "dead-letter",
-        "STORE_BACKEND": "memory",
-        "CONSUMER_ID": "restarts",
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "memory",
+        "PUBSUB_TOOLKIT_CONSUMER_ID": "restarts",
     }
     seen: list[bytes] = []
 

@@ -39,7 +39,7 @@ def make_stack(
             emulators=RunningEmulators(
                 os.environ["PUBSUB_EMULATOR_HOST"], os.environ["FIRESTORE_EMULATOR_HOST"]
             ),
-            extra_env={"STATS_FLUSH_SECONDS": "0.5", **extra_env},
+            extra_env={"PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0.5", **extra_env},
         )
         stack = LocalStack(options, tmp_path_factory.mktemp("stack"), repo_root())
         stacks.append(stack)

@@ -100,7 +100,9 @@ def test_dlq_replay_goes_back_in_fifo_order_once_with_the_original_keys(
     stack = make_stack()
     assert stack.topology is not None
     topo = stack.topology
-    misconfigured = Ingress.from_settings(Settings.from_env({**stack.env, "TASKS_QUEUE": ""}))
+    misconfigured = Ingress.from_settings(
+        Settings.from_env({**stack.env, "PUBSUB_TOOLKIT_TASKS_QUEUE": ""})
+    )
     due = attr.format_time(datetime.now(UTC) + timedelta(seconds=2))
     for seq in (3, 1, 2):  # dead-lettered out of order
         fifo = {"fifo_group": "g-replay", "fifo_seq": str(seq)}

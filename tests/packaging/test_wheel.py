@@ -202,10 +202,10 @@ def test_the_wheel_builds_checks_and_installs_lean(
     example_env = {
         **env,
         "PUBSUB_EMULATOR_HOST": pubsub_emulator,
-        "REDIS_URL": redis_url,
+        "PUBSUB_TOOLKIT_REDIS_URL": redis_url,
         "GOOGLE_CLOUD_PROJECT": project_id,
     }
-    for name in ("FIRESTORE_EMULATOR_HOST", "STORE_BACKEND", "DEDUP_BACKEND"):
+    for name in ("FIRESTORE_EMULATOR_HOST", "PUBSUB_TOOLKIT_STORE_BACKEND"):
         example_env.pop(name, None)
     done = run([str(python), str(example), "--store", "redis"], env=example_env, cwd=tmp_path)
     assert "ledger: order-1 booked 1x, order-2 booked 1x, order-3 booked 1x" in done.stdout

@@ -1,9 +1,9 @@
 """A consumer process for tests: ``python -m tests.support.consumer_worker SUBSCRIPTION LOG``.
 
-Runs :class:`Consumer` with settings from the environment (``CONSUMER_ID``, ``STORE_BACKEND``,
-...) and a handler that appends ``group seq pid`` (or ``- key pid``) to LOG with one
-``O_APPEND`` write per line, so lines from several processes interleave whole and in the order
-they happened. Stops on SIGTERM, gracefully.
+Runs :class:`Consumer` with settings from the environment (``PUBSUB_TOOLKIT_CONSUMER_ID``,
+``PUBSUB_TOOLKIT_STORE_BACKEND``, ...) and a handler that appends ``group seq pid`` (or ``- key
+pid``) to LOG with one ``O_APPEND`` write per line, so lines from several processes interleave whole
+and in the order they happened. Stops on SIGTERM, gracefully.
 """
 
 from __future__ import annotations

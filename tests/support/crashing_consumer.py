@@ -4,13 +4,13 @@
 
 Runs :class:`Consumer` (concurrency 1, so no other handler is half-way when it dies) on unary pull
 (the emulator leaves a killed *streaming* subscriber's stream registered, and it would keep the
-subscription's messages from the restarted process for good) with settings
-from the environment (``CONSUMER_ID``, ``STORE_BACKEND``, ...). The handler appends
-``handled <dedup_key> <pid>`` to LOG; after the processor returns (effect done, dedup record or
-FIFO advance committed) the outcome is appended as ``<outcome> <dedup_key> <pid>``. With
-``--crash-after N`` the process kills itself with SIGKILL right after the N-th ``processed``
-outcome is logged - before ``Consumer`` acks it - so Pub/Sub redelivers a message whose effect
-already happened. One ``O_APPEND`` write per line: lines from several processes stay whole.
+subscription's messages from the restarted process for good) with settings from the environment
+(``PUBSUB_TOOLKIT_CONSUMER_ID``, ``PUBSUB_TOOLKIT_STORE_BACKEND``, ...). The handler appends
+``handled <dedup_key> <pid>`` to LOG; after the processor returns (effect done, dedup record or FIFO
+advance committed) the outcome is appended as ``<outcome> <dedup_key> <pid>``. With ``--crash-after
+N`` the process kills itself with SIGKILL right after the N-th ``processed`` outcome is logged -
+before ``Consumer`` acks it - so Pub/Sub redelivers a message whose effect already happened. One
+``O_APPEND`` write per line: lines from several processes stay whole.
 """
 
 from __future__ import annotations

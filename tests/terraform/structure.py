@@ -497,14 +497,15 @@ def alerts_notify_the_channels(tf_dir: Path) -> Problems:
 
 
 def no_redis_url_in_env(tf_dir: Path) -> Problems:
-    """Redis mode renders REDIS_URL_SECRET (a Secret Manager version): the URL with its AUTH
-    string never sits in an environment variable or in state."""
+    """Redis mode renders PUBSUB_TOOLKIT_REDIS_URL_SECRET (a Secret Manager version): the URL with
+    its AUTH string never sits in an environment variable or in state (under its name or its
+    former bare one)."""
     problems = []
     for file, doc in load(tf_dir).items():
         for entry in doc.get("locals", []):
             for name, value in entry.items():
-                if re.search(r"\bREDIS_URL\b(?!_)", str(value)):
-                    problems.append(f"{file}: local.{name} renders REDIS_URL")
+                if re.search(r"(?<![A-Z0-9_])(PUBSUB_TOOLKIT_)?REDIS_URL(?![A-Z0-9_])", str(value)):
+                    problems.append(f"{file}: local.{name} renders PUBSUB_TOOLKIT_REDIS_URL")
     return problems
 
 

@@ -321,9 +321,9 @@ BREAKAGES = {
     "structure_redis_url_in_env": Breakage(
         "structure",
         "main.tf",
-        "{ REDIS_URL_SECRET = ",
-        "{ REDIS_URL = ",
-        "main.tf: local.redis_env renders REDIS_URL",
+        "{ PUBSUB_TOOLKIT_REDIS_URL_SECRET = ",
+        "{ PUBSUB_TOOLKIT_REDIS_URL = ",
+        "main.tf: local.redis_env renders PUBSUB_TOOLKIT_REDIS_URL",
     ),
     "structure_eventarc_trigger": Breakage(
         "structure",

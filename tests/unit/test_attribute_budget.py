@@ -1,5 +1,6 @@
 """A message ingress accepts is never refused later for an attribute the toolkit adds itself
-(issue 24, defect 10), and the settings that keep the contract's limits (DEDUP_TTL, CONSUMER_ID).
+(issue 24, defect 10), and the settings that keep the contract's limits (DEDUP_TTL,
+PUBSUB_TOOLKIT_CONSUMER_ID).
 
 Ingress, the consumer's processor (``RetryLater``), the real task plan and the real Relay run on
 the in-memory store with a recording sink (our own protocols), as in ``test_retry_later.py``.
@@ -185,14 +186,19 @@ def test_the_reserved_room_covers_every_name_and_byte_the_toolkit_adds() -> None
 
 def test_a_consumer_id_that_cannot_travel_as_an_attribute_is_refused() -> None:
     with pytest.raises(ConfigurationError) as caught:
-        ConsumerSettings.from_env({"CONSUMER_ID": "é" * 513})
+        ConsumerSettings.from_env({"PUBSUB_TOOLKIT_CONSUMER_ID": "é" * 513})
     assert str(caught.value) == (
-        "consumer_id (CONSUMER_ID) is 1026 bytes: at most 1024 (it is a message attribute's "
+        "consumer_id (PUBSUB_TOOLKIT_CONSUMER_ID) is 1026 bytes: at most 1024 (it is a message "
+        "attribute's "
         "value on RetryLater copies)"
     )
 
 
-BASE = {"GOOGLE_CLOUD_PROJECT": "p", "FINAL_TOPIC": "final", "DEAD_LETTER_TOPIC": "dlq"}
+BASE = {
+    "GOOGLE_CLOUD_PROJECT": "p",
+    "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+    "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dlq",
+}
 
 
 @pytest.mark.parametrize("seconds", ["3600", "604800"])
@@ -200,12 +206,13 @@ def test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable
     seconds: str,
 ) -> None:
     expected = (
-        f"dedup_ttl (DEDUP_TTL_SECONDS) is {seconds} s: it must exceed 604800 s (7 days, how "
+        f"dedup_ttl (PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS) is {seconds} s: it must exceed 604800 s (7 "
+        "days, how "
         "long Pub/Sub redelivers an unacked message), or a late redelivery would run again; "
         "the default is 8 days"
     )
     builds: list[Callable[[], Settings]] = [
-        lambda: Settings.from_env({**BASE, "DEDUP_TTL_SECONDS": seconds}),
+        lambda: Settings.from_env({**BASE, "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS": seconds}),
         lambda: Settings(
             project="p",
             final_topic="final",
@@ -220,7 +227,7 @@ def test_a_dedup_ttl_within_the_redelivery_window_is_refused_naming_the_variable
 
 
 def test_a_dedup_ttl_beyond_the_window_is_accepted() -> None:
-    settings = Settings.from_env({**BASE, "DEDUP_TTL_SECONDS": "604801"})
+    settings = Settings.from_env({**BASE, "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS": "604801"})
     assert settings.dedup_ttl == timedelta(seconds=604801)
 
 

@@ -21,9 +21,9 @@ from tests.conftest import repo_root
 
 MEMORY = {
     "GOOGLE_CLOUD_PROJECT": "p",
-    "STORE_BACKEND": "memory",
-    "FINAL_TOPIC": "final",
-    "DEAD_LETTER_TOPIC": "dead-letter",
+    "PUBSUB_TOOLKIT_STORE_BACKEND": "memory",
+    "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+    "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dead-letter",
 }
 # Makes the named modules unimportable in a fresh interpreter, as if their extra were absent.
 BLOCKER = """
@@ -68,10 +68,12 @@ def test_a_missing_setting_exits_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "p")
-    monkeypatch.delenv("FINAL_TOPIC", raising=False)
-    monkeypatch.setenv("STORE_BACKEND", "memory")
+    monkeypatch.delenv("PUBSUB_TOOLKIT_FINAL_TOPIC", raising=False)
+    monkeypatch.setenv("PUBSUB_TOOLKIT_STORE_BACKEND", "memory")
     assert main(["fifo", "replay", "g"]) == 2
-    assert errors(capsys) == ["pubsub-toolkit: error: final_topic (FINAL_TOPIC) is required"]
+    assert errors(capsys) == [
+        "pubsub-toolkit: error: final_topic (PUBSUB_TOOLKIT_FINAL_TOPIC) is required"
+    ]
 
 
 @pytest.mark.parametrize("before", [True, False])
@@ -139,13 +141,17 @@ def run_without(
         (
             ("redis",),
             ["fifo", "skip", "g", "1"],
-            {**MEMORY, "STORE_BACKEND": "redis", "REDIS_URL": "redis://127.0.0.1:9/0"},
+            {
+                **MEMORY,
+                "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+                "PUBSUB_TOOLKIT_REDIS_URL": "redis://127.0.0.1:9/0",
+            },
             "the Redis backend needs redis: pip install 'pubsub-toolkit[redis]'",
         ),
         (
             ("opentelemetry.exporter.cloud_trace",),
             ["publish", "x"],
-            {**MEMORY, "TRACING": "on", "OTEL_TRACES_EXPORTER": "gcp_trace"},
+            {**MEMORY, "PUBSUB_TOOLKIT_TRACING": "on", "OTEL_TRACES_EXPORTER": "gcp_trace"},
             "OTEL_TRACES_EXPORTER=gcp_trace needs opentelemetry-exporter-gcp-trace: pip install "
             "'pubsub-toolkit[tracing]'",
         ),

@@ -30,11 +30,12 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StackState:
 def test_local_env_exports_a_consumer_id_for_your_own_consumer(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """ConsumerSettings.from_env needs CONSUMER_ID: the FIFO how-to's program runs as written;
+    """ConsumerSettings.from_env needs PUBSUB_TOOLKIT_CONSUMER_ID: the FIFO how-to's program runs as
+    written;
     ``cli`` is the CLI's own default, so `subscribe` and `status` see the same groups."""
     assert commands.run(["env"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "export CONSUMER_ID=cli" in lines
+    assert "export PUBSUB_TOOLKIT_CONSUMER_ID=cli" in lines
     assert "export GOOGLE_CLOUD_PROJECT=local-project" in lines
 
 

@@ -93,7 +93,7 @@ def test_stable_hooks_carry_the_numbers() -> None:
         )
     )
     assert "id='dedup-hit-rate' data-value=''>-<" in empty
-    assert "no subscription dl" in empty and "TASKS_QUEUE not set" in empty
+    assert "no subscription dl" in empty and "PUBSUB_TOOLKIT_TASKS_QUEUE not set" in empty
 
 
 def test_app_serves_page_panel_and_json_read_only() -> None:

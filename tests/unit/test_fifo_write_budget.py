@@ -209,9 +209,9 @@ def test_holding_is_the_streaming_consumers_choice_unless_the_settings_make_it(
     from pubsub_toolkit.config import ConsumerSettings
     from pubsub_toolkit.consumer.processor import gate_policy
 
-    assert ConsumerSettings.from_env({"CONSUMER_ID": "c"}).lease_hold is None
+    assert ConsumerSettings.from_env({"PUBSUB_TOOLKIT_CONSUMER_ID": "c"}).lease_hold is None
     assert ConsumerSettings.from_env(
-        {"CONSUMER_ID": "c", "FIFO_LEASE_HOLD_SECONDS": "0"}
+        {"PUBSUB_TOOLKIT_CONSUMER_ID": "c", "PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS": "0"}
     ).lease_hold == timedelta(0)
     policy = gate_policy(ConsumerSettings(consumer_id="c"))
     gate = FifoGate(store, consumer=CONSUMER, handler=lambda _m: None, policy=policy, clock=clock)  # type: ignore[arg-type]

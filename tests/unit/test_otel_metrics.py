@@ -101,19 +101,34 @@ def test_nothing_is_recorded_on_the_message_path_without_export() -> None:
     metrics.observe(LATENESS, 1.0)  # no observer: only the in-process histogram
     assert metrics.histograms()[LATENESS].count == 1
     assert configure_metrics_from_env({}, metrics, component="ingress") is None
-    assert configure_metrics_from_env({"METRICS_EXPORTER": "off"}, metrics, component="x") is None
+    assert (
+        configure_metrics_from_env(
+            {"PUBSUB_TOOLKIT_METRICS_EXPORTER": "off"}, metrics, component="x"
+        )
+        is None
+    )
 
 
 def test_the_environment_switch_checks_its_values() -> None:
     metrics = Metrics()
-    with pytest.raises(ConfigurationError, match="METRICS_EXPORTER 'prometheus'"):
-        configure_metrics_from_env({"METRICS_EXPORTER": "prometheus"}, metrics, component="x")
-    with pytest.raises(ConfigurationError, match="METRICS_EXPORT_SECONDS"):
+    with pytest.raises(ConfigurationError, match="PUBSUB_TOOLKIT_METRICS_EXPORTER 'prometheus'"):
         configure_metrics_from_env(
-            {"METRICS_EXPORTER": "console", "METRICS_EXPORT_SECONDS": "1"}, metrics, component="x"
+            {"PUBSUB_TOOLKIT_METRICS_EXPORTER": "prometheus"}, metrics, component="x"
+        )
+    with pytest.raises(ConfigurationError, match="PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS"):
+        configure_metrics_from_env(
+            {
+                "PUBSUB_TOOLKIT_METRICS_EXPORTER": "console",
+                "PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS": "1",
+            },
+            metrics,
+            component="x",
         )
     provider = configure_metrics_from_env(
-        {"METRICS_EXPORTER": "console", "METRICS_EXPORT_SECONDS": "3600"},
+        {
+            "PUBSUB_TOOLKIT_METRICS_EXPORTER": "console",
+            "PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS": "3600",
+        },
         metrics,
         component="relay",
     )
@@ -128,5 +143,5 @@ def test_cloud_monitoring_names_the_extra_when_the_exporter_is_missing(
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.cloud_monitoring", None)
     with pytest.raises(MissingDependencyError, match=r"pubsub-toolkit\[metrics\]"):
         configure_metrics_from_env(
-            {"METRICS_EXPORTER": "cloud-monitoring"}, Metrics(), component="x"
+            {"PUBSUB_TOOLKIT_METRICS_EXPORTER": "cloud-monitoring"}, Metrics(), component="x"
         )

@@ -289,11 +289,11 @@ def test_attempt_numbers_from_the_task_headers() -> None:
 
 def test_max_attempts_setting() -> None:
     assert max_attempts_from_env({}) == 100  # the queue's max_attempts in both deploys
-    assert max_attempts_from_env({"TASKS_MAX_ATTEMPTS": " 20 "}) == 20
-    assert max_attempts_from_env({"TASKS_MAX_ATTEMPTS": "-1"}) is None  # unlimited
+    assert max_attempts_from_env({"PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS": " 20 "}) == 20
+    assert max_attempts_from_env({"PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS": "-1"}) is None  # unlimited
     for bad in ("0", "-2", "ten", "1.5"):
-        with pytest.raises(ConfigurationError, match="TASKS_MAX_ATTEMPTS"):
-            max_attempts_from_env({"TASKS_MAX_ATTEMPTS": bad})
+        with pytest.raises(ConfigurationError, match="PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS"):
+            max_attempts_from_env({"PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS": bad})
     assert is_last_attempt(100, 100) and is_last_attempt(101, 100)
     assert not is_last_attempt(99, 100)
     assert not is_last_attempt(None, 100) and not is_last_attempt(5, None)

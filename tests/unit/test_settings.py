@@ -2,7 +2,7 @@
 
 Every check lives in the dataclasses' ``__post_init__``; ``from_env`` only parses strings. So a
 bad value is refused with the same message whether it came as an argument or a variable, and
-the message names both (``dedup_lease (DEDUP_LEASE_SECONDS)``).
+the message names both (``dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS)``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,18 @@ from pubsub_toolkit.config import (
 )
 from pubsub_toolkit.errors import ConfigurationError
 
-BASE = {"GOOGLE_CLOUD_PROJECT": "p", "FINAL_TOPIC": "final", "DEAD_LETTER_TOPIC": "dlq"}
+BASE = {
+    "GOOGLE_CLOUD_PROJECT": "p",
+    "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+    "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dlq",
+}
 CODE = {"project": "p", "final_topic": "final", "dead_letter_topic": "dlq"}
 SA = "relay@p.iam.gserviceaccount.com"
 DELAY_ENV = {
-    "TASKS_QUEUE": "delay",
-    "TASKS_LOCATION": "europe-west1",
-    "RELAY_URL": "https://relay.example/",
-    "TASKS_SERVICE_ACCOUNT": SA,
+    "PUBSUB_TOOLKIT_TASKS_QUEUE": "delay",
+    "PUBSUB_TOOLKIT_TASKS_LOCATION": "europe-west1",
+    "PUBSUB_TOOLKIT_RELAY_URL": "https://relay.example/",
+    "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT": SA,
 }
 DELAY_CODE = {
     "queue": "delay",
@@ -57,20 +61,20 @@ def test_defaults() -> None:
 def test_every_variable_has_an_argument_and_both_build_equal_settings() -> None:
     env = {
         **BASE,
-        "STORE_BACKEND": "Redis",
-        "REDIS_URL_SECRET": "projects/p/secrets/url",
-        "REDIS_CA_CERT_SECRET": "projects/p/secrets/ca/versions/3",
-        "DEDUP_TTL_SECONDS": "691201",
-        "DEDUP_LEASE_SECONDS": "120",
-        "DEDUP_COLLECTION": "dedup",
-        "FIRESTORE_DATABASE": "db",
-        "PUBLISH_TIMEOUT_SECONDS": "10",
-        "STATS_FLUSH_SECONDS": "0",
+        "PUBSUB_TOOLKIT_STORE_BACKEND": "Redis",
+        "PUBSUB_TOOLKIT_REDIS_URL_SECRET": "projects/p/secrets/url",
+        "PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET": "projects/p/secrets/ca/versions/3",
+        "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS": "691201",
+        "PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS": "120",
+        "PUBSUB_TOOLKIT_DEDUP_COLLECTION": "dedup",
+        "PUBSUB_TOOLKIT_FIRESTORE_DATABASE": "db",
+        "PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS": "10",
+        "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0",
         **DELAY_ENV,
-        "RELAY_AUDIENCE": "aud",
-        "RELAY_SERVICE": "relay",
+        "PUBSUB_TOOLKIT_RELAY_AUDIENCE": "aud",
+        "PUBSUB_TOOLKIT_RELAY_SERVICE": "relay",
         "CLOUD_TASKS_EMULATOR_HOST": "127.0.0.1:8123",
-        "OIDC_CERTS_URL": "http://127.0.0.1:1/certs",
+        "PUBSUB_TOOLKIT_OIDC_CERTS_URL": "http://127.0.0.1:1/certs",
     }
     code = Settings(
         project="p",
@@ -107,20 +111,24 @@ def test_delay_defaults_are_the_environments() -> None:
     assert (http.relay_auth, http.audience) == ("oidc", "u")
     appengine = DelaySettings(queue="projects/p/locations/l/queues/q", target="appengine")
     assert appengine.relay_auth == "appengine"
-    env = {**BASE, "TASKS_QUEUE": "projects/p/locations/l/queues/q", "TASKS_TARGET": "appengine"}
+    env = {
+        **BASE,
+        "PUBSUB_TOOLKIT_TASKS_QUEUE": "projects/p/locations/l/queues/q",
+        "PUBSUB_TOOLKIT_TASKS_TARGET": "appengine",
+    }
     assert Settings.from_env(env).delay == appengine
 
 
 def test_consumer_settings_from_code_equal_the_environments() -> None:
     env = {
-        "CONSUMER_ID": "shipping",
-        "FIFO_MAX_ATTEMPTS": "3",
-        "FIFO_POISON_POLICY": "BLOCK",
-        "FIFO_GAP_TIMEOUT_SECONDS": "60",
-        "FIFO_GAP_POLICY": "skip",
-        "FIFO_LEASE_SECONDS": "30",
-        "FIFO_PARK": "false",
-        "FIFO_RETRY_BACKOFF_SECONDS": "0.5",
+        "PUBSUB_TOOLKIT_CONSUMER_ID": "shipping",
+        "PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS": "3",
+        "PUBSUB_TOOLKIT_FIFO_POISON_POLICY": "BLOCK",
+        "PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS": "60",
+        "PUBSUB_TOOLKIT_FIFO_GAP_POLICY": "skip",
+        "PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS": "30",
+        "PUBSUB_TOOLKIT_FIFO_PARK": "false",
+        "PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS": "0.5",
     }
     assert ConsumerSettings.from_env(env) == ConsumerSettings(
         consumer_id="shipping",
@@ -132,7 +140,9 @@ def test_consumer_settings_from_code_equal_the_environments() -> None:
         park=False,
         retry_backoff=timedelta(seconds=0.5),
     )
-    assert ConsumerSettings.from_env({"CONSUMER_ID": "c"}) == ConsumerSettings(consumer_id="c")
+    assert ConsumerSettings.from_env({"PUBSUB_TOOLKIT_CONSUMER_ID": "c"}) == ConsumerSettings(
+        consumer_id="c"
+    )
 
 
 # (case, environment on top of BASE, arguments on top of CODE, the one message)
@@ -151,137 +161,156 @@ SETTINGS_CASES: list[tuple[str, dict[str, str], dict[str, Any], str]] = [
     ),
     (
         "no final topic",
-        {"FINAL_TOPIC": ""},
+        {"PUBSUB_TOOLKIT_FINAL_TOPIC": ""},
         {"final_topic": ""},
-        "final_topic (FINAL_TOPIC) is required",
+        "final_topic (PUBSUB_TOOLKIT_FINAL_TOPIC) is required",
     ),
     (
         "no dead-letter topic",
-        {"DEAD_LETTER_TOPIC": " "},
+        {"PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": " "},
         {"dead_letter_topic": ""},
-        "dead_letter_topic (DEAD_LETTER_TOPIC) is required",
+        "dead_letter_topic (PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC) is required",
     ),
     (
         "topic name with a slash",
-        {"FINAL_TOPIC": "a/b"},
+        {"PUBSUB_TOOLKIT_FINAL_TOPIC": "a/b"},
         {"final_topic": "a/b"},
-        "final_topic (FINAL_TOPIC) 'a/b' is not a topic name or a path projects/P/topics/T",
+        "final_topic (PUBSUB_TOOLKIT_FINAL_TOPIC) 'a/b' is not a topic name or a path "
+        "projects/P/topics/T",
     ),
     (
         "subscription path as a topic",
-        {"DEAD_LETTER_TOPIC": "projects/q/subscriptions/t"},
+        {"PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "projects/q/subscriptions/t"},
         {"dead_letter_topic": "projects/q/subscriptions/t"},
-        "dead_letter_topic (DEAD_LETTER_TOPIC) 'projects/q/subscriptions/t' is not a topic path "
+        "dead_letter_topic (PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC) 'projects/q/subscriptions/t' is not "
+        "a topic path "
         "projects/P/topics/T",
     ),
     (
         "unknown backend",
-        {"STORE_BACKEND": "mongo"},
+        {"PUBSUB_TOOLKIT_STORE_BACKEND": "mongo"},
         {"store_backend": "mongo"},
-        "store_backend (STORE_BACKEND, or its older name DEDUP_BACKEND) 'mongo' is not one of "
+        "store_backend (PUBSUB_TOOLKIT_STORE_BACKEND) 'mongo' is not one of "
         "firestore, redis, memory",
     ),
     (
         "unknown backend by the older name",
-        {"DEDUP_BACKEND": "mongo"},
+        {"PUBSUB_TOOLKIT_STORE_BACKEND": "mongo"},
         {"store_backend": "mongo"},
-        "store_backend (STORE_BACKEND, or its older name DEDUP_BACKEND) 'mongo' is not one of "
+        "store_backend (PUBSUB_TOOLKIT_STORE_BACKEND) 'mongo' is not one of "
         "firestore, redis, memory",
     ),
     (
         "redis without a URL",
-        {"STORE_BACKEND": "redis"},
+        {"PUBSUB_TOOLKIT_STORE_BACKEND": "redis"},
         {"store_backend": "redis"},
-        "redis_url or redis_url_secret (REDIS_URL or REDIS_URL_SECRET) is required when "
-        "store_backend (STORE_BACKEND, or its older name DEDUP_BACKEND) is 'redis'",
+        "redis_url or redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL or "
+        "PUBSUB_TOOLKIT_REDIS_URL_SECRET) is required when "
+        "store_backend (PUBSUB_TOOLKIT_STORE_BACKEND) is 'redis'",
     ),
     (
         "URL and URL secret",
-        {"REDIS_URL": "redis://h:1/0", "REDIS_URL_SECRET": "projects/p/secrets/u"},
+        {
+            "PUBSUB_TOOLKIT_REDIS_URL": "redis://h:1/0",
+            "PUBSUB_TOOLKIT_REDIS_URL_SECRET": "projects/p/secrets/u",
+        },
         {"redis_url": "redis://h:1/0", "redis_url_secret": "projects/p/secrets/u"},
-        "set redis_url (REDIS_URL) or redis_url_secret (REDIS_URL_SECRET), not both",
+        "set redis_url (PUBSUB_TOOLKIT_REDIS_URL) or redis_url_secret "
+        "(PUBSUB_TOOLKIT_REDIS_URL_SECRET), not both",
     ),
     (
         "malformed URL secret",
-        {"REDIS_URL_SECRET": "redis-url"},
+        {"PUBSUB_TOOLKIT_REDIS_URL_SECRET": "redis-url"},
         {"redis_url_secret": "redis-url"},
-        "redis_url_secret (REDIS_URL_SECRET) 'redis-url' is not a Secret Manager secret "
+        "redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL_SECRET) 'redis-url' is not a Secret Manager "
+        "secret "
         "(projects/PROJECT/secrets/NAME[/versions/VERSION])",
     ),
     (
         "malformed CA secret",
-        {"REDIS_CA_CERT_SECRET": "projects/p/ca"},
+        {"PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET": "projects/p/ca"},
         {"redis_ca_cert_secret": "projects/p/ca"},
-        "redis_ca_cert_secret (REDIS_CA_CERT_SECRET) 'projects/p/ca' is not a Secret Manager "
+        "redis_ca_cert_secret (PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET) 'projects/p/ca' is not a "
+        "Secret Manager "
         "secret (projects/PROJECT/secrets/NAME[/versions/VERSION])",
     ),
     (
         "negative TTL",
-        {"DEDUP_TTL_SECONDS": "-5"},
+        {"PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS": "-5"},
         {"dedup_ttl": timedelta(seconds=-5)},
-        "dedup_ttl (DEDUP_TTL_SECONDS) must be a positive timedelta, not -5 s",
+        "dedup_ttl (PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS) must be a positive timedelta, not -5 s",
     ),
     (
         "zero lease",
-        {"DEDUP_LEASE_SECONDS": "0"},
+        {"PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS": "0"},
         {"dedup_lease": timedelta(0)},
-        "dedup_lease (DEDUP_LEASE_SECONDS) must be a positive timedelta, not 0 s",
+        "dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS) must be a positive timedelta, not 0 s",
     ),
     (
         "zero publish timeout",
-        {"PUBLISH_TIMEOUT_SECONDS": "0"},
+        {"PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS": "0"},
         {"publish_timeout": timedelta(0)},
-        "publish_timeout (PUBLISH_TIMEOUT_SECONDS) must be a positive timedelta, not 0 s",
+        "publish_timeout (PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS) must be a positive timedelta, "
+        "not 0 s",
     ),
     (
         "lease shorter than two publishes",
-        {"DEDUP_LEASE_SECONDS": "30", "PUBLISH_TIMEOUT_SECONDS": "20"},
+        {
+            "PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS": "30",
+            "PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS": "20",
+        },
         {"dedup_lease": timedelta(seconds=30), "publish_timeout": timedelta(seconds=20)},
-        "dedup_lease (DEDUP_LEASE_SECONDS) is 30 s: it must be at least twice publish_timeout "
-        "(PUBLISH_TIMEOUT_SECONDS), 20 s",
+        "dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS) is 30 s: it must be at least twice "
+        "publish_timeout "
+        "(PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS), 20 s",
     ),
     (
         "negative stats flush",
-        {"STATS_FLUSH_SECONDS": "-1"},
+        {"PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "-1"},
         {"stats_flush": timedelta(seconds=-1)},
-        "stats_flush (STATS_FLUSH_SECONDS) must be a positive timedelta or None (never), not -1 s",
+        "stats_flush (PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS) must be a positive timedelta or None "
+        "(never), not -1 s",
     ),
     (
         "delay: unknown target",
-        {**DELAY_ENV, "TASKS_TARGET": "ftp"},
+        {**DELAY_ENV, "PUBSUB_TOOLKIT_TASKS_TARGET": "ftp"},
         {"delay": {**DELAY_CODE, "target": "ftp"}},
-        "target (TASKS_TARGET) 'ftp' is not one of http, appengine",
+        "target (PUBSUB_TOOLKIT_TASKS_TARGET) 'ftp' is not one of http, appengine",
     ),
     (
         "delay: unknown relay auth",
-        {**DELAY_ENV, "RELAY_AUTH": "basic"},
+        {**DELAY_ENV, "PUBSUB_TOOLKIT_RELAY_AUTH": "basic"},
         {"delay": {**DELAY_CODE, "relay_auth": "basic"}},
-        "relay_auth (RELAY_AUTH) 'basic' is not one of oidc, appengine",
+        "relay_auth (PUBSUB_TOOLKIT_RELAY_AUTH) 'basic' is not one of oidc, appengine",
     ),
     (
         "delay: HTTP target without a relay URL",
-        {**DELAY_ENV, "RELAY_URL": ""},
+        {**DELAY_ENV, "PUBSUB_TOOLKIT_RELAY_URL": ""},
         {"delay": {**DELAY_CODE, "relay_url": None}},
-        "relay_url (RELAY_URL) is required when target (TASKS_TARGET) is 'http'",
+        "relay_url (PUBSUB_TOOLKIT_RELAY_URL) is required when target "
+        "(PUBSUB_TOOLKIT_TASKS_TARGET) is 'http'",
     ),
     (
         "delay: OIDC without a service account",
-        {**DELAY_ENV, "TASKS_SERVICE_ACCOUNT": ""},
+        {**DELAY_ENV, "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT": ""},
         {"delay": {**DELAY_CODE, "invoker_email": None}},
-        "invoker_email (TASKS_SERVICE_ACCOUNT) is required when relay_auth (RELAY_AUTH) is 'oidc'",
+        "invoker_email (PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT) is required when relay_auth "
+        "(PUBSUB_TOOLKIT_RELAY_AUTH) is 'oidc'",
     ),
     (
         "delay: short queue without a location",
-        {**DELAY_ENV, "TASKS_LOCATION": ""},
+        {**DELAY_ENV, "PUBSUB_TOOLKIT_TASKS_LOCATION": ""},
         {"delay": {**DELAY_CODE, "location": None}},
-        "location (TASKS_LOCATION) is required when queue (TASKS_QUEUE) is a short name",
+        "location (PUBSUB_TOOLKIT_TASKS_LOCATION) is required when queue "
+        "(PUBSUB_TOOLKIT_TASKS_QUEUE) is a short name",
     ),
     (
         "delay: malformed queue path",
-        {**DELAY_ENV, "TASKS_QUEUE": "projects/p/queues/q"},
+        {**DELAY_ENV, "PUBSUB_TOOLKIT_TASKS_QUEUE": "projects/p/queues/q"},
         {"delay": {**DELAY_CODE, "queue": "projects/p/queues/q"}},
-        "queue (TASKS_QUEUE) 'projects/p/queues/q' is not projects/P/locations/L/queues/Q (or a "
-        "short queue name with location (TASKS_LOCATION))",
+        "queue (PUBSUB_TOOLKIT_TASKS_QUEUE) 'projects/p/queues/q' is not "
+        "projects/P/locations/L/queues/Q (or a "
+        "short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))",
     ),
 ]
 
@@ -309,51 +338,53 @@ def test_a_bad_setting_gets_the_same_message_from_env_and_from_code(
 CONSUMER_CASES: list[tuple[str, dict[str, str], dict[str, Any], str]] = [
     (
         "no consumer id",
-        {"CONSUMER_ID": ""},
+        {"PUBSUB_TOOLKIT_CONSUMER_ID": ""},
         {"consumer_id": " "},
-        "consumer_id (CONSUMER_ID) is required",
+        "consumer_id (PUBSUB_TOOLKIT_CONSUMER_ID) is required",
     ),
     (
         "zero attempts",
-        {"FIFO_MAX_ATTEMPTS": "0"},
+        {"PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS": "0"},
         {"max_attempts": 0},
-        "max_attempts (FIFO_MAX_ATTEMPTS) must be an integer >= 1, not 0",
+        "max_attempts (PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS) must be an integer >= 1, not 0",
     ),
     (
         "unknown poison policy",
-        {"FIFO_POISON_POLICY": "drop"},
+        {"PUBSUB_TOOLKIT_FIFO_POISON_POLICY": "drop"},
         {"poison_policy": "drop"},
-        "poison_policy (FIFO_POISON_POLICY) 'drop' is not one of skip, block",
+        "poison_policy (PUBSUB_TOOLKIT_FIFO_POISON_POLICY) 'drop' is not one of skip, block",
     ),
     (
         "unknown gap policy",
-        {"FIFO_GAP_POLICY": "jump"},
+        {"PUBSUB_TOOLKIT_FIFO_GAP_POLICY": "jump"},
         {"gap_policy": "jump"},
-        "gap_policy (FIFO_GAP_POLICY) 'jump' is not one of wait, skip",
+        "gap_policy (PUBSUB_TOOLKIT_FIFO_GAP_POLICY) 'jump' is not one of wait, skip",
     ),
     (
         "zero gap timeout",
-        {"FIFO_GAP_TIMEOUT_SECONDS": "0"},
+        {"PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS": "0"},
         {"gap_timeout": timedelta(0)},
-        "gap_timeout (FIFO_GAP_TIMEOUT_SECONDS) must be a positive timedelta, not 0 s",
+        "gap_timeout (PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS) must be a positive timedelta, not "
+        "0 s",
     ),
     (
         "negative lease",
-        {"FIFO_LEASE_SECONDS": "-1"},
+        {"PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS": "-1"},
         {"lease": timedelta(seconds=-1)},
-        "lease (FIFO_LEASE_SECONDS) must be a positive timedelta, not -1 s",
+        "lease (PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS) must be a positive timedelta, not -1 s",
     ),
     (
         "zero retry backoff",
-        {"FIFO_RETRY_BACKOFF_SECONDS": "0"},
+        {"PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS": "0"},
         {"retry_backoff": timedelta(0)},
-        "retry_backoff (FIFO_RETRY_BACKOFF_SECONDS) must be a positive timedelta, not 0 s",
+        "retry_backoff (PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS) must be a positive timedelta, "
+        "not 0 s",
     ),
     (
         "park neither true nor false",
-        {"FIFO_PARK": "yes"},
+        {"PUBSUB_TOOLKIT_FIFO_PARK": "yes"},
         {"park": "yes"},
-        "park (FIFO_PARK) must be true or false, not 'yes'",
+        "park (PUBSUB_TOOLKIT_FIFO_PARK) must be true or false, not 'yes'",
     ),
 ]
 
@@ -366,7 +397,9 @@ CONSUMER_CASES: list[tuple[str, dict[str, str], dict[str, Any], str]] = [
 def test_a_bad_consumer_setting_gets_the_same_message_from_env_and_from_code(
     env: dict[str, str], arguments: dict[str, Any], expected: str
 ) -> None:
-    from_env = message(lambda: ConsumerSettings.from_env({"CONSUMER_ID": "c", **env}))
+    from_env = message(
+        lambda: ConsumerSettings.from_env({"PUBSUB_TOOLKIT_CONSUMER_ID": "c", **env})
+    )
     from_code = message(lambda: ConsumerSettings(**{"consumer_id": "c", **arguments}))
     assert from_env == from_code == expected
 
@@ -381,11 +414,11 @@ def test_every_settings_field_has_its_two_names() -> None:
 @pytest.mark.parametrize(
     ("variable", "raw", "field"),
     [
-        ("DEDUP_TTL_SECONDS", "abc", "dedup_ttl"),
-        ("DEDUP_LEASE_SECONDS", "inf", "dedup_lease"),
-        ("PUBLISH_TIMEOUT_SECONDS", "nan", "publish_timeout"),
-        ("STATS_FLUSH_SECONDS", "often", "stats_flush"),
-        ("DEDUP_TTL_SECONDS", "1e300", "dedup_ttl"),  # beyond what a timedelta holds
+        ("PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS", "abc", "dedup_ttl"),
+        ("PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS", "inf", "dedup_lease"),
+        ("PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS", "nan", "publish_timeout"),
+        ("PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS", "often", "stats_flush"),
+        ("PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS", "1e300", "dedup_ttl"),  # beyond what a timedelta holds
     ],
 )
 def test_a_variable_that_is_no_number_is_named(variable: str, raw: str, field: str) -> None:
@@ -396,11 +429,15 @@ def test_a_variable_that_is_no_number_is_named(variable: str, raw: str, field: s
 
 def test_consumer_variables_that_do_not_parse_use_the_constructors_wording() -> None:
     assert message(
-        lambda: ConsumerSettings.from_env({"CONSUMER_ID": "c", "FIFO_MAX_ATTEMPTS": "x"})
-    ) == ("max_attempts (FIFO_MAX_ATTEMPTS) must be an integer >= 1, not 'x'")
+        lambda: ConsumerSettings.from_env(
+            {"PUBSUB_TOOLKIT_CONSUMER_ID": "c", "PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS": "x"}
+        )
+    ) == ("max_attempts (PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS) must be an integer >= 1, not 'x'")
     assert message(
-        lambda: ConsumerSettings.from_env({"CONSUMER_ID": "c", "FIFO_LEASE_SECONDS": "soon"})
-    ) == ("lease (FIFO_LEASE_SECONDS) 'soon' is not a number of seconds")
+        lambda: ConsumerSettings.from_env(
+            {"PUBSUB_TOOLKIT_CONSUMER_ID": "c", "PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS": "soon"}
+        )
+    ) == ("lease (PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS) 'soon' is not a number of seconds")
 
 
 @pytest.mark.parametrize(
@@ -408,17 +445,24 @@ def test_consumer_variables_that_do_not_parse_use_the_constructors_wording() -> 
     [
         (
             {"dedup_ttl": 90},
-            "dedup_ttl (DEDUP_TTL_SECONDS) must be a positive timedelta, not int 90",
+            "dedup_ttl (PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS) must be a positive timedelta, not int 90",
         ),
         (
             {"stats_flush": 5.0},
-            "stats_flush (STATS_FLUSH_SECONDS) must be a positive timedelta or None (never), "
+            "stats_flush (PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS) must be a positive timedelta or None "
+            "(never), "
             "not float 5.0",
         ),
         ({"project": None}, "project (GOOGLE_CLOUD_PROJECT) must be a string, not NoneType"),
-        ({"redis_url": b"redis://h"}, "redis_url (REDIS_URL) must be a string, not bytes"),
+        (
+            {"redis_url": b"redis://h"},
+            "redis_url (PUBSUB_TOOLKIT_REDIS_URL) must be a string, not bytes",
+        ),
         ({"delay": "q"}, "delay must be a DelaySettings or None, not str"),
-        ({"dedup_collection": ""}, "dedup_collection (DEDUP_COLLECTION) must not be empty"),
+        (
+            {"dedup_collection": ""},
+            "dedup_collection (PUBSUB_TOOLKIT_DEDUP_COLLECTION) must not be empty",
+        ),
     ],
 )
 def test_a_wrong_type_in_code_is_refused_by_name(arguments: dict[str, Any], expected: str) -> None:
@@ -427,7 +471,7 @@ def test_a_wrong_type_in_code_is_refused_by_name(arguments: dict[str, Any], expe
 
 def test_max_attempts_must_be_an_int_not_a_bool() -> None:
     assert message(lambda: ConsumerSettings(consumer_id="c", max_attempts=True)) == (
-        "max_attempts (FIFO_MAX_ATTEMPTS) must be an integer >= 1, not True"
+        "max_attempts (PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS) must be an integer >= 1, not True"
     )
 
 
@@ -437,27 +481,23 @@ def test_settings_stay_frozen() -> None:
         settings.project = "q"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("variable", ["STORE_BACKEND", "DEDUP_BACKEND"])
-def test_redis_backend_with_a_url(variable: str) -> None:
-    s = Settings.from_env({**BASE, variable: "redis", "REDIS_URL": "redis://h:1/0"})
+def test_redis_backend_with_a_url() -> None:
+    s = Settings.from_env(
+        {
+            **BASE,
+            "PUBSUB_TOOLKIT_STORE_BACKEND": "redis",
+            "PUBSUB_TOOLKIT_REDIS_URL": "redis://h:1/0",
+        }
+    )
     assert (s.store_backend, s.redis_url) == ("redis", "redis://h:1/0")
 
 
-def test_dedup_backend_is_an_alias_of_store_backend() -> None:
-    """One backend holds dedup records, FIFO state and counters: STORE_BACKEND names it, and
-    the older DEDUP_BACKEND still works - alone, or agreeing with STORE_BACKEND."""
-    assert Settings.from_env({**BASE, "DEDUP_BACKEND": "memory"}).store_backend == "memory"
-    both = {**BASE, "STORE_BACKEND": "Memory", "DEDUP_BACKEND": "memory "}
-    assert Settings.from_env(both).store_backend == "memory"
-    assert Settings.from_env({**BASE, "DEDUP_BACKEND": ""}).store_backend == "firestore"
-
-
-def test_store_backend_and_dedup_backend_must_agree() -> None:
-    env = {**BASE, "STORE_BACKEND": "redis", "REDIS_URL": "redis://h:1/0"}
-    assert message(lambda: Settings.from_env({**env, "DEDUP_BACKEND": "firestore"})) == (
-        "STORE_BACKEND='redis' and DEDUP_BACKEND='firestore' disagree; set STORE_BACKEND only "
-        "(DEDUP_BACKEND is its older name)"
-    )
+def test_store_backend_is_read_case_blind_and_defaults_to_firestore() -> None:
+    """One backend holds dedup records, FIFO state and counters: PUBSUB_TOOLKIT_STORE_BACKEND."""
+    env = {**BASE, "PUBSUB_TOOLKIT_STORE_BACKEND": "Memory "}
+    assert Settings.from_env(env).store_backend == "memory"
+    env = {**BASE, "PUBSUB_TOOLKIT_STORE_BACKEND": ""}
+    assert Settings.from_env(env).store_backend == "firestore"
 
 
 def test_topic_path_accepts_full_paths() -> None:
@@ -471,8 +511,10 @@ def test_topic_path_accepts_full_paths() -> None:
 
 def test_stats_flush_interval() -> None:
     assert Settings.from_env(BASE).stats_flush == timedelta(seconds=5)
-    assert Settings.from_env({**BASE, "STATS_FLUSH_SECONDS": "0.5"}).stats_flush == timedelta(
-        seconds=0.5
+    assert Settings.from_env(
+        {**BASE, "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0.5"}
+    ).stats_flush == timedelta(seconds=0.5)
+    assert (
+        Settings.from_env({**BASE, "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0"}).stats_flush is None
     )
-    assert Settings.from_env({**BASE, "STATS_FLUSH_SECONDS": "0"}).stats_flush is None
     assert Settings(**CODE, stats_flush=None).stats_flush is None

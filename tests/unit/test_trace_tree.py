@@ -1,4 +1,4 @@
-"""`pubsub-toolkit trace KEY`'s tree printer over a hand-written TRACE_FILE."""
+"""`pubsub-toolkit trace KEY`'s tree printer over a hand-written PUBSUB_TOOLKIT_TRACE_FILE."""
 
 from __future__ import annotations
 
@@ -195,10 +195,10 @@ def test_the_default_file_is_trace_file_else_the_local_stacks(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("PUBSUB_TOOLKIT_STATE_DIR", str(tmp_path / "no-stack"))
-    monkeypatch.delenv("TRACE_FILE", raising=False)
+    monkeypatch.delenv("PUBSUB_TOOLKIT_TRACE_FILE", raising=False)
     code, _, err = run(capsys, "trace", "order-7")
-    assert code == 1 and "TRACE_FILE is not set and no local stack is running" in err
-    monkeypatch.setenv("TRACE_FILE", str(trace_file))
+    assert code == 1 and "PUBSUB_TOOLKIT_TRACE_FILE is not set and no local stack is running" in err
+    monkeypatch.setenv("PUBSUB_TOOLKIT_TRACE_FILE", str(trace_file))
     code, out, _ = run(capsys, "trace", "order-7")
     assert code == 0 and "relay | process delay-queue" in out
 

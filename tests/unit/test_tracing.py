@@ -261,9 +261,11 @@ def test_tracing_off_adds_nothing_and_a_retried_publish_keeps_its_fingerprint() 
 def test_a_bad_tracing_setting_names_the_variable() -> None:
     from pubsub_toolkit.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="TRACING 'maybe'"):
-        tracing.configure_from_env({"TRACING": "maybe"})
-    assert tracing.configure_from_env({"TRACING": "off"}) is False
+    with pytest.raises(
+        ConfigurationError, match="PUBSUB_TOOLKIT_TRACING must be on or off, not 'maybe'"
+    ):
+        tracing.configure_from_env({"PUBSUB_TOOLKIT_TRACING": "maybe"})
+    assert tracing.configure_from_env({"PUBSUB_TOOLKIT_TRACING": "off"}) is False
     assert not tracing.enabled()
 
 

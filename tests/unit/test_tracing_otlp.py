@@ -26,7 +26,7 @@ SPAN = """
 from opentelemetry import trace
 from pubsub_toolkit import tracing
 from pubsub_toolkit.tracing_setup import configure_entry_point
-assert configure_entry_point({"TRACING": "on"}, service="ingress")
+assert configure_entry_point({"PUBSUB_TOOLKIT_TRACING": "on"}, service="ingress")
 with tracing.sending("projects/p/topics/final", hop="producer"):
     pass
 provider = trace.get_tracer_provider()
@@ -79,7 +79,8 @@ def python(body: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("TRACING", "TRACE_FILE") and not k.startswith("OTEL_")
+        if k not in ("PUBSUB_TOOLKIT_TRACING", "PUBSUB_TOOLKIT_TRACE_FILE")
+        and not k.startswith("OTEL_")
     }
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(body)],
@@ -156,7 +157,7 @@ import sys
 from pubsub_toolkit.operations.cli import main
 sys.exit(main(["publish", "hello"]))
 """,
-        TRACING="on",
+        PUBSUB_TOOLKIT_TRACING="on",
         OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
         GOOGLE_CLOUD_PROJECT="p",
     )

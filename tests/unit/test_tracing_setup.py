@@ -1,4 +1,5 @@
-"""The entry points' tracing set-up: TRACING checked, spans exported once, Cloud Trace or a warning.
+"""The entry points' tracing set-up: PUBSUB_TOOLKIT_TRACING checked, spans exported once, Cloud
+Trace or a warning.
 
 Each case that turns tracing on runs in a fresh interpreter: OpenTelemetry's global tracer
 provider can be set only once per process, and the test session's own must stay untouched.
@@ -51,7 +52,11 @@ sys.modules[module.__name__] = module
 
 
 def python(body: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("TRACING", "TRACE_FILE")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PUBSUB_TOOLKIT_TRACING", "PUBSUB_TOOLKIT_TRACE_FILE")
+    }
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(body)],
         env={**clean, **env},
@@ -70,13 +75,13 @@ def test_a_bad_tracing_value_is_a_configuration_error_naming_the_variable() -> N
         from pubsub_toolkit.tracing_setup import configure_entry_point
         for _ in range(2):  # refused every time: a refusal is not remembered as an answer
             try:
-                configure_entry_point({"TRACING": "maybe"}, service="ingress")
+                configure_entry_point({"PUBSUB_TOOLKIT_TRACING": "maybe"}, service="ingress")
             except ConfigurationError as exc:
                 print(exc)
         """
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == ["TRACING 'maybe' is not one of on, off"] * 2
+    assert run.stdout.splitlines() == ["PUBSUB_TOOLKIT_TRACING must be on or off, not 'maybe'"] * 2
 
 
 @pytest.mark.parametrize(
@@ -95,13 +100,14 @@ def test_each_entry_point_refuses_a_bad_tracing_value_at_start(folder: str, call
         import main
         {call}
         """,
-        TRACING="sometimes",
-        HANDLER="example_handler:handle",
+        PUBSUB_TOOLKIT_TRACING="sometimes",
+        PUBSUB_TOOLKIT_HANDLER="example_handler:handle",
     )
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
     assert last == (
-        "pubsub_toolkit.errors.ConfigurationError: TRACING 'sometimes' is not one of on, off"
+        "pubsub_toolkit.errors.ConfigurationError: PUBSUB_TOOLKIT_TRACING must be on or off, not "
+        "'sometimes'"
     ), run.stderr
 
 
@@ -113,7 +119,7 @@ from pubsub_toolkit import tracing
 from pubsub_toolkit.observability import configure_logging
 from pubsub_toolkit.tracing_setup import configure_entry_point
 configure_logging()
-env = {"TRACING": "on", "GOOGLE_CLOUD_PROJECT": "p"}
+env = {"PUBSUB_TOOLKIT_TRACING": "on", "GOOGLE_CLOUD_PROJECT": "p"}
 print(configure_entry_point(env, service="relay"), configure_entry_point(env, service="relay"))
 print(tracing.enabled())
 """,
@@ -133,7 +139,7 @@ def test_on_with_the_cloud_trace_exporter_exports_in_batches_with_the_service_na
 from opentelemetry import trace
 from pubsub_toolkit import tracing
 from pubsub_toolkit.tracing_setup import configure_entry_point
-env = {"TRACING": "on", "GOOGLE_CLOUD_PROJECT": "my-project"}
+env = {"PUBSUB_TOOLKIT_TRACING": "on", "GOOGLE_CLOUD_PROJECT": "my-project"}
 assert configure_entry_point(env, service="ingress")
 assert configure_entry_point(env, service="ingress")  # once per process: no second exporter
 with tracing.sending("projects/p/topics/final", hop="producer"):
@@ -162,7 +168,7 @@ def test_with_trace_file_every_span_goes_to_the_file_once(tmp_path: Path) -> Non
 import os
 from pubsub_toolkit import tracing
 from pubsub_toolkit.tracing_setup import configure_entry_point
-env = {"TRACING": "on", "TRACE_FILE": os.environ["OUT"]}
+env = {"PUBSUB_TOOLKIT_TRACING": "on", "PUBSUB_TOOLKIT_TRACE_FILE": os.environ["OUT"]}
 configure_entry_point(env, service="consumer")
 configure_entry_point(env, service="consumer")
 with tracing.sending("projects/p/topics/final", hop="consumer"):
@@ -193,7 +199,7 @@ from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit.tracing_setup import configure_entry_point
 from tests.support.sinks import RecordingSink
-assert configure_entry_point({"TRACING": "on"}, service="ingress")
+assert configure_entry_point({"PUBSUB_TOOLKIT_TRACING": "on"}, service="ingress")
 provider = trace.get_tracer_provider()
 print(provider.sampler.get_description())
 sink = RecordingSink()

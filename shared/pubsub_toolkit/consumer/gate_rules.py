@@ -58,7 +58,8 @@ REASON_SEQUENCE_RESTARTED = "fifo_sequence_restarted"
 # Earlier sequences (epochs) a record remembers the position of, to tell their late copies.
 PRIOR_SEQUENCES = 16
 _MAX_EPOCH_DIGITS = 18  # microseconds: until the year 33658
-# FIFO_LEASE_HOLD_SECONDS when unset, for a streaming consumer (see GatePolicy.lease_hold).
+# PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS when unset, for a streaming consumer (see
+# GatePolicy.lease_hold).
 STREAMING_LEASE_HOLD = timedelta(seconds=2)
 
 

@@ -22,8 +22,9 @@ runs when it is due. Its task and release record are keyed ``dedup_key#retry:CON
 delayed once has already used; the copy keeps its ``dedup_key``. At the consumer's
 ``max_attempts`` it is dead-lettered ``retry_limit`` and recorded done. The relay publishes to
 the final topic, so other subscriptions of it see the copy too: a key they already handled, so
-their dedup acks it as a duplicate. Without a scheduler (no ``TASKS_QUEUE``) the delay cannot be
-honoured: the message is nacked with a WARNING (Pub/Sub's backoff applies, nothing is acked).
+their dedup acks it as a duplicate. Without a scheduler (no ``PUBSUB_TOOLKIT_TASKS_QUEUE``) the
+delay cannot be honoured: the message is nacked with a WARNING (Pub/Sub's backoff applies,
+nothing is acked).
 
 In batch mode (``batch`` > 1) the handler takes lists; :meth:`SyncMessageProcessor.process_batch`
 hands a group's consecutive deliveries to the gate together. (About 365 lines: the wiring from
@@ -286,8 +287,9 @@ class SyncMessageProcessor:
         if self._scheduler is None:
             log.decision(
                 "retry_later_unscheduled",
-                f"RetryLater({exc.delay}) cannot be honoured: no delay path (TASKS_QUEUE unset); "
-                "nacked, Pub/Sub's retry backoff decides when it comes again",
+                f"RetryLater({exc.delay}) cannot be honoured: no delay path "
+                "(PUBSUB_TOOLKIT_TASKS_QUEUE unset); nacked, Pub/Sub's retry backoff decides "
+                "when it comes again",
                 dedup_key=key,
                 level=logging.WARNING,
             )

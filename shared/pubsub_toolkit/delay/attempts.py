@@ -13,11 +13,11 @@ attempts that never reached the relay too). The relay trusts them only after the
 authenticated as Cloud Tasks' (App Engine strips ``X-AppEngine-*`` from outside requests; an
 HTTP target's request carries the invoker's OIDC token).
 
-The queue's ``max_attempts`` is configuration: ``TASKS_MAX_ATTEMPTS`` must equal the queue's
-``retry_config.max_attempts`` (Terraform's ``tasks_retry.max_attempts``, the gcloud script's
-``--max-attempts``), 100 by default like both; ``-1`` (unlimited, as on the queue) means the
-queue never gives up, so neither does the relay. A value *lower* than the queue's only
-dead-letters early; a *higher* one loses what it was meant to save.
+The queue's ``max_attempts`` is configuration: ``PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS`` must equal the
+queue's ``retry_config.max_attempts`` (Terraform's ``tasks_retry.max_attempts``, the gcloud script's
+``--max-attempts``), 100 by default like both; ``-1`` (unlimited, as on the queue) means the queue
+never gives up, so neither does the relay. A value *lower* than the queue's only dead-letters early;
+a *higher* one loses what it was meant to save.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pubsub_toolkit.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-MAX_ATTEMPTS_ENV = "TASKS_MAX_ATTEMPTS"
+MAX_ATTEMPTS_ENV = "PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS = 100  # the queue's max_attempts in terraform/ and scripts/deploy-gcloud
 UNLIMITED = -1
 RETRY_COUNT_HEADERS = ("X-CloudTasks-TaskRetryCount", "X-AppEngine-TaskRetryCount")
@@ -57,7 +57,7 @@ def attempt_from_headers(headers: Mapping[str, str]) -> int | None:
 
 
 def max_attempts_from_env(env: Mapping[str, str]) -> int | None:
-    """``TASKS_MAX_ATTEMPTS`` (default 100); None for -1, the queue's "unlimited"."""
+    """``PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS`` (default 100); None for -1, the queue's "unlimited"."""
     raw = env.get(MAX_ATTEMPTS_ENV, "").strip() or str(DEFAULT_MAX_ATTEMPTS)
     try:
         value = int(raw)

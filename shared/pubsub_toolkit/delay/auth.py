@@ -141,7 +141,8 @@ def authenticator_from_settings(delay: DelaySettings) -> RequestAuthenticator:
         return AppEngineQueueAuthenticator(delay.queue.rsplit("/", 1)[-1])
     if delay.audience is None or delay.invoker_email is None:
         raise ConfigurationError(
-            "RELAY_AUDIENCE (or RELAY_URL) and TASKS_SERVICE_ACCOUNT are required"
+            "PUBSUB_TOOLKIT_RELAY_AUDIENCE (or PUBSUB_TOOLKIT_RELAY_URL) and "
+            "PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT are required"
         )
     return OidcAuthenticator(
         audience=delay.audience,

@@ -145,7 +145,7 @@ class Relay:
         from pubsub_toolkit.stores.factory import dedup_store_from_settings
 
         if settings.delay is None:
-            raise ConfigurationError("TASKS_QUEUE is required by the relay")
+            raise ConfigurationError("PUBSUB_TOOLKIT_TASKS_QUEUE is required by the relay")
         return cls(
             store=dedup_store_from_settings(settings),
             sink=PubSubSink(timeout=settings.publish_timeout),

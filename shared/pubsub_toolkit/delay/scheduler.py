@@ -165,7 +165,9 @@ class CloudTasksScheduler:
         target: TaskTarget
         if delay.target == "http":
             if delay.relay_url is None or delay.invoker_email is None:
-                raise ConfigurationError("RELAY_URL and TASKS_SERVICE_ACCOUNT are required")
+                raise ConfigurationError(
+                    "PUBSUB_TOOLKIT_RELAY_URL and PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT are required"
+                )
             target = HttpTarget(
                 url=delay.relay_url + RELEASE_PATH,
                 invoker_email=delay.invoker_email,

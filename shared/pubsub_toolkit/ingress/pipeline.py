@@ -8,7 +8,7 @@ For each delivery:
    different content is dead-lettered (``fingerprint_mismatch``) with an alert;
 3. route: publish to the final topic now, or - when the message is due later - hand it to the
    scheduler (Cloud Tasks) - any due time in the future, so nothing is ever early. Without a
-   scheduler (TASKS_QUEUE unset), a due-later message is dead-lettered with
+   scheduler (PUBSUB_TOOLKIT_TASKS_QUEUE unset), a due-later message is dead-lettered with
    ``delayed_delivery_unavailable`` rather than delivered early.
 
 **FIFO numbers never go missing.** A duplicate carrying a *different* number than its first
@@ -113,7 +113,8 @@ class Ingress:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Ingress:
-        """Wire the real store, publisher and (with TASKS_QUEUE) scheduler from ``settings``."""
+        """Wire the real store, publisher and (with PUBSUB_TOOLKIT_TASKS_QUEUE) scheduler from
+        ``settings``."""
         from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
         from pubsub_toolkit.producer.sink import PubSubSink
         from pubsub_toolkit.stores.factory import dedup_store_from_settings

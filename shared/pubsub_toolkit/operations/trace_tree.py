@@ -1,11 +1,11 @@
 """One message's traces as indented trees: what ``pubsub-toolkit trace KEY`` prints.
 
-The spans come from a ``TRACE_FILE`` (:mod:`pubsub_toolkit._trace_file`: one JSON object per
-finished span, from every process of the local stack). :func:`traces_for_key` keeps every trace
-with a span (or a decision) for the dedup key; :func:`render_trace` draws one trace as a tree in
-causal order - each span under its parent, siblings by start time - with its hop, operation,
-kind, duration and start offset, then below it its key attributes, its decisions (span events)
-and its links ("↪ linked to ...", such as the relay's release pointing at the task's creation).
+The spans come from a ``PUBSUB_TOOLKIT_TRACE_FILE`` (:mod:`pubsub_toolkit._trace_file`: one JSON
+object per finished span, from every process of the local stack). :func:`traces_for_key` keeps every
+trace with a span (or a decision) for the dedup key; :func:`render_trace` draws one trace as a tree
+in causal order - each span under its parent, siblings by start time - with its hop, operation,
+kind, duration and start offset, then below it its key attributes, its decisions (span events) and
+its links ("↪ linked to ...", such as the relay's release pointing at the task's creation).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def load_spans(path: str) -> list[dict[str, Any]]:
     if not os.path.isfile(path):
         raise TraceFileError(
             f"no trace file at {path}: start the local stack (pubsub-toolkit local up, which sets "
-            "TRACING=on and TRACE_FILE for every part) or pass --file PATH"
+            "PUBSUB_TOOLKIT_TRACING=on and PUBSUB_TOOLKIT_TRACE_FILE for every part) or pass "
+            "--file PATH"
         )
     return list(read_spans(path))
 
@@ -183,7 +184,7 @@ def render(spans: Sequence[Span], key: str, *, source: str) -> list[str]:
         count = len({s["trace_id"] for s in spans})
         raise TraceFileError(
             f"no span for dedup key {key!r} in {source} ({len(spans)} spans of {count} traces): "
-            "check the key, and that TRACING=on where the message went"
+            "check the key, and that PUBSUB_TOOLKIT_TRACING=on where the message went"
         )
     known = {s["span_id"]: s for s in spans}
     lines = [*LEGEND]

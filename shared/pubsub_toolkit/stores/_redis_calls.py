@@ -153,6 +153,7 @@ def cluster_refusal(store: str, why: str) -> str:
     """The message that says why ``store`` cannot run on Redis Cluster and what to use."""
     return (
         f"{store} cannot run on Redis Cluster / Memorystore for Redis Cluster: {why}. Use a "
-        "standalone Redis (Memorystore for Redis, Basic or Standard tier) for REDIS_URL, or "
-        "the Firestore backend (STORE_BACKEND=firestore)."
+        "standalone Redis (Memorystore for Redis, Basic or Standard tier) for "
+        "PUBSUB_TOOLKIT_REDIS_URL, or "
+        "the Firestore backend (PUBSUB_TOOLKIT_STORE_BACKEND=firestore)."
     )

@@ -1,14 +1,15 @@
 """Build the configured stores from settings: one backend, on one client, for dedup
 records, FIFO state, sequence counters and stats - for sync code and for asyncio.
 
-:func:`backend_from_settings` is the one place settings become a backend; the
-``*_from_settings`` functions are thin wrappers over it for callers that need one store.
-:func:`async_stores_from_settings` makes the asyncio path's two stores from the same settings
-the same way: the Redis URL resolved by :func:`redis_url_from_settings` (``REDIS_URL_SECRET``
-and ``REDIS_CA_CERT_SECRET`` included), a cluster node refused for the FIFO gate store at
-configuration, Firestore in ``settings.project`` and ``settings.firestore_database``.
-Backends are imported here only when selected, so the memory and Firestore backends work
-without the ``redis`` extra; the Redis modules themselves say which extra to install.
+:func:`backend_from_settings` is the one place settings become a backend; the ``*_from_settings``
+functions are thin wrappers over it for callers that need one store.
+:func:`async_stores_from_settings` makes the asyncio path's two stores from the same settings the
+same way: the Redis URL resolved by :func:`redis_url_from_settings`
+(``PUBSUB_TOOLKIT_REDIS_URL_SECRET`` and ``PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET`` included), a
+cluster node refused for the FIFO gate store at configuration, Firestore in ``settings.project`` and
+``settings.firestore_database``. Backends are imported here only when selected, so the memory and
+Firestore backends work without the ``redis`` extra; the Redis modules themselves say which extra to
+install.
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ _resolved_urls: dict[tuple[str | None, str | None, str | None], str] = {}
 def redis_url_from_settings(settings: Settings, *, read_secret: SecretReader | None = None) -> str:
     """The URL every Redis store of ``settings`` connects to.
 
-    REDIS_URL as it is, or REDIS_URL_SECRET's payload; with REDIS_CA_CERT_SECRET the server
-    CA (a PEM) is written to a private temporary file and named in the URL's
-    ``ssl_ca_certs`` argument, which redis-py passes to its TLS connection. Secrets are read
-    once per process: the four stores of a function instance share one read.
+    PUBSUB_TOOLKIT_REDIS_URL as it is, or PUBSUB_TOOLKIT_REDIS_URL_SECRET's payload; with
+    PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET the server CA (a PEM) is written to a private temporary file
+    and named in the URL's ``ssl_ca_certs`` argument, which redis-py passes to its TLS connection.
+    Secrets are read once per process: the four stores of a function instance share one read.
     """
     if settings.redis_url is None and settings.redis_url_secret is None:
         raise ConfigurationError(
-            "redis_url or redis_url_secret (REDIS_URL or REDIS_URL_SECRET) is required for the "
+            "redis_url or redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL or "
+            "PUBSUB_TOOLKIT_REDIS_URL_SECRET) is required for the "
             "Redis backend"
         )
     cache_key = (settings.redis_url, settings.redis_url_secret, settings.redis_ca_cert_secret)
@@ -62,10 +64,10 @@ def redis_url_from_settings(settings: Settings, *, read_secret: SecretReader | N
 def _resolve_redis_url(settings: Settings, read_secret: SecretReader) -> str:
     if settings.redis_url_secret is not None:
         url = read_secret(settings.redis_url_secret).decode().strip()
-        source = "REDIS_URL_SECRET"
+        source = "PUBSUB_TOOLKIT_REDIS_URL_SECRET"
     else:
         url = settings.redis_url or ""
-        source = "REDIS_URL"
+        source = "PUBSUB_TOOLKIT_REDIS_URL"
     if not url.startswith(("redis://", "rediss://", "unix://")):
         # Never echo the value: it carries the AUTH string.
         raise ConfigurationError(f"{source} does not hold a redis:// or rediss:// URL")
@@ -73,12 +75,13 @@ def _resolve_redis_url(settings: Settings, read_secret: SecretReader) -> str:
         return url
     if not url.startswith("rediss://"):
         raise ConfigurationError(
-            f"REDIS_CA_CERT_SECRET is set but {source} is not a rediss:// (TLS) URL"
+            f"PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET is set but {source} is not a rediss:// (TLS) URL"
         )
     pem = read_secret(settings.redis_ca_cert_secret)
     if b"-----BEGIN CERTIFICATE-----" not in pem:
         raise ConfigurationError(
-            f"REDIS_CA_CERT_SECRET ({settings.redis_ca_cert_secret}) holds no PEM certificate"
+            f"PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET ({settings.redis_ca_cert_secret}) holds no PEM "
+            "certificate"
         )
     fd, path = tempfile.mkstemp(prefix="pubsub-toolkit-redis-ca-", suffix=".pem")
     with os.fdopen(fd, "wb") as out:

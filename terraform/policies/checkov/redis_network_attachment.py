@@ -1,26 +1,26 @@
 """CKV_PTK_5: a deployed part that may read Redis settings is attached to a network.
 
 Memorystore has only a private IP: a function, Cloud Run service or App Engine version whose
-environment carries REDIS_URL or REDIS_URL_SECRET but has no network attachment cannot reach
-the store (every dedup call times out). Attachments, per resource type:
+environment carries PUBSUB_TOOLKIT_REDIS_URL or PUBSUB_TOOLKIT_REDIS_URL_SECRET but has no network
+attachment cannot reach the store (every dedup call times out). Attachments, per resource type:
 
 - google_cloudfunctions2_function: ``service_config.vpc_connector`` or a
   ``service_config.direct_vpc_network_interface`` block;
 - google_cloud_run_v2_service: a ``template.vpc_access`` block (connector or network interfaces);
 - google_app_engine_standard_app_version: a ``vpc_access_connector`` block.
 
-This module renders each environment from locals (``each.value.env``, ``local.relay_env``), which
-a static scanner cannot evaluate: such an environment may carry the Redis settings (it does with
+This module renders each environment from locals (``each.value.env``, ``local.relay_env``), which a
+static scanner cannot evaluate: such an environment may carry the Redis settings (it does with
 dedup_backend = "redis"), so it counts as one that does. Only an environment that checkov resolved
-to a map without REDIS_URL / REDIS_URL_SECRET passes without an attachment. Whether the attachment
-is used (var.network set) is a value question for ``terraform test`` (tests/redis.tftest.hcl);
-this check keeps the attachment from disappearing from the code.
+to a map without PUBSUB_TOOLKIT_REDIS_URL / PUBSUB_TOOLKIT_REDIS_URL_SECRET passes without an
+attachment. Whether the attachment is used (var.network set) is a value question for ``terraform
+test`` (tests/redis.tftest.hcl); this check keeps the attachment from disappearing from the code.
 """
 
 from checkov.common.models.enums import CheckCategories, CheckResult
 from checkov.terraform.checks.resource.base_resource_check import BaseResourceCheck
 
-REDIS_KEYS = ("REDIS_URL", "REDIS_URL_SECRET")
+REDIS_KEYS = ("PUBSUB_TOOLKIT_REDIS_URL", "PUBSUB_TOOLKIT_REDIS_URL_SECRET")
 
 
 def _first(conf, key):

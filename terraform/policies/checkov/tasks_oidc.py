@@ -1,14 +1,15 @@
 """CKV_PTK_3: the Cloud Tasks queue signs every HTTP task with an OIDC token.
 
 What is checkable in HCL is the queue's ``http_target.oidc_token`` (tasks.tf): the queue enforces
-that identity and audience on every task whatever its creator put in it, so this one block is
-what makes the relay's check (token email = TASKS_SERVICE_ACCOUNT, audience = RELAY_URL) hold.
-The functions' environment (RELAY_AUTH = "oidc", main.tf) is a conditional local that a static
-scanner cannot evaluate; ``terraform test`` (tests/wiring.tftest.hcl) checks that it agrees with
-the queue. So: the queue must declare an http_target whose oidc_token names both a service
-account and an audience, and no oauth_token (an OAuth token is for Google APIs, not the relay).
-The App Engine routing alternative (tasks_target = "appengine") lives in the same resource as a
-second dynamic block, so the OIDC block must always be there.
+that identity and audience on every task whatever its creator put in it, so this one block is what
+makes the relay's check (token email = PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT, audience =
+PUBSUB_TOOLKIT_RELAY_URL) hold. The functions' environment (PUBSUB_TOOLKIT_RELAY_AUTH = "oidc",
+main.tf) is a conditional local that a static scanner cannot evaluate; ``terraform test``
+(tests/wiring.tftest.hcl) checks that it agrees with the queue. So: the queue must declare an
+http_target whose oidc_token names both a service account and an audience, and no oauth_token (an
+OAuth token is for Google APIs, not the relay). The App Engine routing alternative (tasks_target =
+"appengine") lives in the same resource as a second dynamic block, so the OIDC block must always be
+there.
 """
 
 from checkov.common.models.enums import CheckCategories, CheckResult

@@ -41,8 +41,8 @@ from pubsub_toolkit.operations.cli.trace import add_trace_command
 # an option and answer "expected one argument", so `--delay -5s` is read as `--delay=-5s` and
 # the value's own check explains what is wrong with it.
 _DASH_VALUE_OPTIONS = ("--delay", "--timeout")
-# Commands that send or handle messages: with TRACING=on (as `local env` exports) their spans
-# join each message's trace, as the deployed parts' do.
+# Commands that send or handle messages: with PUBSUB_TOOLKIT_TRACING=on (as `local env` exports)
+# their spans join each message's trace, as the deployed parts' do.
 _TRACED_COMMANDS = ("publish", "subscribe")
 
 
@@ -146,12 +146,12 @@ def _add_subscribe_command(commands: Any) -> None:
     )
     subscribe.add_argument(
         "--subscription",
-        default=os.environ.get("FINAL_SUBSCRIPTION", "final-sub"),
+        default=os.environ.get("PUBSUB_TOOLKIT_FINAL_SUBSCRIPTION", "final-sub"),
         metavar="NAME",
-        help="subscription name or path (default: $FINAL_SUBSCRIPTION or final-sub)",
+        help="subscription name or path (default: $PUBSUB_TOOLKIT_FINAL_SUBSCRIPTION or final-sub)",
     )
     subscribe.add_argument(
-        "--consumer-id", help="dedup/FIFO namespace (default: $CONSUMER_ID or cli)"
+        "--consumer-id", help="dedup/FIFO namespace (default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)"
     )
     subscribe.add_argument(
         "--max",

@@ -23,7 +23,9 @@ def add_dashboard_command(commands: Any) -> None:
     dashboard.add_argument(
         "--port", type=int, default=8760, help="port on 127.0.0.1 (default 8760; 0: any free)"
     )
-    dashboard.add_argument("--consumer-id", help="whose FIFO groups (default: $CONSUMER_ID or cli)")
+    dashboard.add_argument(
+        "--consumer-id", help="whose FIFO groups (default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)"
+    )
     dashboard.add_argument(
         "--dead-letter-subscription",
         default="dead-letter-sub",

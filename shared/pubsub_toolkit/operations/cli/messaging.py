@@ -114,8 +114,8 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     require_emulator_if_local()
     env = dict(os.environ)
     if args.consumer_id:
-        env["CONSUMER_ID"] = args.consumer_id
-    env.setdefault("CONSUMER_ID", "cli")
+        env["PUBSUB_TOOLKIT_CONSUMER_ID"] = args.consumer_id
+    env.setdefault("PUBSUB_TOOLKIT_CONSUMER_ID", "cli")
     quota = _Quota(args.max)
     done = threading.Event()
     output = threading.Lock()

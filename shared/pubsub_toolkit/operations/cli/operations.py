@@ -33,8 +33,8 @@ def gate_and_counter(
 
     env = dict(os.environ)
     if consumer_id:
-        env["CONSUMER_ID"] = consumer_id
-    env.setdefault("CONSUMER_ID", "cli")
+        env["PUBSUB_TOOLKIT_CONSUMER_ID"] = consumer_id
+    env.setdefault("PUBSUB_TOOLKIT_CONSUMER_ID", "cli")
     settings, consumer = Settings.from_env(env), ConsumerSettings.from_env(env)
     backend = backend_from_settings(settings)  # one client for the gate store and the counter
     store = backend.fifo_store()
@@ -90,7 +90,7 @@ def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str
     lines.append(
         "scheduled deliveries: "
         + (
-            "(TASKS_QUEUE not set)"
+            "(PUBSUB_TOOLKIT_TASKS_QUEUE not set)"
             if scheduled.queue is None
             else f"{scheduled.waiting_text} waiting in {scheduled.queue.rsplit('/', 1)[-1]}"
         )
@@ -176,10 +176,11 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 def replay_store() -> DedupStore:
     """The dedup store ingress reads, where `dlq replay` mints its replay ids.
 
-    Ingress dead-letters a replay whose id it finds no mint for (``forged_replay_id``), so the
-    mint must land in ingress's own store: built from the same settings (STORE_BACKEND,
-    DEDUP_COLLECTION, REDIS_URL, ...). The memory backend lives inside one process, so a CLI
-    run could never mint for a running ingress: refused rather than replaying into forgeries.
+    Ingress dead-letters a replay whose id it finds no mint for (``forged_replay_id``), so the mint
+    must land in ingress's own store: built from the same settings (PUBSUB_TOOLKIT_STORE_BACKEND,
+    PUBSUB_TOOLKIT_DEDUP_COLLECTION, PUBSUB_TOOLKIT_REDIS_URL, ...). The memory backend lives inside
+    one process, so a CLI run could never mint for a running ingress: refused rather than replaying
+    into forgeries.
     """
     from pubsub_toolkit.config import Settings
     from pubsub_toolkit.stores.factory import dedup_store_from_settings
@@ -187,7 +188,8 @@ def replay_store() -> DedupStore:
     settings = Settings.from_env()
     if settings.store_backend == "memory":
         raise ToolkitError(
-            "dlq replay mints replay ids in ingress's dedup store; STORE_BACKEND=memory is "
+            "dlq replay mints replay ids in ingress's dedup store; "
+            "PUBSUB_TOOLKIT_STORE_BACKEND=memory is "
             "private to one process (use firestore or redis)"
         )
     return dedup_store_from_settings(settings)

@@ -57,7 +57,9 @@ def add_status_command(commands: Any) -> None:
     status = commands.add_parser(
         "status", help="FIFO groups, dead letters, scheduled deliveries, dedup hit rate"
     )
-    status.add_argument("--consumer-id", help="whose groups (default: $CONSUMER_ID or cli)")
+    status.add_argument(
+        "--consumer-id", help="whose groups (default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)"
+    )
     status.add_argument(
         "--group",
         action="append",
@@ -81,7 +83,7 @@ def add_fifo_commands(commands: Any) -> None:
     """`fifo skip|replay`."""
     fifo = commands.add_parser("fifo", help="operator actions on FIFO groups")
     fifo_commands = fifo.add_subparsers(dest="fifo_command", required=True, metavar="ACTION")
-    consumer_help = "whose group (default: $CONSUMER_ID or cli)"
+    consumer_help = "whose group (default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)"
     skip = fifo_commands.add_parser("skip", help="pass over GROUP's SEQ with a tombstone")
     skip.add_argument("group", help="the FIFO group")
     skip.add_argument("seq", type=positive_int, help="the number to pass over")
@@ -131,6 +133,6 @@ def add_dlq_commands(commands: Any) -> None:
     dlq_replay.add_argument(
         "--consumer-id",
         help="unblock this consumer's groups BLOCKED at a replayed fifo_poison message "
-        "(default: $CONSUMER_ID or cli)",
+        "(default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)",
     )
     dlq_replay.set_defaults(func=cmd_dlq_replay)

@@ -15,7 +15,8 @@ def add_trace_command(commands: Any) -> None:
         "trace",
         help="show every hop of one message (by dedup key) as a tree of spans",
         description="Find every trace with a span for DEDUP_KEY in a trace file (the JSON "
-        "lines TRACE_FILE collects: the local stack sets TRACING=on and one TRACE_FILE for all "
+        "lines PUBSUB_TOOLKIT_TRACE_FILE collects: the local stack sets PUBSUB_TOOLKIT_TRACING=on "
+        "and one PUBSUB_TOOLKIT_TRACE_FILE for all "
         "its parts) and print each as an indented tree in causal order: per span its hop, "
         "operation, kind, duration and start, then its attributes, decisions and links.",
     )
@@ -23,20 +24,22 @@ def add_trace_command(commands: Any) -> None:
     trace.add_argument(
         "--file",
         metavar="PATH",
-        help="the trace file (default: $TRACE_FILE, else the running local stack's)",
+        help="the trace file (default: $PUBSUB_TOOLKIT_TRACE_FILE, else the running local stack's)",
     )
     trace.set_defaults(func=cmd_trace)
 
 
 def default_trace_file() -> str:
-    """$TRACE_FILE, else the running local stack's; TraceFileError naming both if neither."""
-    configured = os.environ.get("TRACE_FILE", "").strip()
+    """$PUBSUB_TOOLKIT_TRACE_FILE, else the running local stack's; TraceFileError naming both if
+    neither."""
+    configured = os.environ.get("PUBSUB_TOOLKIT_TRACE_FILE", "").strip()
     if configured:
         return configured
     path = plugin_trace_file()  # the local stack's, when it is installed and running
     if path is None:
         raise TraceFileError(
-            "no trace file: TRACE_FILE is not set and no local stack is running (start one with "
+            "no trace file: PUBSUB_TOOLKIT_TRACE_FILE is not set and no local stack is running "
+            "(start one with "
             "`pubsub-toolkit local up`, or pass --file PATH)"
         )
     return str(path)

@@ -87,7 +87,7 @@ def dedup_card(snapshot: StatusSnapshot) -> str:
 def scheduled_card(snapshot: StatusSnapshot) -> str:
     s = snapshot.scheduled
     where = (
-        "delays off (TASKS_QUEUE not set)"
+        "delays off (PUBSUB_TOOLKIT_TASKS_QUEUE not set)"
         if s.queue is None
         else f"tasks waiting in {escape(s.queue.rsplit('/', 1)[-1])}"
     )

@@ -4,7 +4,7 @@ Pub/Sub has no cheap "how many are waiting" call, Cloud Tasks none but listing e
 the consumer's counters live in its own processes. In production Cloud Monitoring holds all of
 them: ``pubsub.googleapis.com/subscription/num_undelivered_messages`` and
 ``.../oldest_unacked_message_age`` per subscription, ``cloudtasks.googleapis.com/queue/depth``,
-and - with ``METRICS_EXPORTER=cloud-monitoring`` on the consumer - the toolkit's own
+and - with ``PUBSUB_TOOLKIT_METRICS_EXPORTER=cloud-monitoring`` on the consumer - the toolkit's own
 ``workload.googleapis.com/pubsub_toolkit.decisions`` and ``.handler.duration``.
 :class:`CloudMonitoring` reads them through the Monitoring REST API (google-auth's
 ``AuthorizedSession``: no new dependency), one small request per figure with a timeout and
@@ -92,7 +92,7 @@ class NoMonitoring:
             raise NotAvailable(self.why)
         raise NotAvailable(
             "not recorded locally: the consumer's counters stay in its process "
-            "(METRICS_EXPORTER=cloud-monitoring exports them in production)"
+            "(PUBSUB_TOOLKIT_METRICS_EXPORTER=cloud-monitoring exports them in production)"
         )
 
 

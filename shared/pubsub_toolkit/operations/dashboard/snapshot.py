@@ -48,7 +48,7 @@ class DeadLetterCounts:
 class ScheduledCount:
     """Delayed messages still waiting as Cloud Tasks tasks."""
 
-    queue: str | None  # None: TASKS_QUEUE is not set (delays are off)
+    queue: str | None  # None: PUBSUB_TOOLKIT_TASKS_QUEUE is not set (delays are off)
     waiting: int = 0
     at_least: bool = False  # a bounded listing stopped: ``waiting`` or more
 

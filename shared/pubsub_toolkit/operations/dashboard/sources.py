@@ -122,16 +122,18 @@ class LiveStatusSource:
         env = os.environ if env is None else env
         settings = Settings.from_env(env)
         backend = backend_from_settings(settings)  # one client for the three stores
-        consumer = consumer or env.get("CONSUMER_ID", "").strip() or "cli"
+        consumer = consumer or env.get("PUBSUB_TOOLKIT_CONSUMER_ID", "").strip() or "cli"
         subscription = dead_letter_subscription
         if not subscription.startswith("projects/"):
             subscription = f"projects/{settings.project}/subscriptions/{subscription}"
         queue, tasks = None, None
-        raw_queue = env.get("TASKS_QUEUE", "").strip()
+        raw_queue = env.get("PUBSUB_TOOLKIT_TASKS_QUEUE", "").strip()
         if raw_queue:
             from pubsub_toolkit.delay.scheduler import tasks_client
 
-            queue = queue_path(settings.project, env.get("TASKS_LOCATION", ""), raw_queue)
+            queue = queue_path(
+                settings.project, env.get("PUBSUB_TOOLKIT_TASKS_LOCATION", ""), raw_queue
+            )
             tasks = tasks_client(env.get("CLOUD_TASKS_EMULATOR_HOST") or None)
         metrics: PipelineMetrics = NoMonitoring()
         if not env.get("PUBSUB_EMULATOR_HOST"):
@@ -141,8 +143,14 @@ class LiveStatusSource:
                 logger.warning("Cloud Monitoring unavailable to the status page", exc_info=True)
                 metrics = NoMonitoring(f"Cloud Monitoring unavailable: {describe(exc)}")
         roles = (
-            ("origin", env.get("ORIGIN_SUBSCRIPTION", "") or DEFAULT_ORIGIN_SUBSCRIPTION),
-            ("final", env.get("FINAL_SUBSCRIPTION", "") or DEFAULT_FINAL_SUBSCRIPTION),
+            (
+                "origin",
+                env.get("PUBSUB_TOOLKIT_ORIGIN_SUBSCRIPTION", "") or DEFAULT_ORIGIN_SUBSCRIPTION,
+            ),
+            (
+                "final",
+                env.get("PUBSUB_TOOLKIT_FINAL_SUBSCRIPTION", "") or DEFAULT_FINAL_SUBSCRIPTION,
+            ),
         )
         return cls(
             consumer=consumer,

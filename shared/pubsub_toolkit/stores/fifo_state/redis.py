@@ -141,7 +141,8 @@ class RedisFifoStore:
             client.close()
             raise ConfigurationError(
                 cluster_refusal(
-                    "The Redis FIFO gate store (REDIS_URL is a cluster node)", _CLUSTER_WHY
+                    "The Redis FIFO gate store (PUBSUB_TOOLKIT_REDIS_URL is a cluster node)",
+                    _CLUSTER_WHY,
                 )
             )
         return cls(client, **kwargs)
