@@ -36,6 +36,7 @@ from tests.simulation.workload import Expect, LogicalMessage
 
 SHORT_OUTAGE = 30.0  # seconds of handler failures that must never make a message poison
 POISON = "fifo_poison"
+MISMATCH = "fingerprint_mismatch"  # attributes.REASON_FINGERPRINT_MISMATCH
 
 
 @dataclass(frozen=True)
@@ -258,6 +259,7 @@ def _waits_behind_pubsub_letter(f: Final, group: str, head: int) -> bool:
 
 def _cancel_truthful(f: Final) -> Iterator[Violation]:
     finals, effects = _by_lid(f.ledger.finals), _by_lid(_effects(f.ledger))
+    letters = _by_lid(f.ledger.dead_letters)
     for answer in f.ledger.cancels:
         published = finals.get(answer.lid, [])
         undone = f.relax.cancel_may_be_undone(answer.lid)
@@ -270,6 +272,15 @@ def _cancel_truthful(f: Final) -> Iterator[Violation]:
             )
         if answer.already_delivered and not published:
             yield Violation("5 cancel_truthful", answer.lid, "cancel said delivered; it never was")
+        # A cancel the relay meets after its own check (its claim then finds the tombstone) is
+        # a cancel, not other content under the key: no fingerprint_mismatch dead letter.
+        mismatch = [d for d in letters.get(answer.lid, []) if d.reason == MISMATCH]
+        if not answer.already_delivered and mismatch and not undone:
+            yield Violation(
+                "5 cancel_truthful",
+                answer.lid,
+                f"cancel said not delivered, and it was dead-lettered as {MISMATCH}",
+            )
 
 
 def _no_false_alarm(f: Final) -> Iterator[Violation]:
