@@ -126,6 +126,9 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
             elif m.reasons and not set(reasons) & {*m.reasons, PUBSUB_DEAD_LETTER}:
                 # Pub/Sub's own policy may take it first, after failed attempts (weaker 5).
                 yield Violation(one, m.lid, f"dead-lettered as {reasons}, expected {m.reasons}")
+            yield from _repeated_letters(
+                f, m.lid, [d for d in dead if (d.group, d.seq) not in replayed], one
+            )
             continue
         if not got and not dead and not f.relax.may_be_lost(m.lid):
             yield Violation(one, m.lid, "neither an effect nor a dead letter: lost silently")
@@ -136,10 +139,15 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
         both = [d for d in dead if f.relax.counts_as_both(m.lid, d)]
         if got and both:
             yield Violation(one, m.lid, f"both an effect and dead-lettered as {both[0].reason}")
-        for reason in reasons:
-            mine = [d for d in dead if d.reason == reason and d.source == "toolkit"]
-            if len(mine) > 1 and not f.relax.dead_letter_may_repeat(m.lid, reason):
-                yield Violation(one, m.lid, f"dead-lettered {len(mine)} times as {reason}")
+        yield from _repeated_letters(f, m.lid, dead, one)
+
+
+def _repeated_letters(f: Final, lid: str, dead: list[Any], one: str) -> Iterator[Violation]:
+    """A dead letter is not repeated - whether the message was to be dead-lettered or not."""
+    for reason in sorted({d.reason for d in dead}):
+        mine = [d for d in dead if d.reason == reason and d.source == "toolkit"]
+        if len(mine) > 1 and not f.relax.dead_letter_may_repeat(lid, reason):
+            yield Violation(one, lid, f"dead-lettered {len(mine)} times as {reason}")
 
 
 def _fifo_order(f: Final) -> Iterator[Violation]:
