@@ -440,7 +440,8 @@ def issue_11() -> tuple[Mutation, ...]:
 
 
 def issue_24() -> tuple[Mutation, ...]:
-    """Issue 24's fixes reverted: found by schedules of the default mix, or by their tests."""
+    """Issue 24's fixes reverted: found by schedules (the default mix, or the issue-24 kinds a
+    mutation names at p = 0.5), or by their tests when its schedules miss it."""
     relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
     subscriber = "pubsub_toolkit.consumer.subscriber"
     gate = "pubsub_toolkit.consumer.gate"
