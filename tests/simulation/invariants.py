@@ -236,6 +236,22 @@ def _groups_finish(f: Final) -> Iterator[Violation]:
             None,
             f"{group} stopped at {state.last_processed} of {target} ({why})",
         )
+    yield from _gave_up_names_number(f)
+
+
+GAVE_UP = frozenset({"relay_gave_up", "relay_task_lost"})
+
+
+def _gave_up_names_number(f: Final) -> Iterator[Violation]:
+    """The relay's ALERT for a FIFO message it dead-letters (or loses) on its last attempt names
+    the group and the number: the ALERT is what explains a group waiting there (invariant 4)."""
+    groups = {o.lid: o.group for o in f.ledger.origins if o.lid and o.group and not o.hostile}
+    for d in f.ledger.decisions:
+        if d.get("alert") not in GAVE_UP:
+            continue
+        lid = f.ledger.keys.get(str(d.get("dedup_key") or "").split("#")[0])
+        if lid in groups and not (d.get("fifo_group") and d.get("fifo_seq")):
+            yield Violation("4 groups_finish", lid, f"{d.get('alert')} ALERT names no FIFO number")
 
 
 def _all_settled(f: Final, group: str) -> bool:

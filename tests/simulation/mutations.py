@@ -521,6 +521,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 "tests/unit/test_relay_last_attempt.py"
                 "::test_the_last_attempts_alert_names_a_fifo_messages_group_and_number",
             ),
+            # Cloud Tasks refusing the relay's creates: its last attempt dead-letters
+            enable=("relay_store_outage", "relay_tasks_refused"),
+            budget=300,
         ),
         Mutation(
             "24.5",
@@ -872,6 +875,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_relay_fifo_give_up.py",),
+            enable=("relay_store_outage", "relay_tasks_refused"),
+            budget=300,
         ),
         Mutation(
             "24.L1",
