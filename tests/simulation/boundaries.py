@@ -139,6 +139,8 @@ class Boundaries:
 
     def tasks(self, process: Process, op: str, apply: Callable[[], T]) -> T:
         self._enter(process)
+        if op == "tasks.create" and self._faults.tasks_refused(process.kind):
+            raise TransientError(f"{op} refused (relay_tasks_refused)")
         fault = self._faults.publish()
         crash = self._crash_draw(process, op)
         if fault == "fail":

@@ -14,7 +14,9 @@ draws from its own stream of the seed, so the default workload of a seed never c
   (``dlq_*``, ``error_*``, ``retry_*``, ``fifo_filler``);
 * ``renumber_far`` - a group gets a burst of 66-80 small messages, and one message published
   before the burst has its first publish time out after Pub/Sub accepted it: its producer's
-  retry comes after the burst, more than 64 numbers after the first copy;
+  retry comes after the burst, from the producer restarted meanwhile (:mod:`.producer`: a
+  ``Publisher`` that remembers the number gives the retry the same one), more than 64 numbers
+  after the first copy;
 * ``scale`` - groups publish over hours (the lease-hold and retention paths);
 * ``process_batch`` - (the shape is wired in :mod:`.world`) a burst of 5-20 messages in one
   group, and mostly a batch handler (3 or 5), so that runs from a group's head form.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+from pubsub_toolkit.attributes import DLQ_PREFIX, REASON_RESERVED_ATTRIBUTE
 from tests.simulation.components import TTL
 from tests.simulation.faults import FaultPlan, Kind
 from tests.simulation.workload import Expect, LogicalMessage, Workload
@@ -75,7 +78,12 @@ def reshape(workload: Workload, plan: FaultPlan, rng: random.Random) -> Workload
         for i, m in enumerate(messages):
             if not m.group and not m.hostile and not m.delayed and rng.random() < 0.2:
                 names = rng.sample(sorted(RESERVED), rng.randint(1, 3))
-                messages[i] = replace(m, reserved=tuple(names), expect=Expect.EITHER)
+                # a dlq_* name is refused (a producer's message must not read as a dead
+                # letter: issue 24's defect 8); the others: one effect or one dead letter
+                refused = any(name.startswith(DLQ_PREFIX) for name in names)
+                expect = Expect.DEAD_LETTER if refused else Expect.EITHER
+                reasons: tuple[str, ...] = (REASON_RESERVED_ATTRIBUTE,) if refused else ()
+                messages[i] = replace(m, reserved=tuple(names), expect=expect, reasons=reasons)
     if plan.has(Kind.RENUMBER_FAR):
         messages = _renumber_far(messages, workload.groups, rng)
     config = workload.config

@@ -49,13 +49,20 @@ class Kind(enum.StrEnum):
     PUBLISH_BATCH = "publish_batch"  # a group's messages through Publisher.publish_batch
     SCALE = "scale"  # groups publish over 20-120x longer: living for hours
     STORE_ERROR_REPLY = "store_error_reply"  # READONLY / OOM: StoreUnavailableError, applied or not
+    # with relay_store_outage only: Cloud Tasks refuses the relay's creates while its store is
+    # down, so its last attempt cannot hand the message to a new task (it dead-letters it)
+    RELAY_TASKS_REFUSED = "relay_tasks_refused"
 
 
 # Issue 11's kinds, each drawn with p = 0.4 from the plan's stream.
 BASE_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAVE) + 1]
 # Issue 24's kinds, each drawn from a stream of its own (the base draws never change): with
 # p = 0.5 when enabled (``Options.enable``), else with its rate in PROMOTED (0: opt-in only).
-EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in BASE_KINDS)
+# (relay_tasks_refused draws nothing of its own: it comes with every relay_store_outage when
+# enabled, so the streams of the kinds before it never change.)
+EXTRA_KINDS: tuple[Kind, ...] = tuple(
+    k for k in Kind if k not in BASE_KINDS and k is not Kind.RELAY_TASKS_REFUSED
+)
 EXTRA_RATE = 0.5
 # Issue 24's kinds in the default mix, each with its rate: every one of them since the fixes
 # of 2026-12-04 (each alone, 1,500-3,000 schedules at p = 0.5: 0 violations). The rates keep
@@ -150,6 +157,8 @@ class FaultPlan:
             for k in EXTRA_KINDS
             if extra.random() < (EXTRA_RATE if k in wanted else PROMOTED.get(k, 0.0))
         ]
+        if Kind.RELAY_TASKS_REFUSED in wanted and Kind.RELAY_OUTAGE in drawn:
+            drawn.append(Kind.RELAY_TASKS_REFUSED)
         enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
         restart_at = extra.uniform(5, heal_at)
         outage_start = extra.uniform(0, heal_at)
@@ -229,6 +238,18 @@ class Faults:
         if down:
             self.count("store_outage_call_refused")
         return down
+
+    def tasks_refused(self, kind: str) -> bool:
+        """relay_tasks_refused: does Cloud Tasks refuse a create by a process of ``kind`` now
+        (a relay, while the relays' store is down)?"""
+        refused = (
+            kind == "relay"
+            and self.plan.has(Kind.RELAY_TASKS_REFUSED)
+            and self.plan.relay_outage.covers(self._now())
+        )
+        if refused:
+            self.count(Kind.RELAY_TASKS_REFUSED.value)
+        return refused
 
     def publish(self) -> str | None:
         """ "fail" (nothing published) or "timeout" (published, then an error), else None."""

@@ -36,6 +36,7 @@ from tests.simulation.workload import Expect, LogicalMessage
 
 SHORT_OUTAGE = 30.0  # seconds of handler failures that must never make a message poison
 POISON = "fifo_poison"
+MISMATCH = "fingerprint_mismatch"  # attributes.REASON_FINGERPRINT_MISMATCH
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,9 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
             elif m.reasons and not set(reasons) & {*m.reasons, PUBSUB_DEAD_LETTER}:
                 # Pub/Sub's own policy may take it first, after failed attempts (weaker 5).
                 yield Violation(one, m.lid, f"dead-lettered as {reasons}, expected {m.reasons}")
+            yield from _repeated_letters(
+                f, m.lid, [d for d in dead if (d.group, d.seq) not in replayed], one
+            )
             continue
         if not got and not dead and not f.relax.may_be_lost(m.lid):
             yield Violation(one, m.lid, "neither an effect nor a dead letter: lost silently")
@@ -135,10 +139,15 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
         both = [d for d in dead if f.relax.counts_as_both(m.lid, d)]
         if got and both:
             yield Violation(one, m.lid, f"both an effect and dead-lettered as {both[0].reason}")
-        for reason in reasons:
-            mine = [d for d in dead if d.reason == reason and d.source == "toolkit"]
-            if len(mine) > 1 and not f.relax.dead_letter_may_repeat(m.lid, reason):
-                yield Violation(one, m.lid, f"dead-lettered {len(mine)} times as {reason}")
+        yield from _repeated_letters(f, m.lid, dead, one)
+
+
+def _repeated_letters(f: Final, lid: str, dead: list[Any], one: str) -> Iterator[Violation]:
+    """A dead letter is not repeated - whether the message was to be dead-lettered or not."""
+    for reason in sorted({d.reason for d in dead}):
+        mine = [d for d in dead if d.reason == reason and d.source == "toolkit"]
+        if len(mine) > 1 and not f.relax.dead_letter_may_repeat(lid, reason):
+            yield Violation(one, lid, f"dead-lettered {len(mine)} times as {reason}")
 
 
 def _fifo_order(f: Final) -> Iterator[Violation]:
@@ -227,6 +236,22 @@ def _groups_finish(f: Final) -> Iterator[Violation]:
             None,
             f"{group} stopped at {state.last_processed} of {target} ({why})",
         )
+    yield from _gave_up_names_number(f)
+
+
+GAVE_UP = frozenset({"relay_gave_up", "relay_task_lost"})
+
+
+def _gave_up_names_number(f: Final) -> Iterator[Violation]:
+    """The relay's ALERT for a FIFO message it dead-letters (or loses) on its last attempt names
+    the group and the number: the ALERT is what explains a group waiting there (invariant 4)."""
+    groups = {o.lid: o.group for o in f.ledger.origins if o.lid and o.group and not o.hostile}
+    for d in f.ledger.decisions:
+        if d.get("alert") not in GAVE_UP:
+            continue
+        lid = f.ledger.keys.get(str(d.get("dedup_key") or "").split("#")[0])
+        if lid in groups and not (d.get("fifo_group") and d.get("fifo_seq")):
+            yield Violation("4 groups_finish", lid, f"{d.get('alert')} ALERT names no FIFO number")
 
 
 def _all_settled(f: Final, group: str) -> bool:
@@ -258,6 +283,7 @@ def _waits_behind_pubsub_letter(f: Final, group: str, head: int) -> bool:
 
 def _cancel_truthful(f: Final) -> Iterator[Violation]:
     finals, effects = _by_lid(f.ledger.finals), _by_lid(_effects(f.ledger))
+    letters = _by_lid(f.ledger.dead_letters)
     for answer in f.ledger.cancels:
         published = finals.get(answer.lid, [])
         undone = f.relax.cancel_may_be_undone(answer.lid)
@@ -270,6 +296,15 @@ def _cancel_truthful(f: Final) -> Iterator[Violation]:
             )
         if answer.already_delivered and not published:
             yield Violation("5 cancel_truthful", answer.lid, "cancel said delivered; it never was")
+        # A cancel the relay meets after its own check (its claim then finds the tombstone) is
+        # a cancel, not other content under the key: no fingerprint_mismatch dead letter.
+        mismatch = [d for d in letters.get(answer.lid, []) if d.reason == MISMATCH]
+        if not answer.already_delivered and mismatch and not undone:
+            yield Violation(
+                "5 cancel_truthful",
+                answer.lid,
+                f"cancel said not delivered, and it was dead-lettered as {MISMATCH}",
+            )
 
 
 def _no_false_alarm(f: Final) -> Iterator[Violation]:

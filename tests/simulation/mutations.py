@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -132,7 +133,20 @@ class Mutation:
     what: str
     edits: tuple[SourceEdit | Replacement | TextEdit, ...]
     guarded_by: tuple[str, ...] = ()
-    enable: tuple[str, ...] = ()  # opt-in fault kinds its schedules draw (``--enable``)
+    enable: tuple[str, ...] = ()  # issue-24 kinds its schedules draw at p = 0.5 (``--enable``)
+    # Schedules searched before ``guarded_by`` runs (None: BOUND without tests, else none):
+    # a test-guarded fix a schedule can see is looked for by schedules first.
+    budget: int | None = None
+    # The schedules checked with ``--strict``'s sharper rollback excuses (a store loss excuses
+    # only what an ALERT named): a violation counts only where the fixed code keeps the seed.
+    strict: bool = False
+
+    @property
+    def schedules(self) -> int:
+        """How many schedules the search runs before it turns to ``guarded_by``."""
+        if self.budget is not None:
+            return self.budget
+        return 0 if self.guarded_by else BOUND
 
 
 @contextmanager
@@ -180,14 +194,29 @@ def _new_violations(mutated: Result, baseline: Result) -> list[str]:
     return [str(v) for v in mutated.violations if (v.invariant, v.lid) not in known]
 
 
-def search(mutation: Mutation, bound: int = BOUND, start: int = 0) -> dict[str, Any]:
-    """Seeds from ``start`` under ``mutation`` until one breaks what the fixed code keeps (or,
-    for a test-guarded mutation, its tests run under it: found when they fail)."""
-    if mutation.guarded_by:
-        return _run_guarding_tests(mutation)
+def search(
+    mutation: Mutation, bound: int | None = None, start: int = 0, *, tests: bool = True
+) -> dict[str, Any]:
+    """Seeds from ``start`` under ``mutation`` until one breaks what the fixed code keeps -
+    at most ``bound`` (default: the mutation's own budget); when none does and the mutation is
+    test-guarded, its tests run under it (found when they fail; ``tests=False``: not run)."""
+    bound = mutation.schedules if bound is None else bound
+    found = _search_schedules(mutation, bound, start) if bound else None
+    if found is not None and (found["found"] or not (tests and mutation.guarded_by)):
+        return found
+    if mutation.guarded_by and tests:
+        tested = _run_guarding_tests(mutation)
+        if found is None:
+            return tested
+        seconds = round(tested["seconds"] + found["seconds"], 2)  # the schedules', then the tests'
+        return {**tested, "schedules_tried": bound, "seconds": seconds}
+    return {"found": False, "schedules_tried": 0}
+
+
+def _search_schedules(mutation: Mutation, bound: int, start: int) -> dict[str, Any]:
     for edit in mutation.edits:  # a stale revert fails here, before any schedule runs
         edit.patch()
-    options = Options(enable=tuple(Kind(k) for k in mutation.enable))
+    options = Options(enable=tuple(Kind(k) for k in mutation.enable), strict=mutation.strict)
     began = time.monotonic()
     for n, seed in enumerate(range(start, start + bound), 1):
         with applied(mutation):
@@ -413,7 +442,8 @@ def issue_11() -> tuple[Mutation, ...]:
 
 
 def issue_24() -> tuple[Mutation, ...]:
-    """Issue 24's fixes reverted: found by schedules of the default mix, or by their tests."""
+    """Issue 24's fixes reverted: found by schedules (the default mix, or the issue-24 kinds a
+    mutation names at p = 0.5), or by their tests when its schedules miss it."""
     relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
     subscriber = "pubsub_toolkit.consumer.subscriber"
     gate = "pubsub_toolkit.consumer.gate"
@@ -475,6 +505,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_relay_last_attempt.py",),
+            enable=("relay_store_outage",),  # 5 % of default schedules: found at 2 with it
+            budget=300,
         ),
         Mutation(
             "24.9b",
@@ -491,6 +523,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 "tests/unit/test_relay_last_attempt.py"
                 "::test_the_last_attempts_alert_names_a_fifo_messages_group_and_number",
             ),
+            # Cloud Tasks refusing the relay's creates: its last attempt dead-letters
+            enable=("relay_store_outage", "relay_tasks_refused"),
+            budget=300,
         ),
         Mutation(
             "24.5",
@@ -547,6 +582,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 integration + "test_dlq_untrusted_letters.py"
                 "::test_a_producers_dead_letter_attributes_are_refused_and_its_letter_is_what_it_sent",
             ),
+            # reserved_attributes: a dlq_* name is expected dead-lettered reserved_attribute
+            enable=("reserved_attributes",),
+            budget=300,
         ),
         Mutation(
             "24.11",
@@ -592,6 +630,9 @@ def issue_24() -> tuple[Mutation, ...]:
             guarded_by=(
                 "tests/unit/test_ingress.py::test_a_renumbered_retry_far_from_its_first_copy_runs_once",
             ),
+            # renumber_far's retry comes from a restarted producer (a new number, > 64 later)
+            enable=("renumber_far",),
+            budget=600,
         ),
         Mutation(
             "24.1b",
@@ -621,6 +662,7 @@ def issue_24() -> tuple[Mutation, ...]:
                 integration + "test_fifo_store_loss_redis.py"
                 "::test_new_messages_after_redis_restarted_empty_run_not_acked_as_duplicates",
             ),
+            budget=BOUND,  # the default mix's store_restart_empty (p = 0.1): found at 362
         ),
         Mutation(
             "24.2b",
@@ -826,6 +868,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_relay_last_attempt_continues.py",),
+            enable=("relay_store_outage",),
+            budget=300,
         ),
         Mutation(
             "24.filler",
@@ -839,6 +883,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_relay_fifo_give_up.py",),
+            enable=("relay_store_outage", "relay_tasks_refused"),
+            budget=300,
         ),
         Mutation(
             "24.L1",
@@ -858,6 +904,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_restart_parked_head.py",),
+            # a counter that restarts: lost with the store, or expired over a long pause
+            enable=("store_restart_empty", "long_pause"),
+            budget=600,
         ),
         Mutation(
             "24.L2",
@@ -871,6 +920,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_gate_ran_keys.py",),
+            enable=("renumber_far",),  # a retry renumbered > 64 later, by a new Publisher
+            budget=600,
         ),
         Mutation(
             "24.L3",
@@ -920,6 +971,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_end_other_process.py",),
+            # copies past the end: a far retry after its group's end, on another process
+            enable=("renumber_far", "fifo_end"),
+            budget=600,
         ),
         Mutation(
             "24.replay_cancel",
@@ -977,15 +1031,17 @@ def hand_made() -> tuple[Mutation, ...]:
     (as the service and the local emulator do) and invariant 12 counts ``schedule_rejected`` as
     a refusal of a legitimate message.
 
+    H5 is found by schedules since invariant 5 looks at a cancelled message's dead letters
+    too: its relay, meeting the cancel after its own check, dead-lettered it as a mismatch.
+
     Why a test and not schedules (none found in 3,000 default schedules, nor 1,000 with the
     opt-in kinds named): H1, H2 need a lease to run out under a run, and the schedules'
     handlers take no time (``slow_handler``, ``long_pause``: none either; the gate's advance
     refuses a number already passed, which hides H1 once the new holder advanced); H2r, H3r
     are Lua only a real redis-server runs; H3 needs a rival's write to reach the same save
     count after a rollback while a process compares with its own last version (the ABA the
-    simulation found at seed 16,289; ``store_restart_empty``: none in 1,000); H5:
-    invariant 1 does not look at a cancelled message, so its false dead letter goes unseen;
-    H6: reissued numbers parked after a loss (none in 1,000 with ``store_restart_empty``).
+    simulation found at seed 16,289; ``store_restart_empty``: none in 1,000); H6: reissued
+    numbers parked after a loss (none in 1,000 with ``store_restart_empty``).
     """
     fifo_redis = "pubsub_toolkit.stores.fifo_state.redis"
     contract = "tests/integration/test_dedup_store_contract.py"
@@ -1092,6 +1148,9 @@ def hand_made() -> tuple[Mutation, ...]:
                 "tests/unit/test_relay.py"
                 "::test_a_cancel_landing_between_the_check_and_the_publish_wins_or_is_told_delivered",
             ),
+            # invariant 5: a cancel that said "not delivered" is not dead-lettered as a
+            # mismatch either (the default mix's cancel + interleave: found at 249)
+            budget=BOUND,
         ),
         Mutation(
             "H6",
@@ -1135,18 +1194,25 @@ _STALE_COMPLETE = SourceEdit(
 )
 
 
-def run_all(bound: int = BOUND) -> dict[str, Any]:
+def run_all(bound: int | None = None, workers: int = 2) -> dict[str, Any]:
     """Every mutation searched for, by id: what it reverts, its series (``issue_11``,
-    ``issue_24``, ``hand_made``), the opt-in kinds its schedules drew, and what found it."""
-    out: dict[str, Any] = {}
+    ``issue_24``, ``hand_made``), the issue-24 kinds its schedules drew at p = 0.5, and what
+    found it (``bound``: schedules each, default its own budget) - on ``workers`` processes,
+    each mutation in a process of its own fork (a revert never outlives its search)."""
     series = {"issue_11": issue_11(), "issue_24": issue_24(), "hand_made": hand_made()}
-    for name, members in series.items():
-        for mutation in members:
-            out[mutation.defect] = {"series": name, **_searched(mutation, bound)}
-    return out
+    jobs = [(name, m.defect, bound) for name, members in series.items() for m in members]
+    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1) as pool:
+        done = pool.map(_searched_job, jobs, chunksize=1)
+    return dict(done)
 
 
-def _searched(mutation: Mutation, bound: int) -> dict[str, Any]:
+def _searched_job(job: tuple[str, str, int | None]) -> tuple[str, dict[str, Any]]:
+    name, defect, bound = job
+    mutation = next(m for m in mutations() if m.defect == defect)
+    return defect, {"series": name, **_searched(mutation, bound)}
+
+
+def _searched(mutation: Mutation, bound: int | None) -> dict[str, Any]:
     try:
         found = search(mutation, bound)
     except StaleMutation as exc:
@@ -1159,7 +1225,8 @@ def _searched(mutation: Mutation, bound: int) -> dict[str, Any]:
 def main() -> int:
     from tests.simulation.runner import write
 
-    results = run_all()
+    workers = int(os.environ.get("WORKERS", "2"))
+    results = run_all(workers=workers)
     write("mutations", results)
     return 0 if all(r.get("found") for r in results.values()) else 1
 

@@ -20,7 +20,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.delay import cancel as cancelling
 from pubsub_toolkit.errors import ContractViolation
 from pubsub_toolkit.message import OutboundMessage
-from tests.simulation.components import ORIGIN
+from tests.simulation.components import ORIGIN, build_producer
 from tests.simulation.dimensions import RESERVED
 from tests.simulation.faults import Kind
 from tests.simulation.ledger import CancelAnswer
@@ -40,6 +40,9 @@ class ProducerApp:
         self._batched: dict[str, list[LogicalMessage]] = {}  # publish_batch: first lid -> all
         self._ending: set[str] = set()  # fifo_end: lids whose next publish ends their group
         self._timed_out: set[str] = set()  # renumber_far: first publishes made to time out
+        # renumber_far: the Publisher the timed-out message's retry goes through - the
+        # producer's, restarted since (built fresh for its process: no number remembered)
+        self._restarted: dict[str, tuple[Any, Any]] = {}
 
     def start(self) -> None:
         world = self._world
@@ -116,7 +119,7 @@ class ProducerApp:
         if slot is not None:
             action = world.ledger.begin(f"produce {m.lid}")
             try:
-                self._send(slot.app, slot.process, m)
+                self._send(self._publisher(slot, m), slot.process, m)
             except ProcessCrashed:
                 world.ledger.end(action, done=False)
             except Exception as exc:
@@ -138,6 +141,21 @@ class ProducerApp:
         world.loop.after(
             retry, f"produce {m.lid} retry", lambda: self._publish(m, attempt + 1, then)
         )
+
+    def _publisher(self, slot: Any, m: LogicalMessage) -> Any:
+        """The Publisher ``m`` goes through now: the slot's - except for renumber_far's retry,
+        which its outbox sends after the producer restarted. A Publisher gives a retry of a
+        key and content its first number again (issue 24's 24.1b) only while it remembers it;
+        a restarted one takes a new number from the counter, more than the gate's key window
+        after the first copy - the case ingress's filler (24.1) and the gate's own memory of
+        the keys it ran (24.L2) are for."""
+        if m.lid not in self._timed_out:
+            return slot.app
+        process, publisher = self._restarted.get(m.lid, (None, None))
+        if process is not slot.process:
+            publisher = build_producer(self._world, slot.process)
+            self._restarted[m.lid] = (slot.process, publisher)
+        return publisher
 
     def _send(self, publisher: Any, process: Any, m: LogicalMessage) -> None:
         if m.hostile in ("reused_seq", "out_of_range_seq") or m.reserved:
