@@ -995,6 +995,34 @@ def issue_24() -> tuple[Mutation, ...]:
             guarded_by=("tests/unit/test_replay_of_cancelled.py",),
         ),
         Mutation(
+            "24.replay_cancel_race",
+            "a DLQ replay's release claims its own fate record only: a cancel() after its check "
+            "answers 'not delivered' about a replay on the final topic",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.delay.cancel",
+                    "release_once",
+                    "    if original_key is None:\n",
+                    "    if True:\n",
+                ),
+            ),
+            guarded_by=("tests/unit/test_cancel_races_replay.py",),
+        ),
+        Mutation(
+            "24.past_end_settled",
+            "a settle past a group's end leaves no proof: a copy the store lost before the end ran "
+            "is taken for settled (lost silently)",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.consumer.gate_rules",
+                    "without_after_end",
+                    "skipped=merge_ranges(state.skipped, tuple(sorted(gone))),",
+                    "skipped=state.skipped,",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_end_other_process.py",),
+        ),
+        Mutation(
             "24.older",
             "a late message of the old sequence at a number another key took is a duplicate",
             (
