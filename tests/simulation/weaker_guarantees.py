@@ -83,6 +83,9 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    ``Publisher``"): a retry renumbered more than the gate's key window (64) after its first
    copy, whose copy reached ingress first, runs once at the later number - after the messages
    published between the two (invariant 2 not checked for that effect; seeds 85879, 95276).
+   When both copies reached the final topic (an ingress published the first and crashed before
+   recording it) and the later number is past the group's end, the message ran at its first
+   number and the later copy is dead-lettered ``fifo_after_end`` (seed 273).
 """
 
 from __future__ import annotations
@@ -279,9 +282,15 @@ class Relaxation:
         excused = self.named(lid) or self.effect_at_risk(lid) or lid in self.victims
         # weaker 6: the relay's last attempt, after a run that published and could not record
         unrecorded = letter.reason in LAST_ATTEMPT_REASONS and ("final", lid) in self.at_risk
-        return not (excused or unrecorded or self._copy_gave_up(lid, letter.reason)) and (
-            letter.source != "pubsub"
+        # weaker 7: a far retry's later copy past its group's end, next to the first copy an
+        # ingress published and could not record (the two-phase window; seed 273)
+        past_end = (
+            letter.reason == "fifo_after_end"
+            and ("final", lid) in self.at_risk
+            and self.ran_at_later_copy(lid, letter.seq)
         )
+        gave_up = self._copy_gave_up(lid, letter.reason)
+        return not (excused or unrecorded or past_end or gave_up) and (letter.source != "pubsub")
 
     def _copy_gave_up(self, lid: str, reason: str) -> bool:
         """weaker 6: a renumbered copy's own task, dead-lettered on its last attempt, or late
