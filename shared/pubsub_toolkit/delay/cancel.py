@@ -16,10 +16,13 @@ TTL from :func:`fate_ttl`.
 So a ``cancel`` that lands between the relay's checks and its publish cannot answer "not
 delivered" while the message goes out: either the tombstone exists and the relay publishes
 nothing (a later hop, or a task already dispatched, finds it too), or the relay's claim exists
-and ``cancel`` answers ``already_delivered=True`` (the relay holds the claim and will publish;
-Cloud Tasks retries it until it has). A plain message's first task is deleted as well, to save
-a call; a FIFO message's task is left to fire (its name carries the number, so ``delete`` does
-not find it), because the relay must then publish a filler for its number.
+and ``cancel`` answers ``already_delivered=True`` once the release is done - while it is only
+claimed, ``cancel`` raises ``ClaimInProgressError`` (try again): the relay may have died before
+its publish, and its last attempt may give the message up (dead-lettered, or handed to the
+operator), so "delivered" is not known true until the record says done. A plain message's
+first task is deleted as well, to save a call; a FIFO message's task is left to fire (its name
+carries the number, so ``delete`` does not find it), because the relay must then publish a
+filler for its number.
 
 A replay from the dead-letter topic has its own fate record, ``dedup_key#replay:ID``
 (:func:`fate_key`): the original's record may already be decided. So has a consumer's delayed
@@ -95,7 +98,8 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
     """Cancel the delayed message ``dedup_key``; idempotent.
 
     Raises :class:`~pubsub_toolkit.errors.ClaimInProgressError` while another ``cancel`` of the
-    same key, or its release (a DLQ replay's included), is half-way (try again).
+    same key, or its release (a DLQ replay's included), is half-way (try again) - a release
+    claimed and never finished too, however long ago: only a finished release is "delivered".
     """
     claim = store.claim(
         RELAY_NAMESPACE, dedup_key, CANCELLED, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
@@ -104,7 +108,14 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
         store.complete(RELAY_NAMESPACE, dedup_key, claim, CANCELLED, ttl=TOMBSTONE_TTL)
     elif claim.status is ClaimStatus.IN_PROGRESS:
         raise ClaimInProgressError(f"another cancel or a release of {dedup_key!r} is in progress")
-    delivered = claim.status is ClaimStatus.MISMATCH  # the relay's own claim got there first
+    elif claim.status is ClaimStatus.MISMATCH and not _finished(claim.record):
+        # A release claimed and not finished: its publish may or may not have happened (its
+        # relay may have died before it, and its last attempt may yet give the message up),
+        # so neither answer is known true - even once the lease has ended.
+        raise ClaimInProgressError(
+            f"a release of {dedup_key!r} is claimed and unfinished: try again once it settles"
+        )
+    delivered = claim.status is ClaimStatus.MISMATCH  # the relay's own release got there first
     deleted = False if delivered else scheduler.delete(dedup_key)
     logger.info(
         "cancel %s: %s (task deleted=%s)",
@@ -125,6 +136,11 @@ def is_cancelled(store: DedupStore, fate_key: str, original_key: str | None = No
     ``fate_key``'s text: a producer's own key may look like a replay's (``order#replay:7``)."""
     keys = (fate_key,) if original_key is None else (fate_key, original_key)
     return any(_is_tombstone(store.get(RELAY_NAMESPACE, key)) for key in keys)
+
+
+def _finished(record: DedupRecord | None) -> bool:
+    """True when ``record`` is a completed release: its message is on the final topic."""
+    return record is not None and record.state is RecordState.DONE
 
 
 def _is_tombstone(record: DedupRecord | None) -> bool:

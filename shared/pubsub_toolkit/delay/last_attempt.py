@@ -25,7 +25,10 @@ operator whole (``relay_handover_unconfirmed``: data, attributes, the task's nam
 and a ``replay_id``). Its route is a replay, as ``dlq replay`` does one (mint the id, publish to
 the ingress topic with it): ingress releases it through the message's release record, so a
 cancel wins and a task releasing it too is a duplicate. Published again without the id, ingress
-acks it as a duplicate of the original publish (its record lives ``DEDUP_TTL``): lost.
+acks it as a duplicate of the original publish (its record lives ``DEDUP_TTL``): lost. A FIFO
+number handed over so is filled (``dead_lettered:relay_handover_unconfirmed``), as a dead-lettered
+one is: its group does not wait for the operator, and a copy released later is kept by the gate
+(``fifo_late_after_skip``), never run out of order (seed 79 of ``relay_tasks_refused``).
 
 Hand-overs end: a message is handed over only until it is ``DEDUP_TTL`` past its due time
 (consumers keep its key that long, so a copy an earlier run published unrecorded is still a
@@ -88,6 +91,8 @@ from pubsub_toolkit.producer.sink import MessageSink
 
 REASON_STORE_UNAVAILABLE = "relay_store_unavailable"
 REASON_RETRIES_EXHAUSTED = "relay_retries_exhausted"
+# The filler's reason for a FIFO number handed to the operator (its hand-over task in doubt).
+REASON_HANDOVER_UNCONFIRMED = "relay_handover_unconfirmed"
 # Creates of the next task tried per attempt: the name is fixed, so a create that timed out
 # after Cloud Tasks applied it is answered AlreadyExists by the next try.
 CONTINUE_TRIES = 3
@@ -256,7 +261,15 @@ class LastAttempt:
             "store ingress reads (pubsub_toolkit.dead_letters.replay.mint), then publish "
             "data_base64 and attributes plus that replay_id to the ingress topic: ingress "
             "releases it through its release record (not if cancelled; once, should the task "
-            "release it too). Not without replay_id: ingress acks that as a duplicate",
+            "release it too). Not without replay_id: ingress acks that as a duplicate"
+            + (
+                f". Its FIFO number {number[attr.FIFO_GROUP]}#{number[attr.FIFO_SEQ]} is filled "
+                "so the group goes on: a copy released later (the task, or the replay) is kept "
+                "on the consumer's dead-letter topic as fifo_late_after_skip, never run out of "
+                "order"
+                if len(number) == 2
+                else ""
+            ),
             dedup_key=key,
             level=logging.ERROR,
             alert="relay_handover_unconfirmed",
@@ -336,7 +349,7 @@ class LastAttempt:
             # The dead letter holds the message; only the group's way on is missing.
             self._log.decision(
                 "filler_unsent",
-                f"ALERT: {group}#{seq} was dead-lettered but its filler was not published "
+                f"ALERT: {group}#{seq} was given up ({reason}) but its filler was not published "
                 f"({exc}): the group waits at that number - skip it (pubsub-toolkit fifo skip "
                 f"{group} {seq}) or replay the dead letter",
                 dedup_key=key,

@@ -17,7 +17,8 @@ A transient failure raises; the web layer answers 5xx and Cloud Tasks retries wi
 except on the queue's last attempt (:mod:`.attempts`): then the message is handed to a new task
 of the relay's own until ``DEDUP_TTL`` past its due time, and only dead-lettered with a reason
 (a FIFO one followed by a filler, so its group goes on) when no task is made
-(:mod:`.last_attempt`). A release record lives as long as a cancel tombstone
+(:mod:`.last_attempt`); a FIFO number whose task is in doubt (handed to the operator) is filled
+too. A release record lives as long as a cancel tombstone
 (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
 
 (About 340 lines: the relay's request handling, its release under the fate record and its
@@ -53,7 +54,12 @@ from pubsub_toolkit.delay.cancel import (
     released_message_id,
     replayed_key,
 )
-from pubsub_toolkit.delay.last_attempt import HandOver, HopScheduler, LastAttempt
+from pubsub_toolkit.delay.last_attempt import (
+    REASON_HANDOVER_UNCONFIRMED,
+    HandOver,
+    HopScheduler,
+    LastAttempt,
+)
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
@@ -236,6 +242,12 @@ class Relay:
         )
         if handed is not HandOver.NOT_MADE:  # the queue has it, or may have: never a letter too
             doubt = "" if handed is HandOver.MADE else f" ({handed})"
+            if handed is HandOver.UNCONFIRMED:
+                # With the operator, not the queue: its group must not wait for the operator
+                # either. The filler's tombstone keeps a copy the task may release, never runs it.
+                message = _as_message(delayed)
+                reason = REASON_HANDOVER_UNCONFIRMED
+                last.fill(self._sink, self._final_topic, message, delayed.dedup_key, reason)
             return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}{doubt}")
         reason = last.dead_letter(_as_message(delayed), key)
         last.fill(self._sink, self._final_topic, _as_message(delayed), delayed.dedup_key, reason)
