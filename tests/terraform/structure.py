@@ -160,7 +160,7 @@ def provider_floors_problems(versions_tf: Path, tf_dir: Path) -> Problems:
     """``versions_tf`` (the module's, the example's, the deploy root's) requires each provider at
     least at the release that brought the newest argument the module's *.tf set."""
     text = "\n".join(path.read_text() for path in sorted(tf_dir.glob("*.tf")))
-    with versions_tf.open() as handle:
+    with _PARSE_LOCK, versions_tf.open() as handle:  # the parser is shared (see _PARSE_LOCK)
         settings = hcl2.load(handle).get("terraform", [{}])[0]
     declared: dict[str, str] = {}
     for entry in settings.get("required_providers", []):
