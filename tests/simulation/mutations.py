@@ -1052,8 +1052,9 @@ def issue_24() -> tuple[Mutation, ...]:
 
 def hand_made() -> tuple[Mutation, ...]:
     """Issue 24's seven bugs introduced by hand in a review (the simulation found two of them
-    then), as plausible one-line edits of today's code (H2r, H3r: the same bug in the Redis
-    store's script), each found by schedules of the default mix or by the test named.
+    then), as plausible one-line edits of today's code (H3r: the same bug in the Redis FIFO
+    store's script; H2r: H2's revert - the claim loop's one token check - seen on a real
+    redis-server), each found by schedules of the default mix or by the test named.
 
     H4 is found by schedules since the Cloud Tasks model refuses a schedule time past 30 days
     (as the service and the local emulator do) and invariant 12 counts ``schedule_rejected`` as
@@ -1065,8 +1066,8 @@ def hand_made() -> tuple[Mutation, ...]:
     Why a test and not schedules (none found in 3,000 default schedules, nor 1,000 with the
     opt-in kinds named): H1, H2 need a lease to run out under a run, and the schedules'
     handlers take no time (``slow_handler``, ``long_pause``: none either; the gate's advance
-    refuses a number already passed, which hides H1 once the new holder advanced); H2r, H3r
-    are Lua only a real redis-server runs; H3 needs a rival's write to reach the same save
+    refuses a number already passed, which hides H1 once the new holder advanced); H2r runs
+    H2's revert against a real redis-server, H3r is Lua only a real redis-server runs; H3 needs a rival's write to reach the same save
     count after a rollback while a process compares with its own last version (the ABA the
     simulation found at seed 16,289; ``store_restart_empty``: none in 1,000); H6: reissued
     numbers parked after a loss (none in 1,000 with ``store_restart_empty``).
