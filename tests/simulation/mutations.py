@@ -1069,8 +1069,9 @@ def hand_made() -> tuple[Mutation, ...]:
     refuses a number already passed, which hides H1 once the new holder advanced); H2r runs
     H2's revert against a real redis-server, H3r is Lua only a real redis-server runs; H3 needs
     a rival's write to reach the same save count after a rollback while a process compares with
-    its own last version (the ABA the simulation found at seed 16,289; ``store_restart_empty``: none in 1,000); H6: reissued
-    numbers parked after a loss (none in 1,000 with ``store_restart_empty``).
+    its own last version (the ABA the simulation found at seed 16,289; ``store_restart_empty``:
+    none in 1,000); H6: reissued numbers parked after a loss (none in 1,000 with
+    ``store_restart_empty``).
     """
     fifo_redis = "pubsub_toolkit.stores.fifo_state.redis"
     contract = "tests/integration/test_dedup_store_contract.py"
