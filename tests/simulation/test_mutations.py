@@ -17,10 +17,15 @@ from tests.simulation.mutations import Mutation, mutations, search
 # draw the costlier issue-24 kinds at p = 0.5, are marked slow - ``make sim-mutations`` and
 # ``make test-slow`` run them - so that ``make test`` stays within its time.
 SLOW = frozenset({"4", "6b", "24.nack", "24.2", "24.L1", "H5", "24.1", "24.L2", "24.fifo_end"})
+# Searched by schedules first, but found by their tests today: 24.9b's path (the relay's last
+# attempt dead-letters) is reached only when Cloud Tasks refuses a create outright, and
+# `relay_tasks_refused` refuses transiently - since seed 79's fix a create in doubt hands the
+# message to the operator (and fills a FIFO number) instead. `make sim-mutations` runs its test.
+FOUND_BY_TESTS = frozenset({"24.9b"})
 SCHEDULE_FOUND = tuple(
     pytest.param(m, marks=pytest.mark.slow) if m.defect in SLOW else m
     for m in mutations()
-    if m.schedules
+    if m.schedules and m.defect not in FOUND_BY_TESTS
 )
 
 
