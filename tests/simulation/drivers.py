@@ -29,6 +29,10 @@ from tests.simulation.pubsub import Answer
 
 SWEEP_INTERVAL = 1.0
 MAX_IDLE_SWEEP_INTERVAL = 30.0  # while faults are active; unbounded doubling afterwards
+# Due events a slow handler's call lets run meanwhile (a plain sleep: 4): enough for the
+# deliveries that matter - the same message again once its ack deadline passed, another
+# process taking over the lease the call outlived - to happen while it still runs.
+SLOW_EVENTS = 64
 
 
 class DependencyDown(ConnectionError):
@@ -103,7 +107,7 @@ class Drivers:
             seconds = w.rng.uniform(0.5, 2.5) * longest
             w.faults.count("slow_handler_call")
             w.trace.add(f"{process.name}: handler busy for {seconds:.0f}s")
-            process.clock.sleep(seconds)
+            w.loop.sleep(seconds, events=SLOW_EVENTS)
             process.check()
 
     def _failure(self, lid: str | None, now: float) -> Exception | None:

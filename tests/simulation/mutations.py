@@ -714,6 +714,10 @@ def issue_24() -> tuple[Mutation, ...]:
                 integration + "test_fifo_store_loss_redis.py"
                 "::test_the_message_in_flight_when_redis_restarts_empty_runs_once",
             ),
+            # The store restarts empty under a slow handler, the repair runs in its process:
+            # invariant 7 (fenced by its own process's lease). Default mix: found at 978.
+            enable=("slow_handler", "store_restart_empty"),
+            budget=300,
         ),
         Mutation(
             "24.4",
@@ -833,6 +837,10 @@ def issue_24() -> tuple[Mutation, ...]:
                 "tests/unit/test_fifo_lease_outlived.py"
                 "::test_a_run_that_outlived_its_lease_and_was_taken_over_is_an_alert_naming_it",
             ),
+            # A slow handler's call outlives the lease and another process runs the number
+            # meanwhile: a rerun no ALERT named (invariant 1).
+            enable=("slow_handler",),
+            budget=300,
         ),
         Mutation(
             "24.busy",
@@ -849,6 +857,10 @@ def issue_24() -> tuple[Mutation, ...]:
                 "tests/unit/test_fifo_lease_outlived.py"
                 "::test_its_own_process_does_not_take_over_a_run_still_under_way",
             ),
+            # Its own sweeper takes the group over under a slow handler's call: invariant 7
+            # (fenced by its own process's lease, no store loss).
+            enable=("slow_handler",),
+            budget=300,
         ),
         Mutation(
             "24.handover",
@@ -1104,6 +1116,9 @@ def hand_made() -> tuple[Mutation, ...]:
             guarded_by=(
                 contract + "::test_expired_lease_is_taken_over_and_stale_holder_is_fenced[memory]",
             ),
+            # The default mix's slow_handler (p = 0.1): a redelivery takes the claim over under
+            # a slow call, whose complete then "succeeds" - an effect twice, no ALERT.
+            budget=BOUND,
         ),
         Mutation(
             "H2r",
