@@ -24,8 +24,9 @@ from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot
 from tests.simulation.faults import Kind
-from tests.simulation.process import Process, ProcessCrashed
+from tests.simulation.process import HandlerExit, Process, ProcessCrashed
 from tests.simulation.pubsub import Answer
+from tests.simulation.shapes import Shape
 
 SWEEP_INTERVAL = 1.0
 MAX_IDLE_SWEEP_INTERVAL = 30.0  # while faults are active; unbounded doubling afterwards
@@ -50,6 +51,9 @@ class Drivers:
         self._w = world
         self._first_call: dict[str, float] = {}
         self._retries: dict[str, int] = {}  # lid -> RetryLater raised so far
+        # handler_exit: whether the innermost running call is a convoy task (True) or a sweep
+        # (whose thread a BaseException would end: not modelled, so never raised there)
+        self.in_convoy_task: list[bool] = []
 
     # --- the user's handler ---------------------------------------------------------------
 
@@ -59,6 +63,10 @@ class Drivers:
         def handle(message: Message) -> None:
             w.boundaries.step(process, "before effect")
             lid = w.ledger.lid_of(message)
+            task = self.in_convoy_task and self.in_convoy_task[-1]
+            if task and w.consumer_shape is Shape.CONVOY and w.faults.handler_exit():
+                w.trace.add(f"{process.name}: handler raises HandlerExit for {lid}")
+                raise HandlerExit(f"the handler of {lid} exits")
             self._slow(process)
             now = w.loop.now
             failure = self._failure(lid, now)
@@ -144,6 +152,11 @@ class Drivers:
         except ProcessCrashed:
             w.ledger.end(action, done=False)
             return Answer.NONE
+        except HandlerExit:
+            # Not an Exception: it goes on up, through the library, to the convoy's runner.
+            w.trace.add(f"{process.name}: {label} -> raised HandlerExit")
+            w.ledger.end(action, done=False, error=True, process=process.name)
+            raise
         except Exception as exc:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
@@ -253,6 +266,7 @@ class Drivers:
             return
         action = w.ledger.begin(f"{process.name} sweep")
         busy = False
+        self.in_convoy_task.append(False)
         try:
             for group in slot.app.gate.groups():
                 result = slot.app.gate.sweep(group)
@@ -268,6 +282,8 @@ class Drivers:
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
         else:
             w.ledger.end(action, done=True)
+        finally:
+            self.in_convoy_task.pop()
         if busy:
             w.activity()
             delay = SWEEP_INTERVAL
