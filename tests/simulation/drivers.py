@@ -147,6 +147,7 @@ class Drivers:
             return Answer.LATER
         process = slot.process
         action = w.ledger.begin(label)
+        w.ledger.acting.append(process.name)
         try:
             outcome = work(slot.app)
         except ProcessCrashed:
@@ -161,6 +162,8 @@ class Drivers:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return Answer.NACK if process.alive else Answer.NONE
+        finally:
+            w.ledger.acting.pop()
         w.ledger.end(action, done=True)
         w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
         return Answer.ACK if w.boundaries.ack(process) else Answer.NONE
@@ -203,6 +206,7 @@ class Drivers:
         messages = [m for m, _ in items]
         ids = ",".join(m.message_id for m in messages)
         action = w.ledger.begin(f"consume batch {ids}")
+        w.ledger.acting.append(process.name)
         try:
             results = slot.app.processor.process_batch(messages)
         except ProcessCrashed:
@@ -221,6 +225,8 @@ class Drivers:
                 w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what} after {done}")
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return [Answer.NACK if process.alive else Answer.NONE for _ in items]
+        finally:
+            w.ledger.acting.pop()
         done = all(isinstance(r, str) for r in results)
         w.ledger.end(action, done=done, error=True, process=process.name)
         w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
@@ -267,6 +273,7 @@ class Drivers:
         action = w.ledger.begin(f"{process.name} sweep")
         busy = False
         self.in_convoy_task.append(False)
+        w.ledger.acting.append(process.name)
         try:
             for group in slot.app.gate.groups():
                 result = slot.app.gate.sweep(group)
@@ -284,6 +291,7 @@ class Drivers:
             w.ledger.end(action, done=True)
         finally:
             self.in_convoy_task.pop()
+            w.ledger.acting.pop()
         if busy:
             w.activity()
             delay = SWEEP_INTERVAL

@@ -348,9 +348,9 @@ def _fenced_by_itself(f: Final) -> Iterator[Violation]:
             continue
         group = str(alarm.get("fifo_group"))
         old, new = (int(n) for n in match.groups())
-        ran = f.ledger.lease_write(group, old, alarm.at)
+        ran = f.ledger.lease_write(group, old, alarm.at, alarm.process)
         fenced = f.ledger.lease_write(group, new, alarm.at)
-        if ran is None or fenced is None or new <= old or ran.process != fenced.process:
+        if ran is None or fenced is None or new <= old or fenced.process != alarm.process:
             continue
         live = ran.until is not None and fenced.at < ran.until
         if live or not f.relax.rollback:

@@ -87,6 +87,7 @@ class Decision:
     outcome: str
     text: str
     fields: tuple[tuple[str, str], ...]
+    process: str = ""  # the process whose call logged it (the innermost running one)
 
     def get(self, name: str) -> str | None:
         return dict(self.fields).get(name)
@@ -145,6 +146,7 @@ class Ledger:
     # (group, FIFO lease token) -> each write that gave it (again after a loss or an expiry):
     # the writer, when (its own clock) and until when (the last renewal under the token)
     lease_writes: dict[tuple[str, int], list[LeaseWrite]] = field(default_factory=dict)
+    acting: list[str] = field(default_factory=list)  # the processes whose calls are running
 
     def lease_written(
         self, group: str, before: int, state: Any, process: str, now: datetime, true_at: float
@@ -156,9 +158,16 @@ class Ledger:
         elif writes and writes[-1].process == process and state.lease_until is not None:
             writes[-1] = replace(writes[-1], until=state.lease_until)
 
-    def lease_write(self, group: str, token: int, before: float) -> LeaseWrite | None:
-        """The last write that gave ``group`` lease ``token``, by true time ``before``."""
-        writes = [w for w in self.lease_writes.get((group, token), []) if w.true_at <= before]
+    def lease_write(
+        self, group: str, token: int, before: float, process: str | None = None
+    ) -> LeaseWrite | None:
+        """The last write that gave ``group`` lease ``token`` by true time ``before`` (by
+        ``process``, if given: a store that lost its records gives a token again)."""
+        writes = [
+            w
+            for w in self.lease_writes.get((group, token), [])
+            if w.true_at <= before and process in (None, w.process)
+        ]
         return writes[-1] if writes else None
 
     _actions: list[_Action] = field(default_factory=list)
@@ -265,7 +274,8 @@ class Ledger:
         if seen >= 5 and payload.get("outcome") not in ("taken_over", "fenced"):
             return
         fields = tuple(sorted((str(k), str(v)) for k, v in payload.items() if v is not None))
-        self.decisions.append(Decision(at, str(payload.get("outcome", "")), text, fields))
+        process = self.acting[-1] if self.acting else ""
+        self.decisions.append(Decision(at, str(payload.get("outcome", "")), text, fields, process))
 
 
 def is_filler(message: Message) -> bool:
