@@ -24,6 +24,7 @@ from pubsub_toolkit.message import OutboundMessage
 from tests.simulation.database import Database, StoreView
 from tests.simulation.events import EventLoop
 from tests.simulation.faults import Faults
+from tests.simulation.ledger import Ledger
 from tests.simulation.process import Process, ProcessCrashed
 from tests.simulation.pubsub import PubSub
 from tests.simulation.tasks import CloudTasks, TasksView
@@ -42,7 +43,9 @@ class Boundaries:
         db: Database,
         broker: PubSub,
         trace: Trace,
+        ledger: Ledger | None = None,
     ) -> None:
+        self._ledger = ledger
         self._loop = loop
         self._faults = faults
         self._db = db
@@ -102,7 +105,20 @@ class Boundaries:
         def call(op: str, apply: Callable[[], Any], is_read: bool) -> Any:
             return self.store(process, op, apply, is_read)
 
-        return StoreView(name, self._db.target(name), call)
+        def note(method: str, args: tuple[Any, ...], reply: Any) -> None:
+            # Who wrote each FIFO lease token (invariant 7: a run fenced by a lease its own
+            # process wrote was not taken over).
+            if name == "fifo" and method == "save" and reply is not None and self._ledger:
+                self._ledger.lease_written(
+                    args[1],
+                    args[3].lease_token,
+                    reply,
+                    process.name,
+                    process.clock.now(),
+                    self._loop.now,
+                )
+
+        return StoreView(name, self._db.target(name), call, note)
 
     # --- Pub/Sub --------------------------------------------------------------------------
 

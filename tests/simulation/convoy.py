@@ -22,7 +22,7 @@ from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from tests.simulation import components as c
-from tests.simulation.process import Process
+from tests.simulation.process import HandlerExit, Process
 from tests.simulation.pubsub import Answer
 
 CONCURRENCY = 4  # the convoy's pool size (unused: events have no limit, as the model's pool)
@@ -35,7 +35,16 @@ class EventPool:
         self._world, self._process = world, process
 
     def submit(self, fn: Callable[..., object], *args: object) -> None:
-        self._world.loop.after(0.0, f"{self._process.name} convoy task", lambda: fn(*args))
+        self._world.loop.after(
+            0.0, f"{self._process.name} convoy task", lambda: self._run(fn, args)
+        )
+
+    def _run(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
+        try:
+            fn(*args)
+        except HandlerExit as exc:
+            # The pool thread's task ended; its future holds the exception, the thread lives.
+            self._world.trace.add(f"{self._process.name}: convoy task ended by {exc!r}")
 
 
 def build(world: Any, process: Process) -> c.ConsumerApp:
@@ -56,7 +65,17 @@ def build(world: Any, process: Process) -> c.ConsumerApp:
         def work() -> None:
             slot = world.consumers.slots[slot_index]
             mine = slot if slot.process is process else None
-            settle(world.drivers.consume(mine, message, attempt) if mine else Answer.NONE)
+            world.drivers.in_convoy_task.append(True)
+            try:
+                answer = world.drivers.consume(mine, message, attempt) if mine else Answer.NONE
+            except HandlerExit:
+                # Unanswered: the streaming client stops extending its deadline, Pub/Sub
+                # redelivers it. What was queued behind it is the convoy's to hand back.
+                settle(Answer.NONE)
+                raise
+            finally:
+                world.drivers.in_convoy_task.pop()
+            settle(answer)
 
         def cancel() -> None:
             settle(Answer.NACK if process.alive else Answer.NONE)

@@ -170,10 +170,17 @@ class StoreView:
     (``call(process, "fifo.save", apply, is_read)``), where faults are injected.
     """
 
-    def __init__(self, name: str, target: object, call: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        target: object,
+        call: Callable[..., Any],
+        note: Callable[[str, tuple[Any, ...], Any], None] | None = None,
+    ) -> None:
         self._name = name
         self._target = target
         self._call = call
+        self._note = note  # told (method, args, reply) of each write as it lands
 
     def __getattr__(self, method: str) -> Any:
         real = getattr(self._target, method)
@@ -183,9 +190,17 @@ class StoreView:
         is_read = method in READ_METHODS
         check = self._name == "fifo" and not is_read
 
+        note = None if is_read else self._note
+
+        def apply(*args: Any, **kwargs: Any) -> Any:
+            reply = real(*args, **kwargs)
+            if note is not None:
+                note(method, args, reply)  # landed, whatever the caller hears of it
+            return reply
+
         def call(*args: Any, **kwargs: Any) -> Any:
             if check:
                 check_int64(args)
-            return self._call(op, lambda: real(*args, **kwargs), is_read)
+            return self._call(op, lambda: apply(*args, **kwargs), is_read)
 
         return call

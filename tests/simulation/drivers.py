@@ -24,11 +24,16 @@ from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot
 from tests.simulation.faults import Kind
-from tests.simulation.process import Process, ProcessCrashed
+from tests.simulation.process import HandlerExit, Process, ProcessCrashed
 from tests.simulation.pubsub import Answer
+from tests.simulation.shapes import Shape
 
 SWEEP_INTERVAL = 1.0
 MAX_IDLE_SWEEP_INTERVAL = 30.0  # while faults are active; unbounded doubling afterwards
+# Due events a slow handler's call lets run meanwhile (a plain sleep: 4): enough for the
+# deliveries that matter - the same message again once its ack deadline passed, another
+# process taking over the lease the call outlived - to happen while it still runs.
+SLOW_EVENTS = 64
 
 
 class DependencyDown(ConnectionError):
@@ -46,6 +51,9 @@ class Drivers:
         self._w = world
         self._first_call: dict[str, float] = {}
         self._retries: dict[str, int] = {}  # lid -> RetryLater raised so far
+        # handler_exit: whether the innermost running call is a convoy task (True) or a sweep
+        # (whose thread a BaseException would end: not modelled, so never raised there)
+        self.in_convoy_task: list[bool] = []
 
     # --- the user's handler ---------------------------------------------------------------
 
@@ -55,6 +63,10 @@ class Drivers:
         def handle(message: Message) -> None:
             w.boundaries.step(process, "before effect")
             lid = w.ledger.lid_of(message)
+            task = self.in_convoy_task and self.in_convoy_task[-1]
+            if task and w.consumer_shape is Shape.CONVOY and w.faults.handler_exit():
+                w.trace.add(f"{process.name}: handler raises HandlerExit for {lid}")
+                raise HandlerExit(f"the handler of {lid} exits")
             self._slow(process)
             now = w.loop.now
             failure = self._failure(lid, now)
@@ -103,7 +115,7 @@ class Drivers:
             seconds = w.rng.uniform(0.5, 2.5) * longest
             w.faults.count("slow_handler_call")
             w.trace.add(f"{process.name}: handler busy for {seconds:.0f}s")
-            process.clock.sleep(seconds)
+            w.loop.sleep(seconds, events=SLOW_EVENTS)
             process.check()
 
     def _failure(self, lid: str | None, now: float) -> Exception | None:
@@ -135,15 +147,23 @@ class Drivers:
             return Answer.LATER
         process = slot.process
         action = w.ledger.begin(label)
+        w.ledger.acting.append(process.name)
         try:
             outcome = work(slot.app)
         except ProcessCrashed:
             w.ledger.end(action, done=False)
             return Answer.NONE
+        except HandlerExit:
+            # Not an Exception: it goes on up, through the library, to the convoy's runner.
+            w.trace.add(f"{process.name}: {label} -> raised HandlerExit")
+            w.ledger.end(action, done=False, error=True, process=process.name)
+            raise
         except Exception as exc:
             w.trace.add(f"{process.name}: {label} -> raised {type(exc).__name__}: {exc}")
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return Answer.NACK if process.alive else Answer.NONE
+        finally:
+            w.ledger.acting.pop()
         w.ledger.end(action, done=True)
         w.trace.add(f"{process.name}: {label} -> {_outcome(outcome)}")
         return Answer.ACK if w.boundaries.ack(process) else Answer.NONE
@@ -186,6 +206,7 @@ class Drivers:
         messages = [m for m, _ in items]
         ids = ",".join(m.message_id for m in messages)
         action = w.ledger.begin(f"consume batch {ids}")
+        w.ledger.acting.append(process.name)
         try:
             results = slot.app.processor.process_batch(messages)
         except ProcessCrashed:
@@ -204,6 +225,8 @@ class Drivers:
                 w.ledger.batch_raised.append(f"batch {ids} on {process.name}: {what} after {done}")
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
             return [Answer.NACK if process.alive else Answer.NONE for _ in items]
+        finally:
+            w.ledger.acting.pop()
         done = all(isinstance(r, str) for r in results)
         w.ledger.end(action, done=done, error=True, process=process.name)
         w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
@@ -249,6 +272,8 @@ class Drivers:
             return
         action = w.ledger.begin(f"{process.name} sweep")
         busy = False
+        self.in_convoy_task.append(False)
+        w.ledger.acting.append(process.name)
         try:
             for group in slot.app.gate.groups():
                 result = slot.app.gate.sweep(group)
@@ -264,6 +289,9 @@ class Drivers:
             w.ledger.end(action, done=False, error=process.alive, process=process.name)
         else:
             w.ledger.end(action, done=True)
+        finally:
+            self.in_convoy_task.pop()
+            w.ledger.acting.pop()
         if busy:
             w.activity()
             delay = SWEEP_INTERVAL

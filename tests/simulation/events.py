@@ -102,13 +102,14 @@ class EventLoop:
         if self._heap[0].at <= self.now + self.window:
             self._execute(self._pop())
 
-    def sleep(self, seconds: float) -> None:
-        """A component waits ``seconds``: time passes, and a few due events run meanwhile."""
+    def sleep(self, seconds: float, events: int = _SLEEP_EVENTS) -> None:
+        """A component waits ``seconds``: time passes, and a few due events (at most
+        ``events``) run meanwhile."""
         until = self.now + seconds
         ran = 0
         while (
             1 <= self._depth <= self.max_depth
-            and ran < _SLEEP_EVENTS
+            and ran < events
             and self._heap
             and self._heap[0].at <= until
         ):

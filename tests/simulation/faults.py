@@ -52,6 +52,10 @@ class Kind(enum.StrEnum):
     # with relay_store_outage only: Cloud Tasks refuses the relay's creates while its store is
     # down, so its last attempt cannot hand the message to a new task (it dead-letters it)
     RELAY_TASKS_REFUSED = "relay_tasks_refused"
+    # the handler raises a BaseException that is not an Exception (a library's sys.exit(), a
+    # KeyboardInterrupt in a worker thread) in a live process; the consumer runs as Consumer's
+    # convoy, whose pool thread outlives it (a future holds it). Drawn last, from its own draw.
+    HANDLER_EXIT = "handler_exit"
 
 
 # Issue 11's kinds, each drawn with p = 0.4 from the plan's stream.
@@ -60,10 +64,11 @@ BASE_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAVE) 
 # p = 0.5 when enabled (``Options.enable``), else with its rate in PROMOTED (0: opt-in only).
 # (relay_tasks_refused draws nothing of its own: it comes with every relay_store_outage when
 # enabled, so the streams of the kinds before it never change.)
-EXTRA_KINDS: tuple[Kind, ...] = tuple(
-    k for k in Kind if k not in BASE_KINDS and k is not Kind.RELAY_TASKS_REFUSED
-)
+# Drawn after every other stream (their draws never change): only with ``--enable``, not --all.
+LATE_KINDS: tuple[Kind, ...] = (Kind.RELAY_TASKS_REFUSED, Kind.HANDLER_EXIT)
+EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in BASE_KINDS + LATE_KINDS)
 EXTRA_RATE = 0.5
+HANDLER_EXIT_RATE = 0.05  # handler_exit: the share of handler calls that raise it
 # Issue 24's kinds in the default mix, each with its rate: every one of them since the fixes
 # of 2026-12-04 (each alone, 1,500-3,000 schedules at p = 0.5: 0 violations). The rates keep
 # a default schedule within about 1.5x of issue 11's (the slower shapes are drawn less: a
@@ -159,11 +164,13 @@ class FaultPlan:
         ]
         if Kind.RELAY_TASKS_REFUSED in wanted and Kind.RELAY_OUTAGE in drawn:
             drawn.append(Kind.RELAY_TASKS_REFUSED)
-        enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
         restart_at = extra.uniform(5, heal_at)
         outage_start = extra.uniform(0, heal_at)
         # Cloud Tasks' retry budget in tasks.py is ~86 h (100 attempts, backoff capped at 1 h).
         outage_hours = extra.uniform(90, 120)
+        if Kind.HANDLER_EXIT in wanted and extra.random() < EXTRA_RATE:
+            drawn.append(Kind.HANDLER_EXIT)
+        enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
 
         def windows(count: int, longest: float) -> tuple[Window, ...]:
             starts = sorted(rng.uniform(0, heal_at - longest) for _ in range(count))
@@ -225,6 +232,10 @@ class Faults:
         if not self._roll(Kind.STORE_ERROR_REPLY, self.plan.store_timeout_rate):
             return None
         return "before" if self._rng.random() < 0.5 else "after"
+
+    def handler_exit(self) -> bool:
+        """handler_exit: does this handler call raise a BaseException (one in 20 calls)?"""
+        return self._roll(Kind.HANDLER_EXIT, HANDLER_EXIT_RATE)
 
     def store_timeout(self) -> bool:
         return self._roll(Kind.STORE_TIMEOUT, self.plan.store_timeout_rate)

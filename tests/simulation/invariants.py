@@ -22,6 +22,7 @@ and from issue 24: 12 a message the ``Publisher`` accepted is never refused late
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -307,7 +308,12 @@ def _cancel_truthful(f: Final) -> Iterator[Violation]:
             )
 
 
+# The gate's ALERT for a run fenced by a newer lease (FifoGate._update's StaleClaimError).
+_FENCED_BY = re.compile(r"lease (\d+) was taken over \(now (\d+)\)")
+
+
 def _no_false_alarm(f: Final) -> Iterator[Violation]:
+    yield from _fenced_by_itself(f)
     if not f.relax.checks_alarms:
         return
     for alarm in (d for d in f.ledger.decisions if d.get("alert") == "store_rollback"):
@@ -327,6 +333,36 @@ def _no_false_alarm(f: Final) -> Iterator[Violation]:
                 "7 no_false_alarm",
                 lid,
                 f"{alarm.text} ({key}: no takeover)",
+            )
+
+
+def _fenced_by_itself(f: Final) -> Iterator[Violation]:
+    """A run the gate says was taken over ("lease T was taken over (now N)") by a lease N its
+    own process wrote was not: a process never takes over its own run (``HeldLeases.busy``),
+    and a repair of a store loss keeps this process's own live lease (issue 24, defect 3). The
+    writes are the simulation's record, not the store's, so this holds after a store loss
+    too - except that a repair may lease a group whose run here had outlived its lease."""
+    for alarm in (d for d in f.ledger.decisions if d.get("alert") == "lease_outlived"):
+        match = _FENCED_BY.search(alarm.text)
+        if match is None:
+            continue
+        group = str(alarm.get("fifo_group"))
+        old, new = (int(n) for n in match.groups())
+        ran = f.ledger.lease_write(group, old, alarm.at, alarm.process)
+        fenced = f.ledger.lease_write(group, new, alarm.at)
+        if ran is None or fenced is None or new <= old or fenced.process != alarm.process:
+            continue
+        live = ran.until is not None and fenced.at < ran.until
+        if live or not f.relax.rollback:
+            # (After a store loss a process's repair may lease a group whose run here had
+            # outlived its lease: then "outlived" is true.)
+            why = "while its lease was live" if live else "after it (no store loss)"
+            lid = f.ledger.keys.get(str(alarm.get("dedup_key")).split("#")[0])
+            yield Violation(
+                "7 no_false_alarm",
+                lid,
+                f"{alarm.text} ({group}: lease {new} was written by {fenced.process} itself, "
+                f"{why}: it took over its own run)",
             )
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
@@ -86,6 +87,7 @@ class Decision:
     outcome: str
     text: str
     fields: tuple[tuple[str, str], ...]
+    process: str = ""  # the process whose call logged it (the innermost running one)
 
     def get(self, name: str) -> str | None:
         return dict(self.fields).get(name)
@@ -105,6 +107,17 @@ class _Action:
     number: int
     label: str
     outputs: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LeaseWrite:
+    """A FIFO lease token written: by ``process``, at ``at`` and lasting ``until`` (both on
+    that process's clock), at true time ``true_at``."""
+
+    process: str
+    at: datetime
+    until: datetime | None
+    true_at: float = 0.0
 
 
 @dataclass
@@ -130,6 +143,33 @@ class Ledger:
     # outputs at risk by a live error, per process: its crash later makes them crash risk
     errors_of: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
     batch_raised: list[str] = field(default_factory=list)  # process_batch raised after an output
+    # (group, FIFO lease token) -> each write that gave it (again after a loss or an expiry):
+    # the writer, when (its own clock) and until when (the last renewal under the token)
+    lease_writes: dict[tuple[str, int], list[LeaseWrite]] = field(default_factory=dict)
+    acting: list[str] = field(default_factory=list)  # the processes whose calls are running
+
+    def lease_written(
+        self, group: str, before: int, state: Any, process: str, now: datetime, true_at: float
+    ) -> None:
+        """A FIFO save by ``process`` landed: a new lease token, or its lease renewed."""
+        writes = self.lease_writes.setdefault((group, state.lease_token), [])
+        if state.lease_token != before:
+            writes.append(LeaseWrite(process, now, state.lease_until, true_at))
+        elif writes and writes[-1].process == process and state.lease_until is not None:
+            writes[-1] = replace(writes[-1], until=state.lease_until)
+
+    def lease_write(
+        self, group: str, token: int, before: float, process: str | None = None
+    ) -> LeaseWrite | None:
+        """The last write that gave ``group`` lease ``token`` by true time ``before`` (by
+        ``process``, if given: a store that lost its records gives a token again)."""
+        writes = [
+            w
+            for w in self.lease_writes.get((group, token), [])
+            if w.true_at <= before and process in (None, w.process)
+        ]
+        return writes[-1] if writes else None
+
     _actions: list[_Action] = field(default_factory=list)
     _numbers: int = 0
     _seen: dict[tuple[Any, ...], int] = field(default_factory=dict)
@@ -234,7 +274,8 @@ class Ledger:
         if seen >= 5 and payload.get("outcome") not in ("taken_over", "fenced"):
             return
         fields = tuple(sorted((str(k), str(v)) for k, v in payload.items() if v is not None))
-        self.decisions.append(Decision(at, str(payload.get("outcome", "")), text, fields))
+        process = self.acting[-1] if self.acting else ""
+        self.decisions.append(Decision(at, str(payload.get("outcome", "")), text, fields, process))
 
 
 def is_filler(message: Message) -> bool:

@@ -548,6 +548,12 @@ def issue_24() -> tuple[Mutation, ...]:
                 integration + "test_consumer_failures.py"
                 "::test_a_store_outage_in_batch_mode_does_not_wedge_the_group",
             ),
+            # A handler's BaseException in Consumer's convoy (an Exception is caught by the
+            # convoy's own net, ``_guarded``, before ``_run_group``; so is a raising on_outcome
+            # listener, by ``tell``): the group stays active with no runner, what was queued
+            # behind it never runs (invariant 1, lost silently).
+            enable=("handler_exit",),
+            budget=300,
         ),
         Mutation(
             "24.7",
@@ -714,6 +720,10 @@ def issue_24() -> tuple[Mutation, ...]:
                 integration + "test_fifo_store_loss_redis.py"
                 "::test_the_message_in_flight_when_redis_restarts_empty_runs_once",
             ),
+            # The store restarts empty under a slow handler, the repair runs in its process:
+            # invariant 7 (fenced by its own process's lease). Default mix: found at 978.
+            enable=("slow_handler", "store_restart_empty"),
+            budget=300,
         ),
         Mutation(
             "24.4",
@@ -740,6 +750,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_memory_counter_expiry.py",),
+            # The default mix's long_pause (a group idle past DEDUP_TTL resumes): found at 2.
+            # It was never searched before (a test-guarded mutation without a budget).
+            budget=BOUND,
         ),
         Mutation(
             "24.s",
@@ -833,6 +846,10 @@ def issue_24() -> tuple[Mutation, ...]:
                 "tests/unit/test_fifo_lease_outlived.py"
                 "::test_a_run_that_outlived_its_lease_and_was_taken_over_is_an_alert_naming_it",
             ),
+            # A slow handler's call outlives the lease and another process runs the number
+            # meanwhile: a rerun no ALERT named (invariant 1).
+            enable=("slow_handler",),
+            budget=300,
         ),
         Mutation(
             "24.busy",
@@ -849,6 +866,10 @@ def issue_24() -> tuple[Mutation, ...]:
                 "tests/unit/test_fifo_lease_outlived.py"
                 "::test_its_own_process_does_not_take_over_a_run_still_under_way",
             ),
+            # Its own sweeper takes the group over under a slow handler's call: invariant 7
+            # (fenced by its own process's lease, no store loss).
+            enable=("slow_handler",),
+            budget=300,
         ),
         Mutation(
             "24.handover",
@@ -1021,6 +1042,9 @@ def issue_24() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_end_other_process.py",),
+            # The default mix's fifo_end: a copy settled past the end by another process reads
+            # as a lost write (invariant 7), found at 188; it was never searched before.
+            budget=BOUND,
         ),
         Mutation(
             "24.older",
@@ -1063,15 +1087,27 @@ def hand_made() -> tuple[Mutation, ...]:
     H5 is found by schedules since invariant 5 looks at a cancelled message's dead letters
     too: its relay, meeting the cancel after its own check, dead-lettered it as a mismatch.
 
-    Why a test and not schedules (none found in 3,000 default schedules, nor 1,000 with the
-    opt-in kinds named): H1, H2 need a lease to run out under a run, and the schedules'
-    handlers take no time (``slow_handler``, ``long_pause``: none either; the gate's advance
-    refuses a number already passed, which hides H1 once the new holder advanced); H2r runs
-    H2's revert against a real redis-server, H3r is Lua only a real redis-server runs; H3 needs
-    a rival's write to reach the same save count after a rollback while a process compares with
-    its own last version (the ABA the simulation found at seed 16,289; ``store_restart_empty``:
-    none in 1,000); H6: reissued numbers parked after a loss (none in 1,000 with
-    ``store_restart_empty``).
+    H2 is found by schedules of the default mix since a ``slow_handler`` call lets the due
+    events run meanwhile (64 of them, not a plain sleep's 4): the message's redelivery after its
+    ack deadline takes the claim over once the lease ran out, and the slow call's complete then
+    "succeeds" on the new holder's done record - an effect twice, no ALERT (invariant 1).
+
+    Why a test and not schedules: H1 - no schedule can make its difference observable. The
+    simulation is one thread: a run that outlives its lease sleeps inside its handler, and
+    whatever runs meanwhile (the takeover) is nested in that sleep and finishes first, so the old
+    holder's late write always meets a number the new holder passed, which the advance refuses
+    with or without the token check. A write landing after the new holder took the lease but
+    before it advanced needs two runs suspended at once (a model with threads or coroutines of
+    its own); and even then both versions end the same way for the checker - one of the two
+    runs is fenced with a ``lease_outlived`` ALERT naming the number, the rerun is excused by it
+    (under H1 the new holder is fenced instead of the old one). The other writes of an
+    outlived run (a failure counted, a retry parked) come from a handler that fails after
+    outliving its lease: none in 1,000 schedules with ``slow_handler``. H2r runs H2's revert
+    against a real redis-server, H3r is Lua only a real redis-server runs; H3 needs a rival's
+    write to reach the same save count after a rollback while a process compares with its own
+    last version (the ABA the simulation found at seed 16,289; ``store_restart_empty``: none in
+    1,000); H6: reissued numbers parked after a loss (none in 1,000 with
+    ``store_restart_empty``, nor 300 with ``slow_handler`` beside it).
     """
     fifo_redis = "pubsub_toolkit.stores.fifo_state.redis"
     contract = "tests/integration/test_dedup_store_contract.py"
@@ -1104,6 +1140,9 @@ def hand_made() -> tuple[Mutation, ...]:
             guarded_by=(
                 contract + "::test_expired_lease_is_taken_over_and_stale_holder_is_fenced[memory]",
             ),
+            # The default mix's slow_handler (p = 0.1): a redelivery takes the claim over under
+            # a slow call, whose complete then "succeeds" - an effect twice, no ALERT.
+            budget=BOUND,
         ),
         Mutation(
             "H2r",

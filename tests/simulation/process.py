@@ -20,6 +20,12 @@ class ProcessCrashed(BaseException):
     """The current process crashed: unwind to the driver, doing nothing on the way."""
 
 
+class HandlerExit(BaseException):
+    """handler_exit: the user's handler raised a BaseException that is not an Exception (a
+    library's ``sys.exit()``, a ``KeyboardInterrupt`` in a worker thread). The process lives
+    on: the convoy's pool thread ends its task, its future holds the exception."""
+
+
 class Process:
     """One running instance of a component."""
 

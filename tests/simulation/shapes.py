@@ -87,6 +87,8 @@ def draw(seed: int, plan: FaultPlan, forced: tuple[str, ...] = ()) -> Shape:
     rng = random.Random(f"shape:{seed}")
     if plan.has(Kind.PROCESS_BATCH):
         return Shape.PROCESS
+    if plan.has(Kind.HANDLER_EXIT) and not forced:
+        return Shape.CONVOY  # the shape whose pool thread outlives a BaseException
     if forced:
         return Shape(rng.choice(sorted(forced)))
     roll = rng.random()

@@ -111,7 +111,9 @@ class World:
         self.broker = PubSub(self.loop, self.rng, self.faults, self.trace)
         # slow_handler: the ack deadline runs from the delivery, also under a running handler
         self.broker.deadline_at_delivery = self.plan.has(Kind.SLOW_HANDLER)
-        self.boundaries = Boundaries(self.loop, self.faults, self.db, self.broker, self.trace)
+        self.boundaries = Boundaries(
+            self.loop, self.faults, self.db, self.broker, self.trace, self.ledger
+        )
         self.drivers = Drivers(self)
         self.tasks = CloudTasks(
             self.loop,
