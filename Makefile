@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
+# `make test`'s processes: most tests wait on emulators and servers, so two overlap well on two
+# cores. Each file stays on one process (--dist loadfile): its module fixtures start once.
+TEST_WORKERS ?= 2
 TFVARS ?= deploy/terraform.tfvars
 
 .PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency bench-tracing bench-ingress-ordering bench-publisher soak test-faults sim sim-mutations clean
@@ -50,7 +53,7 @@ down: ## stop everything `make up` started
 	test -x $(VENV)/bin/pubsub-toolkit && $(VENV)/bin/pubsub-toolkit local down || true
 
 test: install ## the whole suite: unit, integration (emulators, Redis, functions-framework)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-unit: install ## unit tests only (no servers)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -4,7 +4,10 @@ The official Pub/Sub and Firestore emulators and a real redis-server start once 
 session on free loopback ports, each in its own process group, and stop by process group at the
 end. ``pytest_sessionfinish`` then fails the run if any of them is still alive. Tests isolate
 themselves with a unique project id (both emulators keep projects apart) or a unique Redis key
-prefix, so no reset is needed between tests.
+prefix, so no reset is needed between tests. Under ``make test``'s worker processes
+(pytest-xdist, a file per worker at a time) each worker starts its own servers; the longest
+files are handed out first (``pytest_collection_modifyitems``) so that none of them is left
+running alone at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,34 @@ from pubsub_toolkit_local.processes import (
     process_group_alive,
     start_service,
 )
+
+# The files that take minutes (measured with --durations): started first, longest first, so the
+# other worker runs the many short files meanwhile instead of waiting on one at the end.
+LONGEST_FILES = (
+    "tests/terraform/test_checks_catch_breakage.py",
+    "tests/e2e/test_mixed_workload.py",
+    "tests/e2e/test_local_restarts.py",
+    "tests/deploy/test_deploy_scripts.py",
+    "tests/simulation/test_simulation.py",
+    "tests/e2e/test_guarantee_regressions.py",
+    "tests/integration/test_consumer.py",
+    "tests/deploy/test_deploy_cloud_run.py",
+    "tests/deploy/test_bundles.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files' tests first (in that order), every other test after them as
+    collected; the order within a file is kept."""
+    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
+    root = Path(__file__).resolve().parent.parent
+
+    def file_rank(item: pytest.Item) -> int:
+        path = Path(str(item.path)).resolve()
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        return rank.get(name, len(LONGEST_FILES))
+
+    items.sort(key=file_rank)  # stable: the collected order within each rank
 
 
 def _start(spec: ServiceSpec, tmp_path_factory: pytest.TempPathFactory) -> RunningService:
