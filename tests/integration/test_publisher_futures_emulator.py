@@ -118,6 +118,27 @@ def test_a_failed_ordering_key_with_batches_queued_settles_them_all_and_resumes(
         close_within(sink, TIMEOUT)
 
 
+def test_a_fifo_group_whose_publishes_failed_is_resumed_for_its_next_message(
+    pubsub_emulator: str, project_id: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The Publisher hands a group's waiting messages over in one run (several of the client's
+    # batches): all fail, each a logged gap; the paused key is resumed for the next message.
+    topic = f"projects/{project_id}/topics/created-late"
+    counter = RedisSequenceCounter.from_url(redis_url, prefix=f"{project_id}:")
+    sink = PubSubSink()
+    try:
+        publisher = Publisher(sink, topic, counter)
+        with caplog.at_level(logging.WARNING):
+            futures = [publisher.publish(b"x", fifo_group="g") for _ in range(350)]
+            for future in futures:
+                assert future.exception(timeout=TIMEOUT) is not None
+        assert sum("stays unused" in r.getMessage() for r in caplog.records) == 350
+        pubsub_v1.PublisherClient().create_topic(name=topic)
+        assert publisher.publish(b"y", fifo_group="g").result(timeout=TIMEOUT)
+    finally:
+        close_within(sink, TIMEOUT)
+
+
 def test_eight_threads_in_one_group_reach_pubsub_numbered_in_order(
     pubsub_emulator: str, project_id: str, redis_url: str
 ) -> None:

@@ -59,8 +59,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -70,19 +70,24 @@ from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.producer.numbering import NumberingQueue, Waiting
-from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, settled
+from pubsub_toolkit.producer.numbering import NumberingQueue, Pending
+from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, Run, failed, settled
 from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
 
+# Hands a run of messages of one ordering key ("" for none) to the client: their futures.
+HandOver = Callable[[str, str, Run], list[PublishFuture]]
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Which of a group's messages take a new number (see :meth:`Publisher._plan`)."""
 
-    keys: tuple[tuple[str, str] | None, ...]  # (dedup_key, content) per message, or None
+    # (dedup_key, content) per message, or None; None for all: no message has a dedup key.
+    keys: tuple[tuple[str, str] | None, ...] | None
     known: tuple[tuple[int, int] | None, ...]  # the (epoch, number) it was given before
     first: dict[tuple[str, str], int]  # a key -> the index of its first new copy here
     copies: frozenset[int]  # indexes of later copies of a key new here (the first's number)
@@ -107,7 +112,7 @@ class Publisher:
             raise ValueError("topic must be a topic path such as projects/P/topics/T")
         self._sink = tracing.traced(sink, hop="producer")
         # The fast path when the sink has one (a PubSubSink); else the blocking publish.
-        self._publish_future = getattr(sink, "publish_future", None)
+        self._hand_over = _hand_over_of(sink)
         # Re-entrant: a publish made while this thread is inside another one's sink call (a
         # nested callback; the simulation's interleaving) must not wait for itself.
         self._locks = [threading.RLock() for _ in range(_GROUP_LOCKS)]
@@ -151,7 +156,7 @@ class Publisher:
             stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
         if fifo_group is None:
             validate(data, stamped)
-            return self._send(OutboundMessage(data, stamped))
+            return self._send(data, stamped)
         counter = self._require_counter()
         check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
@@ -200,15 +205,13 @@ class Publisher:
 
     def _send_fifo(
         self, counter: SequenceCounter, group: str, prepared: list[tuple[bytes, dict[str, str]]]
-    ) -> list[PublishFuture]:
+    ) -> Sequence[PublishFuture]:
         """Number ``prepared`` (validated) in ``group`` and send them, in order: queued for
         the numbering thread on a future-returning sink, else here under the group's lock."""
-        if self._publish_future is not None:
-            waiting = [
-                Waiting(data, self._carrying(data, m, group), Future()) for data, m in prepared
-            ]
-            self._queue.submit(group, waiting)
-            return [w.future for w in waiting]
+        if self._hand_over is not None:
+            if tracing.enabled():
+                prepared = [(data, self._carrying(data, m, group)) for data, m in prepared]
+            return self._queue.submit(group, prepared)
         with self._group_lock(group):  # numbers reach the sink in their order
             try:
                 numbers = self._numbers(counter, group, prepared)
@@ -229,17 +232,16 @@ class Publisher:
                     failed = futures[-1]
             return futures
 
-    def _send_groups(self, taken: dict[str, list[Waiting]]) -> None:
+    def _send_groups(self, taken: dict[str, list[Pending]]) -> None:
         """The numbering thread's work: one block per group for its waiting messages - all
         the groups' blocks in one counter round trip when the counter can - then each group's
-        messages sent in order, each caller's future settled by the client's."""
+        messages handed to the client in order, each caller's future then the client's."""
         counter = self._require_counter()
-        plans = {
-            g: self._plan(g, [(w.data, w.stamped) for w in items]) for g, items in taken.items()
-        }
+        runs = {g: [(p.data, p.stamped) for p in items] for g, items in taken.items()}
+        plans = {g: self._plan(g, run) for g, run in runs.items()}
         blocks = self._reserve_all(counter, {g: p.fresh for g, p in plans.items() if p.fresh})
-        send = self._publish_future
-        assert send is not None  # only queued when the sink has it
+        hand_over = self._hand_over
+        assert hand_over is not None  # only queued when the sink has it
         for group, items in taken.items():
             block = blocks.get(group)
             if isinstance(block, Exception):
@@ -249,18 +251,22 @@ class Publisher:
                     group,
                     block,
                 )
-                for w in items:
-                    w.future.set_exception(block)
+                for pending in items:
+                    pending.fail(block)
                 continue
             numbers = self._assign(group, plans[group], block)
-            for (epoch, seq), w in zip(numbers, items, strict=True):
-                try:
-                    sent = send(self._topic, _numbered(w.data, w.stamped, group, epoch, seq))
-                except Exception as exc:
-                    _log_gap(seq, group)
-                    w.future.set_exception(exc)
-                    continue
-                sent.add_done_callback(functools.partial(_settle, w.future, seq, group))
+            epochs = {epoch: str(epoch) if epoch else "" for epoch, _ in numbers}
+            run = [
+                (data, _numbered_attributes(stamped, epochs[epoch], seq))
+                for (epoch, seq), (data, stamped) in zip(numbers, runs[group], strict=True)
+            ]
+            futures = hand_over(self._topic, group, run)
+            gaps = _Gaps(futures, [seq for _, seq in numbers], group)
+            for index, (pending, future) in enumerate(zip(items, futures, strict=True)):
+                pending.hand_over(future, gaps, index)
+            # One callback per run, not per message: the client settles a key's messages in
+            # order, so once the last is settled the others are (check() looks at each).
+            futures[-1].add_done_callback(gaps.check)
 
     def _carrying(self, data: bytes, stamped: dict[str, str], group: str) -> dict[str, str]:
         """``stamped`` with the caller's trace context (the numbering thread has none), under
@@ -278,11 +284,13 @@ class Publisher:
         block = self._reserve(counter, group, plan.fresh) if plan.fresh else None
         return self._assign(group, plan, block)
 
-    def _plan(self, group: str, messages: list[tuple[bytes, dict[str, str]]]) -> _Plan:
+    def _plan(self, group: str, messages: Sequence[tuple[bytes, Mapping[str, str]]]) -> _Plan:
         """Which messages need a new number: not one this Publisher gave their dedup key and
         content before (a retry, while the group's counter is in the same epoch; a key reused
         for other content is a new message), nor a copy numbered together with its first (a
         retry queued before the first was numbered takes the first's number too)."""
+        if not any(attr.DEDUP_KEY in m for _, m in messages):  # nothing to look up
+            return _Plan(None, (), {}, frozenset(), len(messages))
         latest = (self._handed.get(group) or (None, 0))[0]
         keys = [
             (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
@@ -303,6 +311,9 @@ class Publisher:
     ) -> list[tuple[int, int]]:
         """Each message's (epoch, number) from ``plan`` and its new ``block``, recorded before
         anything is published, so a retry after a failed publish reuses it."""
+        if plan.keys is None:  # every message new, none to remember
+            assert block is not None  # plan.fresh > 0: a block was reserved
+            return [(block.epoch, n) for n in block.numbers()]
         new = iter(()) if block is None else iter(block.numbers())
         numbers: list[tuple[int, int]] = []
         for index, (key, number) in enumerate(zip(plan.keys, plan.known, strict=True)):
@@ -394,19 +405,21 @@ class Publisher:
         self._handed.put(group, (block.epoch, max(block.last, top)))
         return block
 
-    def _send(self, message: OutboundMessage) -> PublishFuture:
-        """Hand ``message`` to the sink: its future, or the blocking publish's as a settled one.
+    def _send(self, data: bytes, stamped: dict[str, str]) -> PublishFuture:
+        """Hand the message to the sink: the client's future, or the blocking publish's as a
+        settled one.
 
         With tracing on, the fast path's ``send`` span covers handing the message to the
         client (the message carries its context); the id arrives later, on the future."""
-        if self._publish_future is None:
+        hand_over = self._hand_over
+        if hand_over is None:
+            message = OutboundMessage(data, stamped)
             return settled(lambda: self._sink.publish(self._topic, message))
         if not tracing.enabled():
-            return self._publish_future(self._topic, message)  # type: ignore[no-any-return]
-        with tracing.sending(self._topic, message, hop="producer"):
-            attributes = tracing.with_context(message.attributes)
-            carrying = OutboundMessage(message.data, attributes, message.ordering_key)
-            return self._publish_future(self._topic, carrying)  # type: ignore[no-any-return]
+            return hand_over(self._topic, "", ((data, stamped),))[0]
+        with tracing.sending(self._topic, OutboundMessage(data, stamped), hop="producer"):
+            carrying = tracing.with_context(stamped)
+            return hand_over(self._topic, "", ((data, carrying),))[0]
 
     def _group_lock(self, group: str) -> threading.RLock:
         return self._locks[hash(group) % _GROUP_LOCKS]
@@ -422,20 +435,82 @@ class Publisher:
 def _numbered(
     data: bytes, stamped: Mapping[str, str], group: str, epoch: int, seq: int
 ) -> OutboundMessage:
-    numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
-    if epoch:
-        numbered[FIFO_EPOCH] = str(epoch)
+    numbered = _numbered_attributes(stamped, str(epoch) if epoch else "", seq)
     return OutboundMessage(data, numbered, ordering_key=group)
 
 
-def _settle(ours: Future[str], seq: int, group: str, sent: PublishFuture) -> None:
-    """Copy the client's outcome to the caller's future (a failure: a logged gap)."""
-    failure = sent.exception()
-    if failure is None:
-        ours.set_result(sent.result())
-        return
-    _log_gap(seq, group)
-    ours.set_exception(failure)
+def _numbered_attributes(stamped: Mapping[str, str], epoch: str, seq: int) -> dict[str, str]:
+    """``stamped`` with its number, and its epoch unless the counter records none ("")."""
+    numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
+    if epoch:
+        numbered[FIFO_EPOCH] = epoch
+    return numbered
+
+
+def _hand_over_of(sink: MessageSink) -> HandOver | None:
+    """How the fast path hands messages to ``sink``: its ``publish_run`` (a PubSubSink), one
+    ``publish_future`` per message (a sink with only that), or None (a blocking sink)."""
+    run: HandOver | None = getattr(sink, "publish_run", None)
+    if run is not None:
+        return run
+    publish_future = getattr(sink, "publish_future", None)
+    if publish_future is None:
+        return None
+
+    def one_by_one(topic: str, ordering_key: str, messages: Run) -> list[PublishFuture]:
+        futures: list[PublishFuture] = []
+        for data, attributes in messages:
+            message = OutboundMessage(data, attributes, ordering_key)
+            try:
+                futures.append(publish_future(topic, message))
+            except Exception as exc:  # refused at once: this message's failure, the rest go on
+                futures.append(failed(exc))
+        return futures
+
+    return one_by_one
+
+
+class _Gaps:
+    """A run's numbers, each failed one logged as a gap once: when the run's last message is
+    settled (:meth:`check`), or when the caller sees the failure first (:meth:`log`, from the
+    caller's future: so a failure is logged by the time anyone sees it)."""
+
+    def __init__(self, futures: list[PublishFuture], seqs: list[int], group: str) -> None:
+        self._futures = futures
+        self._seqs = seqs
+        self._group = group
+        self._logged: set[int] = set()
+        self._lock = threading.Lock()
+
+    def check(self, _last: object = None) -> None:
+        """Log each failed message of the run (one not settled yet - a sink that settles out
+        of order - is checked when it is)."""
+        for index, future in enumerate(self._futures):
+            try:
+                failed = future.exception(timeout=0) is not None
+            except TimeoutError:
+                future.add_done_callback(functools.partial(self._check_one, index))
+                continue
+            except CancelledError:
+                failed = True
+            if failed:
+                self.log(index)
+
+    def _check_one(self, index: int, settled_future: PublishFuture) -> None:
+        try:
+            failed = settled_future.exception(timeout=0) is not None
+        except CancelledError:
+            failed = True
+        if failed:
+            self.log(index)
+
+    def log(self, index: int) -> None:
+        """Log message ``index``'s number as a gap (once: both ways may see its failure)."""
+        with self._lock:  # logged before anyone else asking returns
+            if index in self._logged:
+                return
+            self._logged.add(index)
+            _log_gap(self._seqs[index], self._group)
 
 
 def _reraise(exc: Exception) -> str:

@@ -76,6 +76,14 @@ class PublishFuture(Protocol):
         """Call ``fn(future)`` once settled (at once when it already is)."""
         ...
 
+    def cancel(self) -> bool:
+        """Try to cancel the publish (google-cloud-pubsub's futures never can: False)."""
+        ...
+
+    def cancelled(self) -> bool:
+        """Whether the publish was cancelled."""
+        ...
+
 
 class FutureSink(Protocol):
     """A sink that can also publish without waiting (the Publisher's fast path)."""
