@@ -168,14 +168,15 @@ class NumberingQueue:
         self._idle = idle
         self._waiting: dict[str, list[Pending]] = {}
         self._round = _Round()  # the round the messages queued now belong to
-        self._ready = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # entered directly by submit: cheaper than the condition
+        self._ready = threading.Condition(self._lock)
         self._running = False
         self._sleeping = False  # the thread waits for work: a submit wakes it
 
     def submit(self, group: str, messages: list[tuple[bytes, dict[str, str]]]) -> list[Pending]:
         """Queue ``messages`` (in order, together) behind what ``group`` already has waiting;
         their futures, in the same order."""
-        with self._ready:
+        with self._lock:
             round_ = self._round
             items = [Pending(data, stamped, round_) for data, stamped in messages]
             queued = self._waiting.get(group)
@@ -183,12 +184,28 @@ class NumberingQueue:
                 self._waiting[group] = items.copy()  # the caller keeps ``items``
             else:
                 queued.extend(items)
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name="publisher-numbering", daemon=True).start()
-            elif self._sleeping:
-                self._ready.notify()
+            self._wake()
         return items
+
+    def submit_one(self, group: str, data: bytes, stamped: dict[str, str]) -> Pending:
+        """:meth:`submit` for one message (``publish``'s case, without the lists)."""
+        with self._lock:
+            item = Pending(data, stamped, self._round)
+            queued = self._waiting.get(group)
+            if queued is None:
+                self._waiting[group] = [item]
+            else:
+                queued.append(item)
+            self._wake()
+        return item
+
+    def _wake(self) -> None:
+        """Start the thread, or wake it if it waits for work (under the lock)."""
+        if not self._running:
+            self._running = True
+            threading.Thread(target=self._run, name="publisher-numbering", daemon=True).start()
+        elif self._sleeping:
+            self._ready.notify()
 
     def _run(self) -> None:
         while True:

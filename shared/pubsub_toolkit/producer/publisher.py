@@ -161,6 +161,8 @@ class Publisher:
         check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
         validate(data, stamped)
+        if self._hand_over is not None and not tracing.enabled():  # the common case, direct
+            return self._queue.submit_one(fifo_group, data, stamped)
         return self._send_fifo(counter, fifo_group, [(data, stamped)])[0]
 
     def publish_batch(
@@ -254,14 +256,20 @@ class Publisher:
                 for pending in items:
                     pending.fail(block)
                 continue
-            numbers = self._assign(group, plans[group], block)
-            epochs = {epoch: str(epoch) if epoch else "" for epoch, _ in numbers}
-            run = [
-                (data, _numbered_attributes(stamped, epochs[epoch], seq))
-                for (epoch, seq), (data, stamped) in zip(numbers, runs[group], strict=True)
-            ]
+            plan = plans[group]
+            if plan.keys is None and block is not None:  # all new: the block's numbers
+                seqs = list(block.numbers())
+                run = _numbered_run(runs[group], seqs, str(block.epoch) if block.epoch else "")
+            else:
+                numbers = self._assign(group, plan, block)
+                seqs = [seq for _, seq in numbers]
+                epochs = {epoch: str(epoch) if epoch else "" for epoch, _ in numbers}
+                run = [
+                    (data, _numbered_attributes(stamped, epochs[epoch], seq))
+                    for (epoch, seq), (data, stamped) in zip(numbers, runs[group], strict=True)
+                ]
             futures = hand_over(self._topic, group, run)
-            gaps = _Gaps(futures, [seq for _, seq in numbers], group)
+            gaps = _Gaps(futures, seqs, group)
             for index, (pending, future) in enumerate(zip(items, futures, strict=True)):
                 pending.hand_over(future, gaps, index)
             # One callback per run, not per message: the client settles a key's messages in
@@ -445,6 +453,23 @@ def _numbered_attributes(stamped: Mapping[str, str], epoch: str, seq: int) -> di
     if epoch:
         numbered[FIFO_EPOCH] = epoch
     return numbered
+
+
+def _numbered_run(
+    messages: list[tuple[bytes, dict[str, str]]], seqs: list[int], epoch: str
+) -> list[tuple[bytes, Mapping[str, str]]]:
+    """:func:`_numbered_attributes` for a run numbered ``seqs`` in one ``epoch`` (the common
+    case: one new block), without a call per message."""
+    seq_key = attr.FIFO_SEQ
+    if not epoch:
+        return [
+            (data, {**stamped, seq_key: str(seq)})
+            for (data, stamped), seq in zip(messages, seqs, strict=True)
+        ]
+    return [
+        (data, {**stamped, seq_key: str(seq), FIFO_EPOCH: epoch})
+        for (data, stamped), seq in zip(messages, seqs, strict=True)
+    ]
 
 
 def _hand_over_of(sink: MessageSink) -> HandOver | None:
