@@ -37,13 +37,21 @@ class RunSink:
     def publish(self, topic: str, message: object) -> str:
         raise AssertionError("the fast path is used")
 
+    def publish_one(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> Future[str]:
+        [future] = self.publish_run(topic, "", [data], [attributes])
+        return future  # type: ignore[return-value]
+
     def publish_run(
-        self, topic: str, ordering_key: str, messages: Sequence[tuple[bytes, Mapping[str, str]]]
+        self,
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
     ) -> list[PublishFuture]:
         futures: list[PublishFuture] = []
         with self._lock:
-            self.runs.append((ordering_key, [dict(a) for _, a in messages]))
-            for _ in messages:
+            self.runs.append((ordering_key, [dict(a) for a in attributes]))
+            for _ in data:
                 future: Future[str] = Future()
                 self.futures.append(future)
                 futures.append(future)

@@ -71,15 +71,17 @@ from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import OutboundMessage
 from pubsub_toolkit.producer.numbering import NumberingQueue, Pending
-from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, Run, failed, settled
+from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, failed, settled
 from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
 
-# Hands a run of messages of one ordering key ("" for none) to the client: their futures.
-HandOver = Callable[[str, str, Run], list[PublishFuture]]
+# Hands a run of messages of one ordering key to the client - (topic, key, data, attributes)
+# - and returns their futures; and one message without a key - (topic, data, attributes).
+HandOver = Callable[[str, str, Sequence[bytes], Sequence[Mapping[str, str]]], list[PublishFuture]]
+HandOne = Callable[[str, bytes, Mapping[str, str]], PublishFuture]
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class Publisher:
             raise ValueError("topic must be a topic path such as projects/P/topics/T")
         self._sink = tracing.traced(sink, hop="producer")
         # The fast path when the sink has one (a PubSubSink); else the blocking publish.
-        self._hand_over = _hand_over_of(sink)
+        self._hand_over, self._hand_one = _hand_over_of(sink)
         # Re-entrant: a publish made while this thread is inside another one's sink call (a
         # nested callback; the simulation's interleaving) must not wait for itself.
         self._locks = [threading.RLock() for _ in range(_GROUP_LOCKS)]
@@ -239,8 +241,9 @@ class Publisher:
         the groups' blocks in one counter round trip when the counter can - then each group's
         messages handed to the client in order, each caller's future then the client's."""
         counter = self._require_counter()
-        runs = {g: [(p.data, p.stamped) for p in items] for g, items in taken.items()}
-        plans = {g: self._plan(g, run) for g, run in runs.items()}
+        # Lists of the parts, not a tuple per message: see HandOverSink.
+        stamped = {g: [p.stamped for p in items] for g, items in taken.items()}
+        plans = {g: self._plan(g, [p.data for p in taken[g]], s) for g, s in stamped.items()}
         blocks = self._reserve_all(counter, {g: p.fresh for g, p in plans.items() if p.fresh})
         hand_over = self._hand_over
         assert hand_over is not None  # only queued when the sink has it
@@ -259,16 +262,14 @@ class Publisher:
             plan = plans[group]
             if plan.keys is None and block is not None:  # all new: the block's numbers
                 seqs = list(block.numbers())
-                run = _numbered_run(runs[group], seqs, str(block.epoch) if block.epoch else "")
+                epoch = str(block.epoch) if block.epoch else ""
+                attributes = _numbered_attributes(stamped[group], seqs, [epoch] * len(seqs))
             else:
                 numbers = self._assign(group, plan, block)
                 seqs = [seq for _, seq in numbers]
-                epochs = {epoch: str(epoch) if epoch else "" for epoch, _ in numbers}
-                run = [
-                    (data, _numbered_attributes(stamped, epochs[epoch], seq))
-                    for (epoch, seq), (data, stamped) in zip(numbers, runs[group], strict=True)
-                ]
-            futures = hand_over(self._topic, group, run)
+                epochs = [str(epoch) if epoch else "" for epoch, _ in numbers]
+                attributes = _numbered_attributes(stamped[group], seqs, epochs)
+            futures = hand_over(self._topic, group, [p.data for p in items], attributes)
             gaps = _Gaps(futures, seqs, group)
             for index, (pending, future) in enumerate(zip(items, futures, strict=True)):
                 pending.hand_over(future, gaps, index)
@@ -288,21 +289,23 @@ class Publisher:
         self, counter: SequenceCounter, group: str, messages: list[tuple[bytes, dict[str, str]]]
     ) -> list[tuple[int, int]]:
         """(epoch, number) for each message, in order (see :meth:`_plan`), from one block."""
-        plan = self._plan(group, messages)
+        plan = self._plan(group, [data for data, _ in messages], [m for _, m in messages])
         block = self._reserve(counter, group, plan.fresh) if plan.fresh else None
         return self._assign(group, plan, block)
 
-    def _plan(self, group: str, messages: Sequence[tuple[bytes, Mapping[str, str]]]) -> _Plan:
+    def _plan(
+        self, group: str, data: Sequence[bytes], stamped: Sequence[Mapping[str, str]]
+    ) -> _Plan:
         """Which messages need a new number: not one this Publisher gave their dedup key and
         content before (a retry, while the group's counter is in the same epoch; a key reused
         for other content is a new message), nor a copy numbered together with its first (a
         retry queued before the first was numbered takes the first's number too)."""
-        if not any(attr.DEDUP_KEY in m for _, m in messages):  # nothing to look up
-            return _Plan(None, (), {}, frozenset(), len(messages))
+        if not any(attr.DEDUP_KEY in m for m in stamped):  # nothing to look up
+            return _Plan(None, (), {}, frozenset(), len(stamped))
         latest = (self._handed.get(group) or (None, 0))[0]
         keys = [
-            (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
-            for data, m in messages
+            (m[attr.DEDUP_KEY], attr.content_fingerprint(d, m)) if attr.DEDUP_KEY in m else None
+            for d, m in zip(data, stamped, strict=True)
         ]
         known = [self._numbered.get((group, *k)) if k else None for k in keys]
         known = [n if n is not None and n[0] == latest else None for n in known]
@@ -419,15 +422,14 @@ class Publisher:
 
         With tracing on, the fast path's ``send`` span covers handing the message to the
         client (the message carries its context); the id arrives later, on the future."""
-        hand_over = self._hand_over
-        if hand_over is None:
+        hand_one = self._hand_one
+        if hand_one is None:
             message = OutboundMessage(data, stamped)
             return settled(lambda: self._sink.publish(self._topic, message))
         if not tracing.enabled():
-            return hand_over(self._topic, "", ((data, stamped),))[0]
+            return hand_one(self._topic, data, stamped)
         with tracing.sending(self._topic, OutboundMessage(data, stamped), hop="producer"):
-            carrying = tracing.with_context(stamped)
-            return hand_over(self._topic, "", ((data, carrying),))[0]
+            return hand_one(self._topic, data, tracing.with_context(stamped))
 
     def _group_lock(self, group: str) -> threading.RLock:
         return self._locks[hash(group) % _GROUP_LOCKS]
@@ -443,56 +445,52 @@ class Publisher:
 def _numbered(
     data: bytes, stamped: Mapping[str, str], group: str, epoch: int, seq: int
 ) -> OutboundMessage:
-    numbered = _numbered_attributes(stamped, str(epoch) if epoch else "", seq)
+    [numbered] = _numbered_attributes([stamped], [seq], [str(epoch) if epoch else ""])
     return OutboundMessage(data, numbered, ordering_key=group)
 
 
-def _numbered_attributes(stamped: Mapping[str, str], epoch: str, seq: int) -> dict[str, str]:
-    """``stamped`` with its number, and its epoch unless the counter records none ("")."""
-    numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
-    if epoch:
-        numbered[FIFO_EPOCH] = epoch
-    return numbered
-
-
-def _numbered_run(
-    messages: list[tuple[bytes, dict[str, str]]], seqs: list[int], epoch: str
-) -> list[tuple[bytes, Mapping[str, str]]]:
-    """:func:`_numbered_attributes` for a run numbered ``seqs`` in one ``epoch`` (the common
-    case: one new block), without a call per message."""
+def _numbered_attributes(
+    stamped: Sequence[Mapping[str, str]], seqs: Sequence[int], epochs: Sequence[str]
+) -> list[dict[str, str]]:
+    """Each message's attributes with its number and its epoch ("": the counter records none)."""
     seq_key = attr.FIFO_SEQ
-    if not epoch:
-        return [
-            (data, {**stamped, seq_key: str(seq)})
-            for (data, stamped), seq in zip(messages, seqs, strict=True)
-        ]
     return [
-        (data, {**stamped, seq_key: str(seq), FIFO_EPOCH: epoch})
-        for (data, stamped), seq in zip(messages, seqs, strict=True)
+        {**m, seq_key: str(seq), FIFO_EPOCH: epoch} if epoch else {**m, seq_key: str(seq)}
+        for m, seq, epoch in zip(stamped, seqs, epochs, strict=True)
     ]
 
 
-def _hand_over_of(sink: MessageSink) -> HandOver | None:
-    """How the fast path hands messages to ``sink``: its ``publish_run`` (a PubSubSink), one
-    ``publish_future`` per message (a sink with only that), or None (a blocking sink)."""
+def _hand_over_of(sink: MessageSink) -> tuple[HandOver | None, HandOne | None]:
+    """How the fast path hands messages to ``sink``: its ``publish_run`` and ``publish_one``
+    (a PubSubSink), one ``publish_future`` per message (a sink with only that), or neither
+    (a blocking sink)."""
     run: HandOver | None = getattr(sink, "publish_run", None)
-    if run is not None:
-        return run
+    one: HandOne | None = getattr(sink, "publish_one", None)
+    if run is not None and one is not None:
+        return run, one
     publish_future = getattr(sink, "publish_future", None)
     if publish_future is None:
-        return None
+        return None, None
 
-    def one_by_one(topic: str, ordering_key: str, messages: Run) -> list[PublishFuture]:
+    def one_by_one(
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
+    ) -> list[PublishFuture]:
         futures: list[PublishFuture] = []
-        for data, attributes in messages:
-            message = OutboundMessage(data, attributes, ordering_key)
+        for payload, attrs in zip(data, attributes, strict=True):
+            message = OutboundMessage(payload, attrs, ordering_key)
             try:
                 futures.append(publish_future(topic, message))
             except Exception as exc:  # refused at once: this message's failure, the rest go on
                 futures.append(failed(exc))
         return futures
 
-    return one_by_one
+    def single(topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
+        return publish_future(topic, OutboundMessage(data, attributes))  # type: ignore[no-any-return]
+
+    return one_by_one, single
 
 
 class _Gaps:

@@ -93,15 +93,25 @@ class FutureSink(Protocol):
         ...
 
 
-# Messages as (data, attributes) pairs, handed to the client in order under one ordering key.
-Run = Sequence[tuple[bytes, Mapping[str, str]]]
+class HandOverSink(Protocol):
+    """A sink that hands messages to the client from their parts, many of one ordering key in
+    one call (PubSubSink): the Publisher's fast path, with no object per message of its own -
+    in a burst of publishes, every object that lives until its batch is sent is one more for
+    Python's garbage collector to scan, again and again (string-only dicts are not)."""
 
+    def publish_one(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
+        """Hand one message without an ordering key to the client; its future."""
+        ...
 
-class RunSink(Protocol):
-    """A sink that hands many messages of one ordering key over in one call (PubSubSink)."""
-
-    def publish_run(self, topic: str, ordering_key: str, messages: Run) -> list[PublishFuture]:
-        """Hand ``messages`` to the client in order; a future each, in the same order."""
+    def publish_run(
+        self,
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
+    ) -> list[PublishFuture]:
+        """Hand the messages ``data[i]`` with ``attributes[i]`` to the client in order; a
+        future each, in the same order."""
         ...
 
 
@@ -184,10 +194,21 @@ class PubSubSink:
             future.add_done_callback(functools.partial(self._mark_if_failed, topic, key))
         return future  # type: ignore[no-any-return]
 
-    def publish_run(self, topic: str, ordering_key: str, messages: Run) -> list[PublishFuture]:
-        """Hand ``messages`` to the client in order, all with ``ordering_key`` (or none: ""),
-        and return their futures (google-cloud-pubsub's own) in the same order: the
-        Publisher's fast path, without a message object or a callback per message.
+    def publish_one(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
+        """Hand one message without an ordering key to the client; its future (the client's
+        own, as :meth:`publish_future`)."""
+        return self._client.publish(topic, data, **attributes)  # type: ignore[no-any-return]
+
+    def publish_run(
+        self,
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
+    ) -> list[PublishFuture]:
+        """Hand the messages ``data[i]`` with ``attributes[i]`` to the client in order, all
+        with ``ordering_key``, and return their futures (google-cloud-pubsub's own) in the same
+        order: the Publisher's fast path, without a message object or a callback per message.
 
         A message the client refuses at once has a failed future and the rest are still
         handed over. One callback, on the last future, notes a key the run's failure paused:
@@ -197,9 +218,9 @@ class PubSubSink:
         self._resume_if_paused(topic, ordering_key)
         publish = self._client.publish
         futures: list[PublishFuture] = []
-        for data, attributes in messages:
+        for payload, attrs in zip(data, attributes, strict=True):
             try:
-                futures.append(publish(topic, data, ordering_key=ordering_key, **attributes))
+                futures.append(publish(topic, payload, ordering_key=ordering_key, **attrs))
             except Exception as exc:  # the client refused it at once: this message's failure
                 futures.append(failed(exc))
         if ordering_key and futures:
