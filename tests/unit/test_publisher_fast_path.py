@@ -169,3 +169,20 @@ def test_attributes_validated_before_still_refuse_data_the_contract_refuses() ->
     publisher.publish(b"x", fifo_group="g")
     with pytest.raises(ValueError, match="no data"):
         publisher.publish(b"", fifo_group="g")
+
+
+def test_a_settled_message_is_returned_though_the_rest_of_its_run_never_is() -> None:
+    # A caller waiting for a message not yet answered first waits for its run's last message
+    # (one wake-up for the run, up to RUN_WAIT); one already answered is returned at once.
+    publisher, sink, counter = held_publisher()
+    first = publisher.publish(b"m1", fifo_group="g")
+    second = publisher.publish(b"m2", fifo_group="g")
+    counter.release.set()
+    wait_until(lambda: sink.handed() == 3, timeout=DEADLINE, interval=0.005, what="handed")
+    sink.futures[0].set_result("warm-up")
+    # The run is first and second; only first is answered, second stays with the client.
+    sink.futures[1].set_result("id-1")
+    assert first.result(timeout=0.05) == "id-1"  # less than RUN_WAIT: not waited for second
+    assert not second.done()
+    with pytest.raises(TimeoutError):
+        second.result(timeout=0.01)

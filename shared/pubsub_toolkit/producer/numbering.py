@@ -14,6 +14,14 @@ Everything the thread takes at once is a *round*. A :class:`Pending` is light - 
 condition of its own: it waits on its round (one event for all its messages) until the thread
 has handed it to the client, then it is the client's future (``result()`` is the message id).
 
+A caller waiting on a message the client has not answered yet first waits - up to
+:data:`RUN_WAIT` - for the last message of its *run* (its group's messages handed over with it,
+which the client sends after it, one batch after the other): one wake-up for the run instead of
+one per batch. Each wake-up takes the GIL from the thread handing messages to the client; with
+eight threads waiting on their futures in order, that cost the Publisher a tenth of its
+throughput (docs/reference/performance.md). A message already answered is returned at once;
+``done()`` and callbacks follow the message itself.
+
 The thread exits after ``idle`` seconds without work and starts again on the next message.
 It is a daemon thread: wait for the futures (or use ``publish_batch``) before the process
 exits, as with google-cloud-pubsub's own futures.
@@ -32,11 +40,20 @@ from pubsub_toolkit.producer.sink import PublishFuture, failed
 logger = logging.getLogger(__name__)
 
 
-class GapLog(Protocol):
-    """Where a handed-over message's number is logged as a gap if its publish failed."""
+# How long a caller waiting for a FIFO message first waits for its run (see Pending.result).
+RUN_WAIT = 0.2  # seconds
+
+
+class Run(Protocol):
+    """The messages of a group handed to the client together: where a message's number is
+    logged as a gap if its publish failed, and what a waiting caller waits for first."""
 
     def log(self, index: int) -> None:
-        """Log message ``index`` of its run as a gap (once, however often asked)."""
+        """Log message ``index`` of the run as a gap (once, however often asked)."""
+        ...
+
+    def wait(self, timeout: float) -> None:
+        """Wait until the run's last message is settled, at most ``timeout`` seconds."""
         ...
 
 
@@ -76,20 +93,20 @@ class Pending:
     client's future once handed over (``result()`` the message id, or the failure), or with
     the failure that kept it from the client (its group's reservation)."""
 
-    __slots__ = ("_gaps", "_index", "_inner", "_round", "data", "stamped")
+    __slots__ = ("_group_run", "_index", "_inner", "_round", "data", "stamped")
 
     def __init__(self, data: bytes, stamped: dict[str, str], round_: _Round) -> None:
         self.data = data
         self.stamped = stamped
         self._round = round_
         self._inner: PublishFuture | None = None
-        self._gaps: GapLog | None = None
+        self._group_run: Run | None = None
         self._index = 0
 
-    def hand_over(self, inner: PublishFuture, gaps: GapLog, index: int) -> None:
+    def hand_over(self, inner: PublishFuture, run: Run, index: int) -> None:
         """The client's future for this message (the numbering thread, before the round is
         marked handed), and where its number is logged as a gap if it fails (``index``)."""
-        self._gaps = gaps
+        self._group_run = run
         self._index = index
         self._inner = inner
 
@@ -98,35 +115,41 @@ class Pending:
         self._inner = failed(exc)
 
     def _settled_inner(self, timeout: float | None) -> tuple[PublishFuture, float | None]:
-        """The client's future once handed over, and what is left of ``timeout``."""
-        inner = self._inner
-        if inner is not None:
-            return inner, timeout
+        """The client's future once handed over - and, while it is not settled, after waiting
+        up to RUN_WAIT for the run's last message - and what is left of ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._round.wait(timeout):
-            raise TimeoutError("the message was not handed to the client in time")
         inner = self._inner
-        assert inner is not None  # a round is marked handed only once each message is
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return inner, left
+        if inner is None:
+            if not self._round.wait(timeout):
+                raise TimeoutError("the message was not handed to the client in time")
+            inner = self._inner
+            assert inner is not None  # a round is marked handed only once each message is
+        if self._group_run is not None and not inner.done():
+            # One wake-up for the run instead of one per batch of it: a thread woken at every
+            # batch the client settles takes the GIL from the thread handing messages over.
+            left = RUN_WAIT if deadline is None else min(RUN_WAIT, deadline - time.monotonic())
+            if left > 0:
+                self._group_run.wait(left)
+        return inner, None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def result(self, timeout: float | None = None) -> Any:
         """The message id once Pub/Sub has accepted the message; raises the failure (and
-        TimeoutError after ``timeout`` seconds)."""
+        TimeoutError after ``timeout`` seconds). Not answered yet: waits for its run first,
+        up to RUN_WAIT (see the module docstring)."""
         inner, left = self._settled_inner(timeout)
         try:
             return inner.result(left)
         except Exception:
-            if self._gaps is not None and inner.done():  # failed, not merely not yet settled
-                self._gaps.log(self._index)
+            if self._group_run is not None and inner.done():  # failed, not merely not yet settled
+                self._group_run.log(self._index)
             raise
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The failure once settled, None when the message was published."""
         inner, left = self._settled_inner(timeout)
         failure = inner.exception(left)
-        if failure is not None and self._gaps is not None:
-            self._gaps.log(self._index)
+        if failure is not None and self._group_run is not None:
+            self._group_run.log(self._index)
         return failure
 
     def done(self) -> bool:

@@ -15,9 +15,17 @@
 **Futures.** ``publish`` returns at once with the publish's future - google-cloud-pubsub's own
 when the sink is a :class:`~pubsub_toolkit.producer.sink.PubSubSink`: ``result()`` is the message
 id, or raises the failure - so many publishes ride the client's batching instead of waiting
-one round trip each. ``publish(...).result()`` is the blocking form; ``publish_batch`` hands
-all its items to the client and then waits once. A sink with only the blocking ``publish``
-(our own protocol, e.g. an in-memory sink) works too: its future is already settled.
+one round trip each. A FIFO message's future is a light one of the toolkit's
+(:class:`~pubsub_toolkit.producer.numbering.Pending`, the same methods) until the message reaches
+the client, then the client's. ``publish(...).result()`` is the blocking form; ``publish_batch``
+hands all its items to the client and then waits once. A sink with only the blocking
+``publish`` (our own protocol, e.g. an in-memory sink) works too: its future is already settled.
+
+**Per message, nothing more than needed.** The fast path costs the client's own work plus a
+few microseconds: the contract checks are remembered per attribute set (the data only counts
+by its size), a FIFO message is one small object, the numbering thread hands a group's messages
+over in one call with one callback for all of them, and no other object per message outlives
+the call (each would be scanned by the garbage collector until its batch is sent).
 
 Every message is validated against the contract *before* a number is reserved, so a message
 ingress would dead-letter raises ValueError here instead, and does not leave a gap in its
@@ -50,12 +58,13 @@ behind) hands out numbers again in the same epoch. A Publisher remembers the hig
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
 
-(About 430 lines: the numbering - blocks, retries, a counter that
-went back, the per-group order of futures - share the Publisher's memory of what it handed out.)
+(About 550 lines: the numbering - blocks, retries, a counter that went back, the per-group
+order of futures, gaps - share the Publisher's memory of what it handed out.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -270,12 +279,12 @@ class Publisher:
                 epochs = [str(epoch) if epoch else "" for epoch, _ in numbers]
                 attributes = _numbered_attributes(stamped[group], seqs, epochs)
             futures = hand_over(self._topic, group, [p.data for p in items], attributes)
-            gaps = _Gaps(futures, seqs, group)
+            run = _Run(futures, seqs, group)
             for index, (pending, future) in enumerate(zip(items, futures, strict=True)):
-                pending.hand_over(future, gaps, index)
+                pending.hand_over(future, run, index)
             # One callback per run, not per message: the client settles a key's messages in
             # order, so once the last is settled the others are (check() looks at each).
-            futures[-1].add_done_callback(gaps.check)
+            futures[-1].add_done_callback(run.check)
 
     def _carrying(self, data: bytes, stamped: dict[str, str], group: str) -> dict[str, str]:
         """``stamped`` with the caller's trace context (the numbering thread has none), under
@@ -493,10 +502,11 @@ def _hand_over_of(sink: MessageSink) -> tuple[HandOver | None, HandOne | None]:
     return one_by_one, single
 
 
-class _Gaps:
-    """A run's numbers, each failed one logged as a gap once: when the run's last message is
-    settled (:meth:`check`), or when the caller sees the failure first (:meth:`log`, from the
-    caller's future: so a failure is logged by the time anyone sees it)."""
+class _Run:
+    """A group's messages handed to the client together. Each failed one's number is logged
+    as a gap once: when the run's last message is settled (:meth:`check`), or when the caller
+    sees the failure first (:meth:`log`, from the caller's future: so a failure is logged by
+    the time anyone sees it). A caller waiting for one waits for the last first (:meth:`wait`)."""
 
     def __init__(self, futures: list[PublishFuture], seqs: list[int], group: str) -> None:
         self._futures = futures
@@ -504,6 +514,12 @@ class _Gaps:
         self._group = group
         self._logged: set[int] = set()
         self._lock = threading.Lock()
+
+    def wait(self, timeout: float) -> None:
+        """Wait until the run's last message is settled, at most ``timeout`` seconds (its
+        outcome is its own caller's: here only the time counts)."""
+        with contextlib.suppress(TimeoutError, CancelledError):
+            self._futures[-1].exception(timeout)
 
     def check(self, _last: object = None) -> None:
         """Log each failed message of the run (one not settled yet - a sink that settles out
