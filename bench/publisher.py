@@ -161,7 +161,7 @@ def run(messages: int, rounds: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=5000)
-    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--rounds", type=int, default=31)
     args = parser.parse_args()
     results = run(args.messages, args.rounds)
     path = write_result(
