@@ -8,8 +8,9 @@ Four comparisons, each ``messages`` messages of 200 bytes, on 1 and on 8 threads
 * **unordered**: ``PublisherClient.publish`` (every future collected, then waited) against
   ``Publisher.publish`` (the same, through a ``PubSubSink`` on the same client settings);
 * **fifo**: the raw client publishing the same messages with ordering keys (one per group,
-  ``GROUPS`` groups, ``fifo_group``/``fifo_seq`` attributes as the Publisher stamps them)
-  against ``Publisher.publish(..., fifo_group=)`` numbering each from a Redis counter.
+  ``GROUPS`` groups, the ``fifo_group``/``fifo_seq``/``fifo_epoch`` attributes the Publisher
+  stamps, numbered in-process under a lock) against ``Publisher.publish(..., fifo_group=)``
+  numbering each from a Redis counter.
 
 Every variant publishes through its own client built with the same settings (google-cloud-pubsub's
 defaults; message ordering on for FIFO), to its own topic. Rounds alternate the variants -
@@ -39,6 +40,9 @@ from pubsub_toolkit_local import emulators
 from pubsub_toolkit_local.processes import ServiceGroup, free_port
 
 PAYLOAD = b"x" * 200
+# What the Redis counter records as a group's epoch (the server's time in microseconds): the
+# raw side's messages carry one too, so both sides send the same attributes.
+EPOCH = "1764892800000000"
 GROUPS = 8
 THREADS = (1, 8)
 WAIT = 120.0  # seconds: a future not settled by then fails the run
@@ -101,7 +105,12 @@ def variants(
             seq[i % GROUPS] += 1
             number = str(seq[i % GROUPS])
         return raw_client.publish(
-            raw_topic, PAYLOAD, ordering_key=group, fifo_group=group, fifo_seq=number
+            raw_topic,
+            PAYLOAD,
+            ordering_key=group,
+            fifo_group=group,
+            fifo_seq=number,
+            fifo_epoch=EPOCH,
         )
 
     return {
@@ -151,8 +160,8 @@ def run(messages: int, rounds: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=31)
     args = parser.parse_args()
     results = run(args.messages, args.rounds)
     path = write_result(

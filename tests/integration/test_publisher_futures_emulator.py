@@ -14,6 +14,7 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 from google.cloud.pubsub_v1.publisher import futures as gfutures
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.message import OutboundMessage
 from pubsub_toolkit.producer.publisher import Publisher
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
@@ -82,6 +83,60 @@ def test_a_missing_topic_is_the_futures_exception_and_a_fifo_gap_is_logged(
         sink.close()
     assert "fifo_seq 1 in group 'g' failed" in caplog.text
     assert counter.current("g") == 1  # the number is spent: a gap the gate's timeout handles
+
+
+def close_within(sink: PubSubSink, timeout: float) -> None:
+    """Close ``sink`` from a helper thread: a client whose commit thread is stuck never stops,
+    and the test must fail rather than hang."""
+    closer = threading.Thread(target=sink.close, daemon=True)
+    closer.start()
+    closer.join(timeout)
+    assert not closer.is_alive(), "the client could not stop: its commit thread is stuck"
+
+
+def test_a_failed_ordering_key_with_batches_queued_settles_them_all_and_resumes(
+    pubsub_emulator: str, project_id: str
+) -> None:
+    # The first batch fails (no topic); the client pauses the key and cancels the batches
+    # queued behind it, settling their futures inside its own locks. A resume called from a
+    # future's callback there waited for those locks for ever: the commit thread, and with it
+    # every later publish of the client, stuck.
+    topic = f"projects/{project_id}/topics/created-late"
+    sink = PubSubSink()
+    try:
+        futures = [
+            sink.publish_future(topic, OutboundMessage(b"x", {}, ordering_key="k"))
+            for _ in range(350)
+        ]
+        for future in futures:
+            assert future.exception(timeout=TIMEOUT) is not None
+        pubsub_v1.PublisherClient().create_topic(name=topic)
+        # The key was paused by the failure; the sink resumes it, so the next message goes out.
+        after = sink.publish_future(topic, OutboundMessage(b"y", {}, ordering_key="k"))
+        assert after.result(timeout=TIMEOUT)
+    finally:
+        close_within(sink, TIMEOUT)
+
+
+def test_a_fifo_group_whose_publishes_failed_is_resumed_for_its_next_message(
+    pubsub_emulator: str, project_id: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The Publisher hands a group's waiting messages over in one run (several of the client's
+    # batches): all fail, each a logged gap; the paused key is resumed for the next message.
+    topic = f"projects/{project_id}/topics/created-late"
+    counter = RedisSequenceCounter.from_url(redis_url, prefix=f"{project_id}:")
+    sink = PubSubSink()
+    try:
+        publisher = Publisher(sink, topic, counter)
+        with caplog.at_level(logging.WARNING):
+            futures = [publisher.publish(b"x", fifo_group="g") for _ in range(350)]
+            for future in futures:
+                assert future.exception(timeout=TIMEOUT) is not None
+        assert sum("stays unused" in r.getMessage() for r in caplog.records) == 350
+        pubsub_v1.PublisherClient().create_topic(name=topic)
+        assert publisher.publish(b"y", fifo_group="g").result(timeout=TIMEOUT)
+    finally:
+        close_within(sink, TIMEOUT)
 
 
 def test_eight_threads_in_one_group_reach_pubsub_numbered_in_order(

@@ -50,11 +50,13 @@ class HeldSink:
     def __init__(self) -> None:
         self.sent: list[OutboundMessage] = []
         self.gate = threading.Event()
+        self.entered = threading.Event()  # the numbering thread is inside the first publish
 
     def publish(self, topic: str, message: OutboundMessage) -> str:
         raise AssertionError("the fast path is used")
 
     def publish_future(self, topic: str, message: OutboundMessage) -> Future[str]:
+        self.entered.set()
         self.gate.wait(timeout=30)
         self.sent.append(message)  # only the numbering thread sends
         future: Future[str] = Future()
@@ -66,6 +68,8 @@ def test_a_group_whose_reservation_fails_fails_alone_and_the_others_are_publishe
     counter, sink = OneGroupFails(), HeldSink()
     publisher = Publisher(sink, "projects/p/topics/t", counter)
     first = publisher.publish(b"first", fifo_group="a")  # holds the numbering thread
+    # Held there before the rest is queued: else a round could take only some of the groups.
+    assert sink.entered.wait(timeout=30)
     waiting = {
         group: [publisher.publish(f"{group}{n}".encode(), fifo_group=group) for n in range(3)]
         for group in ("a", "bad", "b")

@@ -15,9 +15,17 @@
 **Futures.** ``publish`` returns at once with the publish's future - google-cloud-pubsub's own
 when the sink is a :class:`~pubsub_toolkit.producer.sink.PubSubSink`: ``result()`` is the message
 id, or raises the failure - so many publishes ride the client's batching instead of waiting
-one round trip each. ``publish(...).result()`` is the blocking form; ``publish_batch`` hands
-all its items to the client and then waits once. A sink with only the blocking ``publish``
-(our own protocol, e.g. an in-memory sink) works too: its future is already settled.
+one round trip each. A FIFO message's future is a light one of the toolkit's
+(:class:`~pubsub_toolkit.producer.numbering.Pending`, the same methods) until the message reaches
+the client, then the client's. ``publish(...).result()`` is the blocking form; ``publish_batch``
+hands all its items to the client and then waits once. A sink with only the blocking
+``publish`` (our own protocol, e.g. an in-memory sink) works too: its future is already settled.
+
+**Per message, nothing more than needed.** The fast path costs the client's own work plus a
+few microseconds: the contract checks are remembered per attribute set (the data only counts
+by its size), a FIFO message is one small object, the numbering thread hands a group's messages
+over in one call with one callback for all of them, and no other object per message outlives
+the call (each would be scanned by the garbage collector until its batch is sent).
 
 Every message is validated against the contract *before* a number is reserved, so a message
 ingress would dead-letter raises ValueError here instead, and does not leave a gap in its
@@ -50,17 +58,18 @@ behind) hands out numbers again in the same epoch. A Publisher remembers the hig
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
 
-(About 430 lines: the numbering - blocks, retries, a counter that
-went back, the per-group order of futures - share the Publisher's memory of what it handed out.)
+(About 550 lines: the numbering - blocks, retries, a counter that went back, the per-group
+order of futures, gaps - share the Publisher's memory of what it handed out.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -70,19 +79,26 @@ from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.producer.numbering import NumberingQueue, Waiting
-from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, settled
+from pubsub_toolkit.producer.numbering import NumberingQueue, Pending
+from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, failed, settled
 from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
 
 
+# Hands a run of messages of one ordering key to the client - (topic, key, data, attributes)
+# - and returns their futures; and one message without a key - (topic, data, attributes).
+HandOver = Callable[[str, str, Sequence[bytes], Sequence[Mapping[str, str]]], list[PublishFuture]]
+HandOne = Callable[[str, bytes, Mapping[str, str]], PublishFuture]
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Which of a group's messages take a new number (see :meth:`Publisher._plan`)."""
 
-    keys: tuple[tuple[str, str] | None, ...]  # (dedup_key, content) per message, or None
+    # (dedup_key, content) per message, or None; None for all: no message has a dedup key.
+    keys: tuple[tuple[str, str] | None, ...] | None
     known: tuple[tuple[int, int] | None, ...]  # the (epoch, number) it was given before
     first: dict[tuple[str, str], int]  # a key -> the index of its first new copy here
     copies: frozenset[int]  # indexes of later copies of a key new here (the first's number)
@@ -107,7 +123,7 @@ class Publisher:
             raise ValueError("topic must be a topic path such as projects/P/topics/T")
         self._sink = tracing.traced(sink, hop="producer")
         # The fast path when the sink has one (a PubSubSink); else the blocking publish.
-        self._publish_future = getattr(sink, "publish_future", None)
+        self._hand_over, self._hand_one = _hand_over_of(sink)
         # Re-entrant: a publish made while this thread is inside another one's sink call (a
         # nested callback; the simulation's interleaving) must not wait for itself.
         self._locks = [threading.RLock() for _ in range(_GROUP_LOCKS)]
@@ -151,11 +167,13 @@ class Publisher:
             stamped[attr.FIFO_END] = attr.FIFO_END_TRUE
         if fifo_group is None:
             validate(data, stamped)
-            return self._send(OutboundMessage(data, stamped))
+            return self._send(data, stamped)
         counter = self._require_counter()
         check_group(fifo_group)
         stamped[attr.FIFO_GROUP] = fifo_group
         validate(data, stamped)
+        if self._hand_over is not None and not tracing.enabled():  # the common case, direct
+            return self._queue.submit_one(fifo_group, data, stamped)
         return self._send_fifo(counter, fifo_group, [(data, stamped)])[0]
 
     def publish_batch(
@@ -200,15 +218,13 @@ class Publisher:
 
     def _send_fifo(
         self, counter: SequenceCounter, group: str, prepared: list[tuple[bytes, dict[str, str]]]
-    ) -> list[PublishFuture]:
+    ) -> Sequence[PublishFuture]:
         """Number ``prepared`` (validated) in ``group`` and send them, in order: queued for
         the numbering thread on a future-returning sink, else here under the group's lock."""
-        if self._publish_future is not None:
-            waiting = [
-                Waiting(data, self._carrying(data, m, group), Future()) for data, m in prepared
-            ]
-            self._queue.submit(group, waiting)
-            return [w.future for w in waiting]
+        if self._hand_over is not None:
+            if tracing.enabled():
+                prepared = [(data, self._carrying(data, m, group)) for data, m in prepared]
+            return self._queue.submit(group, prepared)
         with self._group_lock(group):  # numbers reach the sink in their order
             try:
                 numbers = self._numbers(counter, group, prepared)
@@ -229,17 +245,17 @@ class Publisher:
                     failed = futures[-1]
             return futures
 
-    def _send_groups(self, taken: dict[str, list[Waiting]]) -> None:
+    def _send_groups(self, taken: dict[str, list[Pending]]) -> None:
         """The numbering thread's work: one block per group for its waiting messages - all
         the groups' blocks in one counter round trip when the counter can - then each group's
-        messages sent in order, each caller's future settled by the client's."""
+        messages handed to the client in order, each caller's future then the client's."""
         counter = self._require_counter()
-        plans = {
-            g: self._plan(g, [(w.data, w.stamped) for w in items]) for g, items in taken.items()
-        }
+        # Lists of the parts, not a tuple per message: see HandOverSink.
+        stamped = {g: [p.stamped for p in items] for g, items in taken.items()}
+        plans = {g: self._plan(g, [p.data for p in taken[g]], s) for g, s in stamped.items()}
         blocks = self._reserve_all(counter, {g: p.fresh for g, p in plans.items() if p.fresh})
-        send = self._publish_future
-        assert send is not None  # only queued when the sink has it
+        hand_over = self._hand_over
+        assert hand_over is not None  # only queued when the sink has it
         for group, items in taken.items():
             block = blocks.get(group)
             if isinstance(block, Exception):
@@ -249,18 +265,26 @@ class Publisher:
                     group,
                     block,
                 )
-                for w in items:
-                    w.future.set_exception(block)
+                for pending in items:
+                    pending.fail(block)
                 continue
-            numbers = self._assign(group, plans[group], block)
-            for (epoch, seq), w in zip(numbers, items, strict=True):
-                try:
-                    sent = send(self._topic, _numbered(w.data, w.stamped, group, epoch, seq))
-                except Exception as exc:
-                    _log_gap(seq, group)
-                    w.future.set_exception(exc)
-                    continue
-                sent.add_done_callback(functools.partial(_settle, w.future, seq, group))
+            plan = plans[group]
+            if plan.keys is None and block is not None:  # all new: the block's numbers
+                seqs = list(block.numbers())
+                epoch = str(block.epoch) if block.epoch else ""
+                attributes = _numbered_attributes(stamped[group], seqs, [epoch] * len(seqs))
+            else:
+                numbers = self._assign(group, plan, block)
+                seqs = [seq for _, seq in numbers]
+                epochs = [str(epoch) if epoch else "" for epoch, _ in numbers]
+                attributes = _numbered_attributes(stamped[group], seqs, epochs)
+            futures = hand_over(self._topic, group, [p.data for p in items], attributes)
+            run = _Run(futures, seqs, group)
+            for index, (pending, future) in enumerate(zip(items, futures, strict=True)):
+                pending.hand_over(future, run, index)
+            # One callback per run, not per message: the client settles a key's messages in
+            # order, so once the last is settled the others are (check() looks at each).
+            futures[-1].add_done_callback(run.check)
 
     def _carrying(self, data: bytes, stamped: dict[str, str], group: str) -> dict[str, str]:
         """``stamped`` with the caller's trace context (the numbering thread has none), under
@@ -274,19 +298,23 @@ class Publisher:
         self, counter: SequenceCounter, group: str, messages: list[tuple[bytes, dict[str, str]]]
     ) -> list[tuple[int, int]]:
         """(epoch, number) for each message, in order (see :meth:`_plan`), from one block."""
-        plan = self._plan(group, messages)
+        plan = self._plan(group, [data for data, _ in messages], [m for _, m in messages])
         block = self._reserve(counter, group, plan.fresh) if plan.fresh else None
         return self._assign(group, plan, block)
 
-    def _plan(self, group: str, messages: list[tuple[bytes, dict[str, str]]]) -> _Plan:
+    def _plan(
+        self, group: str, data: Sequence[bytes], stamped: Sequence[Mapping[str, str]]
+    ) -> _Plan:
         """Which messages need a new number: not one this Publisher gave their dedup key and
         content before (a retry, while the group's counter is in the same epoch; a key reused
         for other content is a new message), nor a copy numbered together with its first (a
         retry queued before the first was numbered takes the first's number too)."""
+        if not any(attr.DEDUP_KEY in m for m in stamped):  # nothing to look up
+            return _Plan(None, (), {}, frozenset(), len(stamped))
         latest = (self._handed.get(group) or (None, 0))[0]
         keys = [
-            (m[attr.DEDUP_KEY], attr.content_fingerprint(data, m)) if attr.DEDUP_KEY in m else None
-            for data, m in messages
+            (m[attr.DEDUP_KEY], attr.content_fingerprint(d, m)) if attr.DEDUP_KEY in m else None
+            for d, m in zip(data, stamped, strict=True)
         ]
         known = [self._numbered.get((group, *k)) if k else None for k in keys]
         known = [n if n is not None and n[0] == latest else None for n in known]
@@ -303,6 +331,9 @@ class Publisher:
     ) -> list[tuple[int, int]]:
         """Each message's (epoch, number) from ``plan`` and its new ``block``, recorded before
         anything is published, so a retry after a failed publish reuses it."""
+        if plan.keys is None:  # every message new, none to remember
+            assert block is not None  # plan.fresh > 0: a block was reserved
+            return [(block.epoch, n) for n in block.numbers()]
         new = iter(()) if block is None else iter(block.numbers())
         numbers: list[tuple[int, int]] = []
         for index, (key, number) in enumerate(zip(plan.keys, plan.known, strict=True)):
@@ -394,19 +425,20 @@ class Publisher:
         self._handed.put(group, (block.epoch, max(block.last, top)))
         return block
 
-    def _send(self, message: OutboundMessage) -> PublishFuture:
-        """Hand ``message`` to the sink: its future, or the blocking publish's as a settled one.
+    def _send(self, data: bytes, stamped: dict[str, str]) -> PublishFuture:
+        """Hand the message to the sink: the client's future, or the blocking publish's as a
+        settled one.
 
         With tracing on, the fast path's ``send`` span covers handing the message to the
         client (the message carries its context); the id arrives later, on the future."""
-        if self._publish_future is None:
+        hand_one = self._hand_one
+        if hand_one is None:
+            message = OutboundMessage(data, stamped)
             return settled(lambda: self._sink.publish(self._topic, message))
         if not tracing.enabled():
-            return self._publish_future(self._topic, message)  # type: ignore[no-any-return]
-        with tracing.sending(self._topic, message, hop="producer"):
-            attributes = tracing.with_context(message.attributes)
-            carrying = OutboundMessage(message.data, attributes, message.ordering_key)
-            return self._publish_future(self._topic, carrying)  # type: ignore[no-any-return]
+            return hand_one(self._topic, data, stamped)
+        with tracing.sending(self._topic, OutboundMessage(data, stamped), hop="producer"):
+            return hand_one(self._topic, data, tracing.with_context(stamped))
 
     def _group_lock(self, group: str) -> threading.RLock:
         return self._locks[hash(group) % _GROUP_LOCKS]
@@ -422,20 +454,102 @@ class Publisher:
 def _numbered(
     data: bytes, stamped: Mapping[str, str], group: str, epoch: int, seq: int
 ) -> OutboundMessage:
-    numbered = {**stamped, attr.FIFO_SEQ: str(seq)}
-    if epoch:
-        numbered[FIFO_EPOCH] = str(epoch)
+    [numbered] = _numbered_attributes([stamped], [seq], [str(epoch) if epoch else ""])
     return OutboundMessage(data, numbered, ordering_key=group)
 
 
-def _settle(ours: Future[str], seq: int, group: str, sent: PublishFuture) -> None:
-    """Copy the client's outcome to the caller's future (a failure: a logged gap)."""
-    failure = sent.exception()
-    if failure is None:
-        ours.set_result(sent.result())
-        return
-    _log_gap(seq, group)
-    ours.set_exception(failure)
+def _numbered_attributes(
+    stamped: Sequence[Mapping[str, str]], seqs: Sequence[int], epochs: Sequence[str]
+) -> list[dict[str, str]]:
+    """Each message's attributes with its number and its epoch ("": the counter records none)."""
+    seq_key = attr.FIFO_SEQ
+    return [
+        {**m, seq_key: str(seq), FIFO_EPOCH: epoch} if epoch else {**m, seq_key: str(seq)}
+        for m, seq, epoch in zip(stamped, seqs, epochs, strict=True)
+    ]
+
+
+def _hand_over_of(sink: MessageSink) -> tuple[HandOver | None, HandOne | None]:
+    """How the fast path hands messages to ``sink``: its ``publish_run`` and ``publish_one``
+    (a PubSubSink), one ``publish_future`` per message (a sink with only that), or neither
+    (a blocking sink)."""
+    run: HandOver | None = getattr(sink, "publish_run", None)
+    one: HandOne | None = getattr(sink, "publish_one", None)
+    if run is not None and one is not None:
+        return run, one
+    publish_future = getattr(sink, "publish_future", None)
+    if publish_future is None:
+        return None, None
+
+    def one_by_one(
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
+    ) -> list[PublishFuture]:
+        futures: list[PublishFuture] = []
+        for payload, attrs in zip(data, attributes, strict=True):
+            message = OutboundMessage(payload, attrs, ordering_key)
+            try:
+                futures.append(publish_future(topic, message))
+            except Exception as exc:  # refused at once: this message's failure, the rest go on
+                futures.append(failed(exc))
+        return futures
+
+    def single(topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
+        return publish_future(topic, OutboundMessage(data, attributes))  # type: ignore[no-any-return]
+
+    return one_by_one, single
+
+
+class _Run:
+    """A group's messages handed to the client together. Each failed one's number is logged
+    as a gap once: when the run's last message is settled (:meth:`check`), or when the caller
+    sees the failure first (:meth:`log`, from the caller's future: so a failure is logged by
+    the time anyone sees it). A caller waiting for one waits for the last first (:meth:`wait`)."""
+
+    def __init__(self, futures: list[PublishFuture], seqs: list[int], group: str) -> None:
+        self._futures = futures
+        self._seqs = seqs
+        self._group = group
+        self._logged: set[int] = set()
+        self._lock = threading.Lock()
+
+    def wait(self, timeout: float) -> None:
+        """Wait until the run's last message is settled, at most ``timeout`` seconds (its
+        outcome is its own caller's: here only the time counts)."""
+        with contextlib.suppress(TimeoutError, CancelledError):
+            self._futures[-1].exception(timeout)
+
+    def check(self, _last: object = None) -> None:
+        """Log each failed message of the run (one not settled yet - a sink that settles out
+        of order - is checked when it is)."""
+        for index, future in enumerate(self._futures):
+            try:
+                failed = future.exception(timeout=0) is not None
+            except TimeoutError:
+                future.add_done_callback(functools.partial(self._check_one, index))
+                continue
+            except CancelledError:
+                failed = True
+            if failed:
+                self.log(index)
+
+    def _check_one(self, index: int, settled_future: PublishFuture) -> None:
+        try:
+            failed = settled_future.exception(timeout=0) is not None
+        except CancelledError:
+            failed = True
+        if failed:
+            self.log(index)
+
+    def log(self, index: int) -> None:
+        """Log message ``index``'s number as a gap (once: both ways may see its failure)."""
+        with self._lock:  # logged before anyone else asking returns
+            if index in self._logged:
+                return
+            self._logged.add(index)
+            _log_gap(self._seqs[index], self._group)
 
 
 def _reraise(exc: Exception) -> str:

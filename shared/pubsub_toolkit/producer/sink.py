@@ -17,12 +17,19 @@ window. With 0 s the client's commit thread sends the batch as soon as it runs (
 before that still join it). Measured on the emulator: a blocking publish 12.5 -> 1 ms, and 8
 threads publishing through one client 630 -> 3,000 msgs/s (docs/reference/performance.md,
 "Immediate-path latency").
+
+**A paused ordering key.** After a failed publish with an ordering key the client pauses the key
+(and fails every message queued behind it) until ``resume_publish``. The sink resumes the key
+before its next publish to it - from the publishing thread, never from a future's callback: the
+client settles the queued messages' futures inside its own locks, and a resume called there
+waits for those locks for ever (the commit thread, and every later publish, stuck).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,6 +76,14 @@ class PublishFuture(Protocol):
         """Call ``fn(future)`` once settled (at once when it already is)."""
         ...
 
+    def cancel(self) -> bool:
+        """Try to cancel the publish (google-cloud-pubsub's futures never can: False)."""
+        ...
+
+    def cancelled(self) -> bool:
+        """Whether the publish was cancelled."""
+        ...
+
 
 class FutureSink(Protocol):
     """A sink that can also publish without waiting (the Publisher's fast path)."""
@@ -76,6 +91,35 @@ class FutureSink(Protocol):
     def publish_future(self, topic: str, message: OutboundMessage) -> PublishFuture:
         """Hand ``message`` to the client; the future settles when Pub/Sub has answered."""
         ...
+
+
+class HandOverSink(Protocol):
+    """A sink that hands messages to the client from their parts, many of one ordering key in
+    one call (PubSubSink): the Publisher's fast path, with no object per message of its own -
+    in a burst of publishes, every object that lives until its batch is sent is one more for
+    Python's garbage collector to scan, again and again (string-only dicts are not)."""
+
+    def publish_one(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
+        """Hand one message without an ordering key to the client; its future."""
+        ...
+
+    def publish_run(
+        self,
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
+    ) -> list[PublishFuture]:
+        """Hand the messages ``data[i]`` with ``attributes[i]`` to the client in order; a
+        future each, in the same order."""
+        ...
+
+
+def failed(exc: BaseException) -> Future[str]:
+    """A future already settled with ``exc``."""
+    future: Future[str] = Future()
+    future.set_exception(exc)
+    return future
 
 
 def settled(call: Callable[[], str]) -> Future[str]:
@@ -115,45 +159,100 @@ class PubSubSink:
             client = publisher_for_sink(max_latency)
         self._client = client
         self._timeout = timeout.total_seconds()
+        # (topic, ordering key) whose key a failed publish may have paused: resumed by the
+        # next publish to it (see the module docstring). A set's add is atomic: callbacks only
+        # add, under the client's locks, and never call the client.
+        self._paused: set[tuple[str, str]] = set()
 
     def publish(self, topic: str, message: OutboundMessage) -> str:
+        self._resume_if_paused(topic, message.ordering_key)
         try:
             future = self._client.publish(
                 topic, message.data, ordering_key=message.ordering_key, **message.attributes
             )
             return str(future.result(timeout=self._timeout))
         except (gexc.InvalidArgument, ValueError, TypeError) as exc:
-            self._resume(topic, message)
+            self._mark_paused(topic, message.ordering_key)
             raise PermanentError(
                 REASON_PUBLISH_REJECTED, f"Pub/Sub rejected the message: {exc}"
             ) from exc
         except Exception as exc:
             # Timeouts, unavailability, a missing topic: nothing was lost, so let the input
             # be delivered again once the cause is fixed.
-            self._resume(topic, message)
+            self._mark_paused(topic, message.ordering_key)
             raise TransientError(f"publish to {topic} failed: {exc}") from exc
 
     def publish_future(self, topic: str, message: OutboundMessage) -> PublishFuture:
         """Hand ``message`` to the client and return its future at once (google-cloud-pubsub's
         own: ``result()`` is the message id, or raises the client's exception - NotFound for
         a missing topic). After a failure the client pauses the message's ordering key; the
-        future's callback resumes it, as :meth:`publish` does."""
-        future = self._client.publish(
-            topic, message.data, ordering_key=message.ordering_key, **message.attributes
-        )
-        if message.ordering_key:
-
-            def resume_after_failure(settled: Any) -> None:
-                if settled.exception() is not None:
-                    self._resume(topic, message)
-
-            future.add_done_callback(resume_after_failure)
+        sink resumes it before its next publish to the key, as :meth:`publish` does."""
+        key = message.ordering_key
+        self._resume_if_paused(topic, key)
+        future = self._client.publish(topic, message.data, ordering_key=key, **message.attributes)
+        if key:
+            future.add_done_callback(functools.partial(self._mark_if_failed, topic, key))
         return future  # type: ignore[no-any-return]
 
-    def _resume(self, topic: str, message: OutboundMessage) -> None:
-        # After a failed publish with an ordering key the client pauses that key until resumed.
-        if message.ordering_key:
-            self._client.resume_publish(topic, message.ordering_key)
+    def publish_one(self, topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
+        """Hand one message without an ordering key to the client; its future (the client's
+        own, as :meth:`publish_future`)."""
+        return self._client.publish(topic, data, **attributes)  # type: ignore[no-any-return]
+
+    def publish_run(
+        self,
+        topic: str,
+        ordering_key: str,
+        data: Sequence[bytes],
+        attributes: Sequence[Mapping[str, str]],
+    ) -> list[PublishFuture]:
+        """Hand the messages ``data[i]`` with ``attributes[i]`` to the client in order, all
+        with ``ordering_key``, and return their futures (google-cloud-pubsub's own) in the same
+        order: the Publisher's fast path, without a message object or a callback per message.
+
+        A message the client refuses at once has a failed future and the rest are still
+        handed over. One callback, on the last future, notes a key the run's failure paused:
+        the client fails every message of a paused key - those queued behind the failure and
+        those published after it - so if the key is paused once the run is settled, its last
+        message failed."""
+        self._resume_if_paused(topic, ordering_key)
+        publish = self._client.publish
+        futures: list[PublishFuture] = []
+        for payload, attrs in zip(data, attributes, strict=True):
+            try:
+                futures.append(publish(topic, payload, ordering_key=ordering_key, **attrs))
+            except Exception as exc:  # the client refused it at once: this message's failure
+                futures.append(failed(exc))
+        if ordering_key and futures:
+            futures[-1].add_done_callback(
+                functools.partial(self._mark_if_failed, topic, ordering_key)
+            )
+        return futures
+
+    def _mark_if_failed(self, topic: str, ordering_key: str, settled: Any) -> None:
+        # A callback: runs inside the client's locks, so it only notes the key (no client call).
+        if settled.exception() is not None:
+            self._mark_paused(topic, ordering_key)
+
+    def _mark_paused(self, topic: str, ordering_key: str) -> None:
+        if ordering_key:
+            self._paused.add((topic, ordering_key))
+
+    def _resume_if_paused(self, topic: str, ordering_key: str) -> None:
+        """Resume ``ordering_key`` if a failure may have paused it (cheap when none did)."""
+        if not (ordering_key and self._paused):
+            return
+        pair = (topic, ordering_key)
+        if pair not in self._paused:
+            return
+        self._paused.discard(pair)
+        try:
+            self._client.resume_publish(topic, ordering_key)
+        except RuntimeError:
+            # Not paused: resumed already, or the client has not paused it yet (it settles
+            # some failures before pausing). A message published to a paused key fails at once
+            # and notes the key again, so the next publish resumes it.
+            logger.debug("ordering key %r of %s was not paused", ordering_key, topic)
 
     def close(self) -> None:
         """Flush and stop the client's background threads."""
