@@ -114,7 +114,7 @@ bench-tracing: install ## tracing off / on / 10% sampled: ingress as deployed (P
 bench-ingress-ordering: install ## message ordering on the ingress push subscription on/off: share of FIFO messages arriving early (bench/results/ingress_ordering.json; ~1 min)
 	$(PY) -m bench.ingress_ordering
 
-bench-publisher: install ## the Publisher against google-cloud-pubsub's client, unordered and FIFO, 1 and 8 threads, alternating rounds (bench/results/publisher.json; ~30 s)
+bench-publisher: install ## the Publisher against google-cloud-pubsub's client, unordered and FIFO, 1 and 8 threads, alternating rounds (bench/results/publisher.json; ~80 s)
 	$(PY) -m bench.publisher
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)

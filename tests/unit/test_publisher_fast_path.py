@@ -8,6 +8,7 @@ the client has it" is observable without timing.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -186,3 +187,34 @@ def test_a_settled_message_is_returned_though_the_rest_of_its_run_never_is() -> 
     assert not second.done()
     with pytest.raises(TimeoutError):
         second.result(timeout=0.01)
+
+
+def test_fifo_futures_work_with_concurrent_futures_wait_and_as_completed() -> None:
+    # google-cloud-pubsub's own samples wait on publish futures with concurrent.futures.wait;
+    # its futures are concurrent.futures.Future, so a FIFO publish's must work there too -
+    # before the message reaches the client, while the client has it, and once settled.
+    publisher, sink, counter = held_publisher()
+    futures = [publisher.publish(f"m{n}".encode(), fifo_group="g") for n in range(3)]
+    assert all(isinstance(f, concurrent.futures.Future) for f in futures)
+    done, not_done = concurrent.futures.wait(futures, timeout=0.01)
+    assert (done, not_done) == (set(), set(futures))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(concurrent.futures.wait, futures, DEADLINE)
+        # The waiter is installed on every future before any message reaches the client.
+        wait_until(
+            lambda: all(f._waiters for f in futures),  # type: ignore[attr-defined]
+            timeout=DEADLINE,
+            interval=0.005,
+            what="concurrent.futures.wait to wait on every future",
+        )
+        counter.release.set()
+        wait_until(lambda: sink.handed() == 4, timeout=DEADLINE, interval=0.005, what="handed")
+        sink.futures[0].set_result("warm-up")
+        sink.futures[1].set_result("id-1")
+        sink.futures[2].set_exception(ConnectionError("refused"))
+        sink.futures[3].set_result("id-3")
+        done, not_done = waiting.result(timeout=DEADLINE)
+    assert (done, not_done) == (set(futures), set())
+    assert set(concurrent.futures.as_completed(futures, timeout=DEADLINE)) == set(futures)
+    assert {f.exception(timeout=DEADLINE) is None for f in futures} == {True, False}
+    assert "finished" in repr(futures[0])

@@ -11,8 +11,9 @@ gap than before), each thread's messages of a group get increasing numbers, and 
 numbers reach the client in ascending order.
 
 Everything the thread takes at once is a *round*. A :class:`Pending` is light - no lock or
-condition of its own: it waits on its round (one event for all its messages) until the thread
-has handed it to the client, then it is the client's future (``result()`` is the message id).
+condition of its own unless ``concurrent.futures.wait()`` asks for one: it waits on its round
+(one event for all its messages) until the thread has handed it to the client, then it is the
+client's future (``result()`` is the message id).
 
 A caller waiting on a message the client has not answered yet first waits - up to
 :data:`RUN_WAIT` - for the last message of its *run* (its group's messages handed over with it,
@@ -25,10 +26,14 @@ throughput (docs/reference/performance.md). A message already answered is return
 The thread exits after ``idle`` seconds without work and starts again on the next message.
 It is a daemon thread: wait for the futures (or use ``publish_batch``) before the process
 exits, as with google-cloud-pubsub's own futures.
+
+(About 330 lines: the queue, its rounds and the future that waits on them - a
+``concurrent.futures.Future`` without a condition per message - belong together.)
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -88,20 +93,89 @@ class _Round:
             pending._attach(fn)
 
 
-class Pending:
+# Creating a Pending's condition, once: only futures that concurrent.futures.wait() or
+# as_completed() are given ever get one.
+_MAKING_CONDITION = threading.Lock()
+
+
+class Pending(concurrent.futures.Future[Any]):
     """A FIFO message waiting for its number, and the future its caller holds: settled as the
     client's future once handed over (``result()`` the message id, or the failure), or with
-    the failure that kept it from the client (its group's reservation)."""
+    the failure that kept it from the client (its group's reservation).
 
-    __slots__ = ("_group_run", "_index", "_inner", "_round", "data", "stamped")
+    A :class:`concurrent.futures.Future`, as google-cloud-pubsub's futures are, so that
+    ``concurrent.futures.wait()`` and ``as_completed()`` take it - but without the base's
+    ``__init__``: the condition and waiter list those functions use are made on their first
+    use (:attr:`_condition`), not for every message."""
+
+    __slots__ = (
+        "_cond",
+        "_group_run",
+        "_index",
+        "_inner",
+        "_round",
+        "_waiter_list",
+        "data",
+        "stamped",
+    )
 
     def __init__(self, data: bytes, stamped: dict[str, str], round_: _Round) -> None:
+        # The base's __init__ is skipped on purpose (a condition per message; see above).
         self.data = data
         self.stamped = stamped
         self._round = round_
         self._inner: PublishFuture | None = None
         self._group_run: Run | None = None
         self._index = 0
+        self._cond: threading.Condition | None = None
+        self._waiter_list: list[Any] | None = None  # made with the condition
+
+    # --- what concurrent.futures.wait() and as_completed() read ---------------------------
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        """The condition ``wait()`` holds while it looks at the state and installs a waiter;
+        made on first use, when a callback starts to tell the waiters once settled."""
+        cond = self._cond
+        if cond is not None:
+            return cond
+        with _MAKING_CONDITION:
+            made = self._cond is None
+            if made:
+                self._waiter_list = []
+                self._cond = threading.Condition()
+            cond = self._cond
+            assert cond is not None
+        if made:
+            self.add_done_callback(self._notify_waiters)  # at once if already settled
+        return cond
+
+    @property
+    def _state(self) -> str:  # type: ignore[override]
+        return "FINISHED" if self.done() else "RUNNING"
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        self._condition  # noqa: B018 - made with the condition, so a waiter is always told
+        assert self._waiter_list is not None
+        return self._waiter_list
+
+    def _notify_waiters(self, _settled: object) -> None:
+        """Tell the waiters ``wait()``/``as_completed()`` installed that this one is settled
+        (what the base's ``set_result``/``set_exception`` do)."""
+        inner = self._inner
+        assert inner is not None  # called once settled
+        failed_ = inner.exception(timeout=0) is not None
+        with self._condition:
+            for waiter in self._waiter_list or ():
+                if failed_:
+                    waiter.add_exception(self)
+                else:
+                    waiter.add_result(self)
+            self._condition.notify_all()
+
+    def __repr__(self) -> str:
+        return f"<Pending FIFO publish at {id(self):#x} state={self._state.lower()}>"
 
     def hand_over(self, inner: PublishFuture, run: Run, index: int) -> None:
         """The client's future for this message (the numbering thread, before the round is

@@ -16,10 +16,12 @@
 when the sink is a :class:`~pubsub_toolkit.producer.sink.PubSubSink`: ``result()`` is the message
 id, or raises the failure - so many publishes ride the client's batching instead of waiting
 one round trip each. A FIFO message's future is a light one of the toolkit's
-(:class:`~pubsub_toolkit.producer.numbering.Pending`, the same methods) until the message reaches
-the client, then the client's. ``publish(...).result()`` is the blocking form; ``publish_batch``
-hands all its items to the client and then waits once. A sink with only the blocking
-``publish`` (our own protocol, e.g. an in-memory sink) works too: its future is already settled.
+(:class:`~pubsub_toolkit.producer.numbering.Pending`, the same methods; a
+``concurrent.futures.Future`` too, as the client's, for ``wait()`` and ``as_completed()``) until
+the message reaches the client, then the client's. ``publish(...).result()`` is the blocking
+form; ``publish_batch`` hands all its items to the client and then waits once. A sink with
+only the blocking ``publish`` (our own protocol, e.g. an in-memory sink) works too: its future
+is already settled.
 
 **Per message, nothing more than needed.** The fast path costs the client's own work plus a
 few microseconds: the contract checks are remembered per attribute set (the data only counts
