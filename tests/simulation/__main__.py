@@ -5,6 +5,7 @@
     python -m tests.simulation --seeds 500 --enable store_restart_empty,long_pause [--strict]
     python -m tests.simulation --seeds 500 --all     # every opt-in kind of issue 24
     python -m tests.simulation --seeds 500 --shape asyncio,idempotent_callback
+    python -m tests.simulation --seed 7 --shape process --one-at-a-time   # asyncio's schedule
 
 Exit status 1 when any schedule breaks an invariant. Run with PYTHONHASHSEED=0 (``make sim``
 does) - the simulation never depends on set order, but a fixed hash seed makes sure of it.
@@ -50,13 +51,26 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated consumer shapes every schedule is drawn from: "
         + ",".join(s.value for s in Shape),
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="no process_batch, no batch handler: `--shape process` runs the schedule "
+        "`--shape asyncio` runs (tests/simulation/test_sync_async_same_effects.py)",
+    )
     args = parser.parse_args(argv)
     forced = tuple(Shape(s).value for s in args.shape.split(",") if s)
     only = None if args.only is None else tuple(Kind(k) for k in args.only.split(",") if k)
     enable = EXTRA_KINDS if args.all else tuple(Kind(k) for k in args.enable.split(",") if k)
     if args.seed is not None:
         result, small = replay(
-            args.seed, Options(only=only, enable=enable, strict=args.strict, shapes=forced)
+            args.seed,
+            Options(
+                only=only,
+                enable=enable,
+                strict=args.strict,
+                shapes=forced,
+                one_at_a_time=args.one_at_a_time,
+            ),
         )
         write(
             "replay",
@@ -78,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         enable=enable,
         strict=args.strict,
         forced_shapes=forced,
+        one_at_a_time=args.one_at_a_time,
     )
     section = "run" if only is None else "run_only"
     section = "run_opt_in" if enable else "run_strict" if args.strict else section

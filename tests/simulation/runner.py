@@ -64,12 +64,19 @@ def run_many(
     enable: tuple[Kind, ...] = (),
     strict: bool = False,
     forced_shapes: tuple[str, ...] = (),
+    one_at_a_time: bool = False,
 ) -> dict[str, Any]:
     """Run ``count`` schedules from seed ``start`` (``only``: just these fault kinds;
     ``enable``: opt-in kinds drawn too; ``strict``: see ``Options``; ``forced_shapes``: the
-    consumer shapes to draw from, see :mod:`.shapes`); returns (and prints)
-    the figures."""
-    options = Options(only=only, enable=enable, strict=strict, shapes=forced_shapes)
+    consumer shapes to draw from, see :mod:`.shapes`; ``one_at_a_time``: see ``Options``);
+    returns (and prints) the figures."""
+    options = Options(
+        only=only,
+        enable=enable,
+        strict=strict,
+        shapes=forced_shapes,
+        one_at_a_time=one_at_a_time,
+    )
     began = time.monotonic()
     faults: Counter[str] = Counter()
     shapes: Counter[str] = Counter()
@@ -102,6 +109,7 @@ def run_many(
         "enabled_opt_in_kinds": [k.value for k in enable],
         "strict": strict,
         "forced_shapes": list(forced_shapes),
+        **({"one_at_a_time": True} if one_at_a_time else {}),
         "schedules_by_shape": dict(sorted(shapes.items())),
         "schedules_by_fault_kind": dict(sorted(kinds.items())),
         "failing_schedules_by_fault_kind": dict(sorted(failing_by_kind.items())),

@@ -50,6 +50,9 @@ class Options:
     enable: tuple[Kind, ...] = ()  # opt-in kinds (faults.EXTRA_KINDS) this run may draw
     strict: bool = False  # a store loss excuses only messages an ALERT named (issue 24)
     shapes: tuple[str, ...] = ()  # force the consumer's shape to one of these (shapes.Shape)
+    # every shape takes one message at a time: no process_batch, no batch handler (so that
+    # `process` runs the very schedule `asyncio` runs: test_sync_async_same_effects.py)
+    one_at_a_time: bool = False
     max_events: int = 150_000
 
 
@@ -78,7 +81,8 @@ class World:
             enable=options.enable,
             extra=random.Random(f"extra:{seed}"),
         )
-        if options.shapes and shapes.Shape.PROCESS.value not in options.shapes:
+        forced_single = options.shapes and shapes.Shape.PROCESS.value not in options.shapes
+        if forced_single or options.one_at_a_time:
             # a forced one-at-a-time shape: no process_batch (its own shape) in the plan
             self.plan = self.plan.without((Kind.PROCESS_BATCH,))
         self.workload = reshape(
@@ -87,8 +91,9 @@ class World:
             random.Random(f"reshape:{seed}"),
         )
         self.consumer_shape = shapes.draw(seed, self.plan, options.shapes)
-        if self.consumer_shape is not shapes.Shape.PROCESS:
-            # @idempotent and the async processor take one message at a time
+        if self.consumer_shape is not shapes.Shape.PROCESS or options.one_at_a_time:
+            # @idempotent and the async processor take one message at a time (the batch is
+            # drawn all the same: the workload's stream stays the same)
             self.workload = replace(self.workload, config=replace(self.workload.config, batch=1))
         self.config = self.workload.config
         self._specs = {m.lid: m for m in self.workload.messages}
