@@ -29,7 +29,6 @@ from pubsub_toolkit.stores.fifo_state.base import AsyncFifoStore, GroupState
 
 if TYPE_CHECKING:
     from pubsub_toolkit.dead_letters.send import DeadLetterer
-    from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 
 AsyncHandler = Callable[[Message], Awaitable[object]]
 
@@ -71,11 +70,6 @@ class AsyncFifoGate:
     @property
     def log(self) -> DecisionLog:
         return self.sync.log
-
-    def use_rejections(self, rejections: AsyncIdempotentProcessor) -> None:
-        """Make the gate's dead letters happen once per copy (the processor sets it)."""
-        if self.sync.rejections is None:
-            self.sync.rejections = rejections.sync
 
     async def deliver(self, message: Message, group: str, seq: int) -> GateResult:
         """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
