@@ -59,7 +59,7 @@ TRIMMED_OFFLINE_SCHEMAS = ("google", "google-beta")
 CHECKOV = ROOT / ".tools/checkov-venv/bin/checkov"
 CHECKOV_POLICIES = Path("policies/checkov")
 TRIVY_IGNORE = Path(".trivyignore")
-TIMEOUT = 600
+TIMEOUT = 1200  # seconds: a bound against a hung tool, far above a run on a busy machine
 CHECKS = ("fmt", "validate", "test", "checkov", "trivy", "structure")
 
 
