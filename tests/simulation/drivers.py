@@ -206,6 +206,7 @@ class Drivers:
         messages = [m for m, _ in items]
         ids = ",".join(m.message_id for m in messages)
         action = w.ledger.begin(f"consume batch {ids}")
+        since = len(w.ledger.decisions)
         w.ledger.acting.append(process.name)
         try:
             results = slot.app.processor.process_batch(messages)
@@ -228,6 +229,8 @@ class Drivers:
         finally:
             w.ledger.acting.pop()
         done = all(isinstance(r, str) for r in results)
+        if done:
+            w.ledger.outlived(action, process.name, since)
         w.ledger.end(action, done=done, error=True, process=process.name)
         w.trace.add(f"{process.name}: batch {ids} -> {[_outcome(r) for r in results]}")
         answers = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -91,6 +92,10 @@ class Decision:
 
     def get(self, name: str) -> str | None:
         return dict(self.fields).get(name)
+
+
+# The gate's fencing text: "lease T was taken over (now N)" (FifoGate._update).
+_FENCED_BY = re.compile(r"lease \d+ was taken over \(now (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,31 @@ class Ledger:
             (self.error_risk if error else self.crash_risk).update(action.outputs)
             if error and process:
                 self.errors_of.setdefault(process, set()).update(action.outputs)
+
+    def outlived(self, action: _Action, process: str, since: int) -> None:
+        """A call of ``process`` that answered every delivery (``action`` ends "done") may
+        still have run effects it could not record: its run was fenced after the handler
+        returned, and the gate's ``lease_outlived`` ALERT (in ``decisions[since:]``) named
+        them - a batch's fenced numbers are then acked as duplicates of the run that took the
+        group over (seed 39068), where ``deliver`` nacks one. Those effects are at risk, as a
+        nack would have left them (excused where an ALERT names them). Not when the fencing
+        token is the process's own write (seed 90643: no takeover, a false fence), nor for an
+        effect its call ran again at once (seed 12956: the toolkit's own rerun, not the
+        window)."""
+        ids = {o.message_id: o.lid for o in self.origins if o.lid is not None}
+        effects = [lid for kind, lid in action.outputs if kind == "effect"]
+        for d in self.decisions[since:]:
+            if d.get("alert") != "lease_outlived" or d.process != process:
+                continue
+            match = _FENCED_BY.search(d.text)
+            fenced = match and self.lease_write(str(d.get("fifo_group")), int(match[1]), d.at)
+            if not fenced or fenced.process == process:
+                continue
+            key = str(d.get("dedup_key") or "").split("#")[0]
+            lid = self.keys.get(key) or ids.get(key)
+            if lid is not None and effects.count(lid) == 1:
+                self.at_risk.add(("effect", lid))
+                self.error_risk.add(("effect", lid))
 
     def _output(self, kind: str, lid: str | None) -> int:
         if not self._actions or lid is None:

@@ -185,6 +185,13 @@ class SeenStore:
                     # now against it, to tell a read from before it from a loss of it.
                     continue
                 return self.witnessed(state, group)
+            if self._witness.get(group) is not seen:
+                # ...and the other way round: a sibling wrote meanwhile - a repair, say, which
+                # drops the parked numbers it could not restore and moves this process's own
+                # live lease to a new token. Judged against the memory from before it, its
+                # state looks lost: a second repair would fence that run (seed 55719). Read
+                # again, against what the process has seen since.
+                continue
             # Repaired or not, read again - and check that read too: the store may lose the
             # repair itself (another loss right after it), and an unchecked re-read would then
             # hand the gate the old position (a number run twice on this very process).

@@ -359,6 +359,15 @@ class FifoGate:
         steps = [(deliveries[i][1], deliveries[i][0]) for i in run]
         try:
             result = self._run(group, steps, leased, from_park=False)
+        except StaleClaimError as exc:
+            # Fenced after the handler ran (``_outlived`` named each number): the run's
+            # deliveries get the failure, as ``deliver`` gives it for one number. Judged alone
+            # now, its numbers - not recorded - would run again at once in this very process,
+            # which has just run them (simulation seed 12956).
+            self._decision("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
+            for i in run:
+                results[i] = exc
+            return
         except Exception as exc:
             # One number of the batch failed on its own (its copy is parked for the retry) or
             # the store failed: each delivery is then judged alone - processed ones are
@@ -1168,13 +1177,18 @@ class FifoGate:
         the store lost our write), the compare-and-set fails and the record is read.
         """
         for _ in range(MAX_CAS_ROUNDS):
-            if known is not None and known.version is not None:
+            unread = known is not None and known.version is not None
+            if known is not None and unread:
                 state, known = known, None
             else:
                 state = self._seen.load(group)
             # A repair of a store loss may have moved this run's own lease to a new token.
             token = self._seen.lease_now(group, token)
             if state.lease_token != token:
+                if unread:
+                    # What this run last wrote predates that repair: read the record itself
+                    # before calling the lease lost (simulation seed 90643: a false fence).
+                    continue
                 raise StaleClaimError(
                     f"{self.consumer}/{group}: lease {token} was taken over "
                     f"(now {state.lease_token}); the handler outlived its lease"
