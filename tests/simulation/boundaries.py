@@ -52,6 +52,7 @@ class Boundaries:
         self._broker = broker
         self._trace = trace
         self.publishing: Process | None = None  # the process whose publish is being accepted
+        self._reply_lost = False  # the store write being applied: its reply will be lost
 
     def _enter(self, process: Process) -> None:
         process.check()
@@ -80,6 +81,8 @@ class Boundaries:
                 f"{op}: READONLY You can't write against a read only replica."
             )
         timeout = not is_read and self._faults.store_timeout()
+        # The write lands, but its writer never hears so (the lease writes' record says it).
+        self._reply_lost = bool(timeout or reply == "after")
         result = apply()
         if not is_read:
             self._db.after_write()
@@ -116,6 +119,7 @@ class Boundaries:
                     process.name,
                     process.clock.now(),
                     self._loop.now,
+                    heard=not self._reply_lost,
                 )
 
         return StoreView(name, self._db.target(name), call, note)

@@ -117,12 +117,16 @@ class _Action:
 @dataclass(frozen=True)
 class LeaseWrite:
     """A FIFO lease token written: by ``process``, at ``at`` and lasting ``until`` (both on
-    that process's clock), at true time ``true_at``."""
+    that process's clock), at true time ``true_at``; ``order``: the how-manieth lease write of
+    the schedule (writes at one virtual instant are ordered too); ``heard``: False when the
+    write landed but its writer never heard so (a timeout or an error reply after it)."""
 
     process: str
     at: datetime
     until: datetime | None
     true_at: float = 0.0
+    order: int = 0
+    heard: bool = True
 
 
 @dataclass
@@ -151,15 +155,28 @@ class Ledger:
     # (group, FIFO lease token) -> each write that gave it (again after a loss or an expiry):
     # the writer, when (its own clock) and until when (the last renewal under the token)
     lease_writes: dict[tuple[str, int], list[LeaseWrite]] = field(default_factory=dict)
+    lease_write_count: int = 0  # the new tokens written so far (LeaseWrite.order)
     acting: list[str] = field(default_factory=list)  # the processes whose calls are running
 
     def lease_written(
-        self, group: str, before: int, state: Any, process: str, now: datetime, true_at: float
+        self,
+        group: str,
+        before: int,
+        state: Any,
+        process: str,
+        now: datetime,
+        true_at: float,
+        *,
+        heard: bool = True,
     ) -> None:
-        """A FIFO save by ``process`` landed: a new lease token, or its lease renewed."""
+        """A FIFO save by ``process`` landed (``heard``: and its reply reached it): a new lease
+        token, or its lease renewed."""
         writes = self.lease_writes.setdefault((group, state.lease_token), [])
         if state.lease_token != before:
-            writes.append(LeaseWrite(process, now, state.lease_until, true_at))
+            self.lease_write_count += 1
+            writes.append(
+                LeaseWrite(process, now, state.lease_until, true_at, self.lease_write_count, heard)
+            )
         elif writes and writes[-1].process == process and state.lease_until is not None:
             writes[-1] = replace(writes[-1], until=state.lease_until)
 
