@@ -57,15 +57,15 @@ def _processor(
     return MessageProcessor(handler=handler, dedup=dedup, gate=gate, clock=clock)  # type: ignore[arg-type]
 
 
-def _alerts(caplog: pytest.LogCaptureFixture, outcome: str) -> list[int]:
-    decisions = [getattr(r, "decision", {}) for r in caplog.records]
-    return [int(d["fifo_seq"]) for d in decisions if d.get("outcome") == outcome]
-
-
-def test_a_batch_whose_own_process_repaired_a_store_loss_meanwhile_advances_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO)
+def _scene() -> tuple[
+    ManualClock,
+    LosesWrites,
+    list[list[int]],
+    list[Callable[[], None]],
+    Callable[[list[Message]], None],
+]:
+    """A clock, a store that can lose writes, the batches the handler ran, and the handler -
+    which runs what the test put in ``during`` while it runs (a store loss, another delivery)."""
     clock = ManualClock()
     store = LosesWrites(clock=clock)
     ran: list[list[int]] = []
@@ -76,6 +76,19 @@ def test_a_batch_whose_own_process_repaired_a_store_loss_meanwhile_advances_once
         while during:
             during.pop()()
 
+    return clock, store, ran, during, handler
+
+
+def _alerts(caplog: pytest.LogCaptureFixture, outcome: str) -> list[int]:
+    decisions = [getattr(r, "decision", {}) for r in caplog.records]
+    return [int(d["fifo_seq"]) for d in decisions if d.get("outcome") == outcome]
+
+
+def test_a_batch_whose_own_process_repaired_a_store_loss_meanwhile_advances_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    clock, store, ran, during, handler = _scene()
     processor = _processor(store, clock, handler)
     assert processor.process_batch([_message(1), _message(2)]) == ["processed", "processed"]
     before = store.snapshot()  # #1-#2 recorded, no lease
@@ -100,16 +113,7 @@ def test_a_batch_fenced_by_another_process_repair_is_not_rerun_by_its_own_call(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    clock = ManualClock()
-    store = LosesWrites(clock=clock)
-    ran: list[list[int]] = []
-    during: list[Callable[[], None]] = []
-
-    def handler(messages: list[Message]) -> None:
-        ran.append([int(m.data) for m in messages])
-        while during:
-            during.pop()()
-
+    clock, store, ran, during, handler = _scene()
     here = _processor(store, clock, handler)
     other = _processor(store, clock, handler)  # another process on the same store
     before = store.snapshot()  # nothing recorded yet

@@ -1177,11 +1177,10 @@ class FifoGate:
         the store lost our write), the compare-and-set fails and the record is read.
         """
         for _ in range(MAX_CAS_ROUNDS):
-            unread = known is not None and known.version is not None
-            if known is not None and unread:
-                state, known = known, None
+            if known is not None and known.version is not None:
+                state, known, unread = known, None, True
             else:
-                state = self._seen.load(group)
+                state, unread = self._seen.load(group), False
             # A repair of a store loss may have moved this run's own lease to a new token.
             token = self._seen.lease_now(group, token)
             if state.lease_token != token:
