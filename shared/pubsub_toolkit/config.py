@@ -13,7 +13,7 @@ and pass the frozen value down. Every variable is a ``PUBSUB_TOOLKIT_*`` name of
 unknown ``PUBSUB_TOOLKIT_*`` name is refused with the closest known one).
 
 The checks the constructors share, and each setting's two names (:data:`SETTING_NAMES`), are in
-:mod:`pubsub_toolkit.config_checks`.
+:mod:`pubsub_toolkit._config_checks`.
 
 (About 420 lines: the three settings classes, each check beside the parsing of the variable it
 names, so that one module shows that both paths meet in the constructor.)
@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
-from pubsub_toolkit.config_checks import (
+from pubsub_toolkit._config_checks import (
     SETTING_NAMES,
     env_seconds,
     one_of,
@@ -41,7 +41,7 @@ from pubsub_toolkit.config_checks import (
 from pubsub_toolkit.environment import check_environment, flag
 from pubsub_toolkit.errors import ConfigurationError
 
-__all__ = [  # with SETTING_NAMES from config_checks: imported from here before the split
+__all__ = [  # with SETTING_NAMES from _config_checks: imported from here before the split
     "DEFAULT_DEDUP_COLLECTION",
     "DEFAULT_FIRESTORE_DATABASE",
     "DEFAULT_LEASE_SECONDS",
