@@ -58,7 +58,6 @@ from bench.cost_prices import PRICES, dollars_per_million, memorystore_month
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
-from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
 from pubsub_toolkit.delay.auth import authenticator_from_settings
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.delay.scheduler import tasks_client
@@ -67,6 +66,7 @@ from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.publisher import Publisher
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.factory import counter_from_settings
+from pubsub_toolkit_cli.unary_pull import UnaryPullSubscriber
 from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
 
 __all__ = ["CostCounter", "Rig", "install", "measure", "run_paths", "run_seeds"]

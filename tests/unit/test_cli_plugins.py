@@ -50,7 +50,7 @@ def cli(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}
     env.pop("PUBSUB_TOOLKIT_TRACE_FILE", None)
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,
