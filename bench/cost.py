@@ -26,8 +26,8 @@ Beside them, ``seeds_recipe`` (Firestore): the naive design of :mod:`bench.cost_
 counted by the same wrappers.
 
 The consumer is :class:`~pubsub_toolkit.consumer.subscriber.Consumer` over unary pulls (the
-emulator's streaming pull cannot be restarted; see consumer/unary_pull); its sweeper is set to
-an hour so no periodic sweep falls into a measurement (a sweep is a fixed cost per group and
+emulator's streaming pull cannot be restarted; see pubsub_toolkit_cli.unary_pull); its sweeper is
+set to an hour so no periodic sweep falls into a measurement (a sweep is a fixed cost per group and
 interval, not per message). Counts come out per message, to ``bench/results/cost.json``.
 The figures follow the library: re-run after a change to the stores or the gate.
 """
