@@ -77,7 +77,7 @@ def env(topology: Topology, redis_url: str) -> dict[str, str]:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,
