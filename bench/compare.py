@@ -8,20 +8,23 @@ shared and noisy (absolute figures move by +-20% between runs), so figures recor
 day prove nothing; only the two variants measured side by side on the same servers in the same
 run can be compared.
 
-What it does (``python -m bench.compare [--baseline 602d3ba] [--rounds 5]``):
+What it does (``python -m bench.compare [--baseline 602d3ba] [--rounds 5]``; about N minutes):
 
 * ``git worktree add`` the baseline commit (default ``602d3ba``, the tree before issue 26's
   restructuring) in a fresh directory under /tmp, removed at the end - also on Ctrl-C, SIGTERM
   or a failure.
 * Start one set of local servers (Pub/Sub and Firestore emulators, redis-server; loopback only)
   shared by every measurement, and stop them by process group at the end.
-* Each round runs the three workloads of :mod:`bench.compare_workloads` once for BASELINE and
-  once for CURRENT, each in its own ``python -I`` subprocess (a process group of its own,
-  stopped by that id) whose ``sys.path`` starts with that tree's ``shared/``; the subprocess
-  checks that every ``pubsub_toolkit`` module it loaded comes from there. The measuring code
-  is this tree's and imports the library only through the public names listed in
-  ``compare_workloads.LIBRARY``, so both libraries load it and only the library differs.
-  Rounds alternate which variant runs first (AB, BA, AB, ...).
+* Each round, per workload (dedup, fifo, async_consumer), starts one measuring process per
+  variant (``python -I`` :mod:`bench.compare_workloads`, a process group of its own, stopped
+  by that id) whose ``sys.path`` starts with that tree's ``shared/``; it checks that every
+  ``pubsub_toolkit`` module it loaded comes from there. The driver then asks both for each
+  phase (one metric) in turn, back to back, the variant going first alternating phase by phase
+  and round by round (ABBA...): the two halves of a pair are seconds apart, so a shared
+  machine's changing load hits both alike. The measuring code is this tree's and imports the
+  library only through the public names in ``compare_workloads.LIBRARY``, so both libraries
+  load it and only the library differs. One warm-up round at a quarter of the sizes comes
+  first and is not counted.
 * The subprocess also counts, client side, what each phase sends to the stores (Redis round
   trips and commands, Firestore RPCs and writes, per message; for the async consumer the Redis
   server's command count). Those counts do not depend on the machine's speed.
@@ -43,6 +46,7 @@ import argparse
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import statistics
@@ -175,12 +179,16 @@ def summarise(runs: list[dict[str, Any]], threshold: float = THRESHOLD) -> dict[
     pairs = complete_pairs(runs)
     metrics = {n: summarise_metric(e, threshold) for n, e in round_ratios(pairs).items()}
     derived = {n: summarise_metric(e, threshold) for n, e in round_ratios(pairs, "derived").items()}
+    cpu = {n: summarise_metric(e, threshold) for n, e in round_ratios(pairs, "cpu").items()}
     expected = {n for run in runs if "error" not in run for n in run.get("metrics", {})}
     errors = sum(1 for run in runs if "error" in run)
     return {
         "verdict": verdict(metrics, expected, errors, threshold),
         "metrics": metrics,
         "derived": derived,
+        # items per CPU second of the measuring process: barely moved by other processes'
+        # load, so on a busy machine the figure that says whether the library costs more
+        "cpu_items_per_cpu_s": cpu,
         "counts_per_item": store_counts(pairs),
     }
 
@@ -212,6 +220,28 @@ def baseline_worktree(commit: str) -> Iterator[Path]:
         git("worktree", "prune")
 
 
+@contextlib.contextmanager
+def local_servers() -> Iterator[str]:
+    """The Pub/Sub and Firestore emulators and redis-server on loopback (their hosts in this
+    process's environment, which the workers inherit); the Redis URL. On exit each is stopped
+    by its process group and their directory removed (bench.common's leaves it behind)."""
+    from pubsub_toolkit_local import emulators
+    from pubsub_toolkit_local.processes import ServiceGroup, free_port
+
+    work = Path(tempfile.mkdtemp(prefix="ptk-compare-servers-"))
+    try:
+        with ServiceGroup(work) as group:
+            ports = free_port(), free_port(), free_port()
+            group.start(emulators.pubsub_emulator(ports[0], work))
+            group.start(emulators.firestore_emulator(ports[1], work))
+            group.start(emulators.redis_server(ports[2]))
+            os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{ports[0]}"
+            os.environ["FIRESTORE_EMULATOR_HOST"] = f"127.0.0.1:{ports[1]}"
+            yield f"redis://127.0.0.1:{ports[2]}/0"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def stop_group(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
     """SIGTERM the worker's process group, SIGKILL it after ``grace``; only the group we started."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -229,51 +259,158 @@ def stop_group(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
                 return
 
 
-def run_worker(
+class Worker:
+    """One variant's measuring process (``python -I compare_workloads.py``, a process group of
+    its own, its output in ``log``), asked for one phase at a time over its stdin/stdout."""
+
+    def __init__(
+        self, tree: Path, *, redis_url: str, sizes: dict[str, int], log: Path, timeout: float
+    ) -> None:
+        argv = [
+            sys.executable,
+            "-I",
+            str(WORKLOADS),
+            *("--tree", str(tree), "--redis-url", redis_url),
+            *(arg for name, value in sizes.items() for arg in (f"--{name}", str(value))),
+        ]
+        self.log = log
+        self.timeout = timeout
+        with log.open("ab") as sink:
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=sink,
+                cwd=log.parent,
+                start_new_session=True,
+            )
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send ``request`` (None: just read, for the greeting) and wait for the answer; an
+        ``error`` answer if the process died, timed out or said so."""
+        process = self.process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            if request:
+                process.stdin.write(json.dumps(request).encode() + b"\n")
+                process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], self.timeout)
+            line = process.stdout.readline() if ready else b""
+        except (BrokenPipeError, OSError) as exc:
+            return self._failed(f"{type(exc).__name__}: {exc}")
+        if not ready:
+            return self._failed(f"no answer within {self.timeout:.0f} s")
+        if not line:
+            return self._failed(f"exited with code {process.wait()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def _failed(self, why: str) -> dict[str, Any]:
+        tail = self.log.read_text(errors="replace").splitlines()[-15:]
+        return {"error": f"{why}; last log lines:\n" + "\n".join(tail)}
+
+    def stop(self) -> None:
+        """The process group, stopped (SIGTERM, then SIGKILL): only the group we started."""
+        with contextlib.suppress(OSError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        stop_group(self.process)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def derive(metrics: dict[str, float], derived: dict[str, float]) -> dict[str, float]:
+    """Ratios within one variant's run (the benches' own headline ratios), not gated."""
+    out = dict(derived)
+    passthrough = derived.get("dedup.ingress_msgs_per_s.passthrough")
+    for backend in ("memory", "redis", "firestore"):
+        value = metrics.get(f"dedup.ingress_msgs_per_s.{backend}")
+        if value and passthrough:
+            out[f"dedup.ingress_ratio_to_passthrough.{backend}"] = round(value / passthrough, 3)
+    one, sixteen = metrics.get("fifo.msgs_per_s.groups_1"), metrics.get("fifo.msgs_per_s.groups_16")
+    unordered = metrics.get("fifo.msgs_per_s.unordered_16")
+    if one and sixteen:
+        out["fifo.speedup_16_vs_1_group"] = round(sixteen / one, 3)
+    if sixteen and unordered:
+        out["fifo.fifo_16_groups_vs_unordered"] = round(sixteen / unordered, 3)
+    for groups in (1, 16, 64):
+        aio = metrics.get(f"async_consumer.msgs_per_s.async.groups_{groups}")
+        threaded = metrics.get(f"async_consumer.msgs_per_s.threaded.groups_{groups}")
+        if aio and threaded:
+            out[f"async_consumer.async_over_threaded.groups_{groups}"] = round(aio / threaded, 3)
+    return out
+
+
+def run_kind(
     kind: str,
-    tree: Path,
-    *,
     round_no: int,
+    trees: dict[str, Path],
+    *,
     redis_url: str,
     sizes: dict[str, int],
     args: argparse.Namespace,
     logs: Path,
-    tag: str,
-) -> dict[str, Any]:
-    """One variant's measurements in a subprocess of its own (process group), or an error."""
-    out = logs / f"{tag}.json"
-    log = logs / f"{tag}.log"
-    argv = [
-        sys.executable,
-        "-I",
-        str(WORKLOADS),
-        *("--kind", kind, "--tree", str(tree), "--out", str(out), "--redis-url", redis_url),
-        *("--round", str(round_no), "--groups", ",".join(map(str, args.groups))),
-        *(arg for name, value in sizes.items() for arg in (f"--{name}", str(value))),
-    ]
-    started = time.perf_counter()
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            argv,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=logs,
-            start_new_session=True,
-        )
-        try:
-            code: int | None = process.wait(timeout=args.worker_timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:  # also on Ctrl-C or SIGTERM, and for threads or children it left behind
-            stop_group(process)
-    seconds = round(time.perf_counter() - started, 1)
-    if code != 0 or not out.exists():
-        lines = log.read_text(errors="replace").splitlines()[-15:]
-        why = "timed out" if code is None else f"exit code {code}"
-        return {"error": f"{why}; last log lines:\n" + "\n".join(lines), "seconds": seconds}
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result | {"seconds": seconds}
+    label: str,
+) -> list[dict[str, Any]]:
+    """One round of ``kind``: a worker per variant, started together, then each phase on both,
+    back to back, the first variant alternating phase by phase (ABBA...) and round by round:
+    a pair is seconds apart, so the machine's load changes little between its two halves."""
+    from bench.compare_workloads import phases
+
+    tag = f"{'w' if label.startswith('warm') else 'r'}{round_no}-{kind}"
+    runs: dict[str, dict[str, Any]] = {
+        v: {"kind": kind, "round": round_no, "variant": v} for v in VARIANTS
+    }
+    for variant in VARIANTS:
+        runs[variant] |= {"metrics": {}, "derived": {}, "cpu": {}, "phases": {}, "seconds": 0.0}
+    workers: dict[str, Worker] = {}
+    try:
+        for variant in VARIANTS:
+            log = logs / f"{tag}-{variant}.log"
+            timeout = args.worker_timeout
+            workers[variant] = Worker(
+                trees[variant], redis_url=redis_url, sizes=sizes, log=log, timeout=timeout
+            )
+        for variant, worker in workers.items():
+            greeting = worker.ask({})
+            if "error" in greeting:
+                runs[variant]["error"] = greeting["error"]
+        for index, phase in enumerate(phases(kind, args.groups)):
+            first = VARIANTS if (round_no + index) % 2 == 0 else VARIANTS[::-1]
+            for variant in first:
+                run = runs[variant]
+                if "error" in run:
+                    continue
+                answer = workers[variant].ask({"phase": phase})
+                if "error" in answer:
+                    run["error"] = f"{phase}: {answer['error']}"
+                    continue
+                run["metrics"] |= answer["metrics"]
+                run["derived"] |= answer["derived"]
+                run["cpu"] |= answer["cpu"]
+                run["phases"] |= answer["phases"]
+                run["seconds"] = round(run["seconds"] + answer["seconds"], 1)
+        for variant, worker in workers.items():
+            run = runs[variant]
+            if "error" in run:
+                continue
+            end = worker.ask({"quit": True})
+            if end.get("foreign_modules") or "error" in end:
+                run["error"] = end.get("error") or f"modules from outside: {end['foreign_modules']}"
+                continue
+            run |= {k: end[k] for k in ("library_sha256", "pubsub_toolkit_file")}
+            run["derived"] = derive(run["metrics"], run["derived"])
+    finally:  # also on Ctrl-C or SIGTERM: every worker's process group is stopped
+        for worker in workers.values():
+            worker.stop()
+    for variant in VARIANTS:
+        run = runs[variant]
+        status = run["error"].splitlines()[0] if "error" in run else "ok"
+        print(f"{label:<9} {kind:<14} {variant:<8} {run['seconds']:>6} s  {status}")
+        if "error" in run:
+            print(run["error"], file=sys.stderr)
+    sys.stdout.flush()
+    return list(runs.values())
 
 
 def sizes_of(args: argparse.Namespace, divisor: int = 1) -> dict[str, int]:
@@ -291,9 +428,14 @@ def print_table(summary: dict[str, Any]) -> None:
     print(
         f"\n{'metric':<48} {'baseline':>9} {'current':>9} {'cur/base':>8} {'spread':>11}  verdict"
     )
-    for section in ("metrics", "derived"):
-        if section == "derived":
-            print("derived ratios within a variant (reported, not gated):")
+    titles = {
+        "derived": "derived ratios within a variant (reported, not gated):",
+        "cpu_items_per_cpu_s": "items per CPU second of the measuring process (not gated; "
+        "robust to the machine's load):",
+    }
+    for section in ("metrics", "derived", "cpu_items_per_cpu_s"):
+        if section in titles:
+            print(titles[section])
         for name, e in summary[section].items():
             spread = f"{e['ratio_min']:.2f}-{e['ratio_max']:.2f}"
             print(
@@ -315,52 +457,39 @@ def print_table(summary: dict[str, Any]) -> None:
 
 def run_rounds(
     args: argparse.Namespace, trees: dict[str, Path], redis_url: str, logs: Path
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[dict[str, Any]], int]:
     """The warm-up rounds (a quarter of the sizes, not counted: the first requests to a fresh
-    emulator or Redis are slow), then every round, alternating which variant goes first;
-    stops at the budget."""
+    emulator or Redis are slow), then the rounds; stops at the budget. Returns the runs and
+    the number of timed rounds."""
     started = time.perf_counter()
     runs: list[dict[str, Any]] = []
-    order: list[str] = []
+    done = 0
     schedule = [(True, n) for n in range(args.warmup)] + [(False, n) for n in range(args.rounds)]
     for warmup, round_no in schedule:
         elapsed = time.perf_counter() - started
-        done = len(order)
         if not warmup and done >= 3 and elapsed / done * (done + 1) > args.budget:
             print(f"stopping after {done} rounds: the next would pass {args.budget:.0f} s")
             break
-        variants = VARIANTS if round_no % 2 == 0 else VARIANTS[::-1]
-        if not warmup:
-            order.append("".join(v[0].upper() for v in variants))
-        label = f"warm-up {round_no + 1}" if warmup else f"round {round_no + 1}"
         for kind in args.kinds:
-            for variant in variants:
-                run = run_worker(
-                    kind,
-                    trees[variant],
-                    round_no=round_no,
-                    redis_url=redis_url,
-                    sizes=sizes_of(args, 4 if warmup else 1),
-                    args=args,
-                    logs=logs,
-                    tag=f"{'w' if warmup else 'r'}{round_no}-{kind}-{variant}",
-                )
-                run |= {"round": round_no, "kind": kind, "variant": variant}
-                if warmup:
-                    run |= {"warmup": True}
-                runs.append(run)
-                status = run["error"].splitlines()[0] if "error" in run else "ok"
-                print(f"{label:<9} {kind:<14} {variant:<8} {run['seconds']:>6} s  {status}")
-                if "error" in run:
-                    print(run["error"], file=sys.stderr)
-                sys.stdout.flush()
-    return runs, order
+            batch = run_kind(
+                kind,
+                round_no,
+                trees,
+                redis_url=redis_url,
+                sizes=sizes_of(args, 4 if warmup else 1),
+                args=args,
+                logs=logs,
+                label=f"warm-up {round_no + 1}" if warmup else f"round {round_no + 1}",
+            )
+            runs += [run | {"warmup": True} for run in batch] if warmup else batch
+        done += 0 if warmup else 1
+    return runs, done
 
 
 def driver(args: argparse.Namespace) -> None:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from bench.common import local_servers, write_result
+    from bench.common import write_result
 
     started = time.perf_counter()
     baseline_commit = git("rev-parse", f"{args.baseline}^{{commit}}")
@@ -369,9 +498,9 @@ def driver(args: argparse.Namespace) -> None:
     logs = Path(tempfile.mkdtemp(prefix="ptk-compare-"))
     keep_logs = False
     try:
-        with baseline_worktree(baseline_commit) as tree, local_servers() as servers:
+        with baseline_worktree(baseline_commit) as tree, local_servers() as redis_url:
             trees = {"baseline": tree, "current": REPO}
-            runs, order = run_rounds(args, trees, servers.redis_url, logs)
+            runs, rounds_done = run_rounds(args, trees, redis_url, logs)
         keep_logs = any("error" in r for r in runs)
     finally:
         if keep_logs:
@@ -396,9 +525,9 @@ def driver(args: argparse.Namespace) -> None:
             "library_changed_during_run": len(current_digests) > 1,
         },
         "settings": {
-            "rounds": len(order),
+            "rounds": rounds_done,
             "warmup_rounds": args.warmup,
-            "order": order,
+            "order": "per phase, the variant going first alternates (ABBA...), round by round",
             "kinds": args.kinds,
             "calls_per_dedup_phase": args.claims,
             "ingress_messages_per_variant": args.messages,
@@ -417,7 +546,7 @@ def driver(args: argparse.Namespace) -> None:
     print_table(summary)
     v = summary["verdict"]
     print(
-        f"\n{len(order)} rounds in {payload['wall_seconds']} s; failed workers: "
+        f"\n{rounds_done} rounds in {payload['wall_seconds']} s; failed workers: "
         f"{v['failed_workers']}; missing metrics: {v['missing_metrics'] or 'none'}\n"
         f"worst median ratio: {v['worst_ratio']} ({v['worst_metric']}); "
         f"worst_ratio_ok (>= {args.threshold}): {v['worst_ratio_ok']}; wrote {path}"

@@ -1,16 +1,17 @@
 """bench/compare_workloads: one variant's measurements for bench/compare, in its own interpreter.
 
-``bench/compare`` runs this file as ``python -I bench/compare_workloads.py --kind K --tree T``
-once per variant (the baseline commit's worktree, the current tree) and per round. The same
-measuring code runs against both libraries, so it must load in both: while issue 26 moves the
-library's modules (a core package, the CLI out of the library), the old and the new tree share
-only the public names. That is why this file does not reuse bench/dedup, bench/fifo and
-bench/async_consumer (they import internals - stores, gates, private ``_on_message`` - by
-today's paths) but repeats their workloads through :data:`LIBRARY` only: every library name
+``bench/compare`` starts this file as ``python -I bench/compare_workloads.py --tree T ...`` for
+each variant (the baseline commit's worktree, the current tree) and asks it for one phase (one
+metric) at a time over stdin/stdout, so the two variants' halves of a pair run seconds apart.
+The same measuring code runs against both libraries, so it must load in both: while issue 26
+moves the library's modules (a core package, the CLI out of the library), the old and the new
+tree share only the public names. That is why this file does not reuse bench/dedup, bench/fifo
+and bench/async_consumer (they import internals - stores, gates, the private ``_on_message`` -
+by today's paths) but repeats their workloads through :data:`LIBRARY` only: every library name
 used here is in that table, resolved once at start, and a missing one stops the worker with the
 name (keep those names stable, or update the table for both trees).
 
-The workloads, each one internal round:
+The workloads (:func:`phases`):
 
 * ``dedup``: claim + effect + complete of distinct keys through ``IdempotentProcessor.process``
   on memory, Redis and Firestore, 1 and 8 threads (bench/dedup's claims, through the public
@@ -40,10 +41,12 @@ import json
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -231,16 +234,45 @@ def per_item(before: Counter[str], after: Counter[str], items: int) -> dict[str,
 # --------------------------------------------------------------------------------------------
 
 
-def rate(items: int, work: Callable[[int], object], *, threads: int) -> float:
-    """Items per second for ``work(i)`` over ``items`` items on ``threads`` threads."""
-    start = time.perf_counter()
+@dataclass(frozen=True)
+class Timed:
+    """``items`` done in ``wall`` seconds, using ``cpu`` seconds of this process (every thread:
+    the library's and its clients'). CPU per item hardly moves with other processes' load, so
+    it is the figure to trust on a busy machine; wall-clock throughput is what issue 26 gates."""
+
+    items: int
+    wall: float
+    cpu: float
+
+    @property
+    def per_second(self) -> float:
+        return self.items / self.wall
+
+    @property
+    def per_cpu_second(self) -> float:
+        return self.items / self.cpu if self.cpu > 0 else 0.0
+
+
+class Stopwatch:
+    """Wall clock and this process's CPU time from its creation."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def read(self, items: int) -> Timed:
+        return Timed(items, time.perf_counter() - self.wall, time.process_time() - self.cpu)
+
+
+def rate(items: int, work: Callable[[int], object], *, threads: int) -> Timed:
+    """``work(i)`` over ``items`` items on ``threads`` threads, timed."""
+    watch = Stopwatch()
     if threads == 1:
         for i in range(items):
             work(i)
     else:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(work, range(items)))
-    return items / (time.perf_counter() - start)
+    return watch.read(items)
 
 
 def settings_env(backend: str, redis_url: str, project: str | None = None) -> dict[str, str]:
@@ -255,12 +287,6 @@ def settings_env(backend: str, redis_url: str, project: str | None = None) -> di
     }
 
 
-def rotated(items: tuple[str, ...], shift: int) -> tuple[str, ...]:
-    """``items`` starting at ``shift`` (mod length): no variant always runs first."""
-    shift %= len(items)
-    return items[shift:] + items[:shift]
-
-
 class Measurement:
     """What one worker collects: gated metrics, derived ratios and store traffic per item."""
 
@@ -269,22 +295,34 @@ class Measurement:
         self.metrics: dict[str, float] = {}
         self.derived: dict[str, float] = {}
         self.phases: dict[str, dict[str, Any]] = {}
+        self.cpu: dict[str, float] = {}  # items per CPU second of this process, by phase
 
     def timed(
-        self, phase: str, items: int, run: Callable[..., float], *args: Any, **kw: Any
-    ) -> float:
-        """``run(*args, **kw)`` (items per second), recording its store traffic per item."""
+        self, phase: str, items: int, run: Callable[..., Timed], *args: Any, **kw: Any
+    ) -> Timed:
+        """``run(*args, **kw)``, recording its store traffic per item."""
         before = self.counter.snapshot()
-        value = run(*args, **kw)
+        timed = run(*args, **kw)
         self.phases[phase] = {
             "items": items,
             "counts": per_item(before, self.counter.snapshot(), items),
         }
-        print(f"{phase}: {value:.1f}/s", flush=True)
-        return value
+        return timed
+
+    def record(self, phase: str, timed: Timed) -> None:
+        """``timed``'s throughput as the metric (or the reference) ``phase``, and its CPU."""
+        section = self.derived if phase in REFERENCE else self.metrics
+        section[phase] = round(timed.per_second, 1)
+        self.cpu[phase] = round(timed.per_cpu_second, 1)
+        print(f"{phase}: {timed.per_second:.1f}/s, {timed.per_cpu_second:.1f}/CPU s", flush=True)
 
     def result(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "derived": self.derived, "phases": self.phases}
+        return {
+            "metrics": self.metrics,
+            "derived": self.derived,
+            "cpu": self.cpu,
+            "phases": self.phases,
+        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -292,67 +330,53 @@ class Measurement:
 # --------------------------------------------------------------------------------------------
 
 
-def run_dedup(lib: dict[str, Any], args: argparse.Namespace, out: Measurement) -> None:
-    for backend in BACKENDS:
-        for threads in (1, DEDUP_THREADS):
-            settings = lib["Settings"].from_env(settings_env(backend, args.redis_url))
-            processor = lib["IdempotentProcessor"](
-                lib["dedup_store_from_settings"](settings),
-                namespace=f"cmp-{uuid.uuid4().hex[:8]}",
-                lease=LEASE,
-                ttl=TTL,
-            )
+def dedup_process(
+    lib: dict[str, Any], args: argparse.Namespace, backend: str, threads: int
+) -> Timed:
+    """Calls per second of ``IdempotentProcessor.process`` on distinct keys (claim, the
+    effect, complete) on ``backend``, from ``threads`` threads."""
+    settings = lib["Settings"].from_env(settings_env(backend, args.redis_url))
+    processor = lib["IdempotentProcessor"](
+        lib["dedup_store_from_settings"](settings),
+        namespace=f"cmp-{uuid.uuid4().hex[:8]}",
+        lease=LEASE,
+        ttl=TTL,
+    )
 
-            def one(i: int, processor: Any = processor) -> None:
-                processor.process(f"k{i}", "fp", lambda: "ok")
+    def one(i: int) -> None:
+        processor.process(f"k{i}", "fp", lambda: "ok")
 
-            name = f"dedup.process_per_s.{backend}.{threads}t"
-            items = args.claims * DEDUP_SCALE[backend]
-            value = out.timed(name, items, rate, items, one, threads=threads)
-            out.metrics[name] = round(value, 1)
-    _run_ingress(lib, args, out)
+    return rate(args.claims * DEDUP_SCALE[backend], one, threads=threads)
 
 
-def _run_ingress(lib: dict[str, Any], args: argparse.Namespace, out: Measurement) -> None:
+def dedup_ingress(lib: dict[str, Any], args: argparse.Namespace, variant: str) -> Timed:
+    """Messages per second through ``Ingress.handle`` on ``variant``'s backend, publishing to
+    the Pub/Sub emulator from 8 threads; ``passthrough``: the bare client's publish alone (no
+    library at all - the same code in both trees, so its ratio shows the noise)."""
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
     project = f"cmp-{uuid.uuid4().hex[:8]}"
     publisher = pubsub_v1.PublisherClient()
     final = publisher.create_topic(name=f"projects/{project}/topics/final").name
     publisher.create_topic(name=f"projects/{project}/topics/dead-letter")
+    work: Callable[[int], object]
+    if variant == "passthrough":
 
-    def handler_for(variant: str) -> Callable[[int], object]:
-        if variant == "passthrough":  # the bare client: what publishing costs without us
+        def work(i: int) -> None:
+            publisher.publish(final, b"x" * 256, n=str(i)).result(timeout=60)
 
-            def passthrough(i: int) -> None:
-                publisher.publish(final, b"x" * 256, n=str(i)).result(timeout=60)
-
-            return passthrough
+    else:
         settings = lib["Settings"].from_env(settings_env(variant, args.redis_url, project))
         ingress = lib["Ingress"].from_settings(settings)
-        tag = uuid.uuid4().hex[:8]
+        message, tag = lib["Message"], uuid.uuid4().hex[:8]
 
-        def handle(i: int) -> None:
-            ingress.handle(lib["Message"](b"x" * 256, {"n": str(i)}, message_id=f"{tag}-{i}"))
+        def work(i: int) -> None:
+            ingress.handle(message(b"x" * 256, {"n": str(i)}, message_id=f"{tag}-{i}"))
 
-        return handle
-
-    rates: dict[str, float] = {}
-    # Rotated by round: no variant always meets the emptiest (or fullest) emulator.
-    for variant in rotated(("passthrough", *BACKENDS), args.round):
-        work = handler_for(variant)
-        name = f"dedup.ingress_msgs_per_s.{variant}"
-        rates[variant] = out.timed(
-            name, args.messages, rate, args.messages, work, threads=DEDUP_THREADS
-        )
-    publisher.stop()
-    # The pass-through is the same code in both variants: a reference for the noise, not gated.
-    out.derived["dedup.ingress_passthrough_msgs_per_s"] = round(rates["passthrough"], 1)
-    for backend in BACKENDS:
-        out.metrics[f"dedup.ingress_msgs_per_s.{backend}"] = round(rates[backend], 1)
-        out.derived[f"dedup.ingress_ratio_to_passthrough.{backend}"] = round(
-            rates[backend] / rates["passthrough"], 3
-        )
+    try:
+        return rate(args.messages, work, threads=DEDUP_THREADS)
+    finally:
+        publisher.stop()
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,7 +412,7 @@ def _prepare_subscription(messages: int, groups: int, *, fifo: bool) -> tuple[st
 
 def consume_subscription(
     lib: dict[str, Any], redis_url: str, messages: int, groups: int, *, fifo: bool
-) -> float:
+) -> Timed:
     """Messages per second for one Consumer (Redis stores) draining a prepared subscription."""
     project, sub = _prepare_subscription(messages, groups, fifo=fifo)
     handled = 0
@@ -410,32 +434,16 @@ def consume_subscription(
     )
     processor = lib["MessageProcessor"].from_settings(settings, consumer_settings, handler)
     consumer = lib["Consumer"](sub, processor, concurrency=FIFO_CONCURRENCY)
-    started = time.perf_counter()
+    watch = Stopwatch()
     consumer.start()
     try:
         finished = done.wait(timeout=WAIT_SECONDS)
-        elapsed = time.perf_counter() - started
+        timed = watch.read(messages)
     finally:
         consumer.stop()
     if not finished:
         raise RuntimeError(f"only {handled}/{messages} handled in {WAIT_SECONDS:.0f} s")
-    return messages / elapsed
-
-
-def run_fifo(lib: dict[str, Any], args: argparse.Namespace, out: Measurement) -> None:
-    variants = [(f"groups_{g}", g, True) for g in args.groups] + [("unordered_16", 16, False)]
-    for label, groups, fifo in variants:
-        name = f"fifo.msgs_per_s.{label}"
-        n = consumer_messages(args.fifo_messages, groups)
-        value = out.timed(name, n, consume_subscription, lib, args.redis_url, n, groups, fifo=fifo)
-        out.metrics[name] = round(value, 1)
-    by = {g: out.metrics.get(f"fifo.msgs_per_s.groups_{g}") for g in (1, 16)}
-    if by[1] and by[16]:
-        out.derived["fifo.speedup_16_vs_1_group"] = round(by[16] / by[1], 3)
-    if by[16]:
-        out.derived["fifo.fifo_16_groups_vs_unordered"] = round(
-            by[16] / out.metrics["fifo.msgs_per_s.unordered_16"], 3
-        )
+    return timed
 
 
 # --------------------------------------------------------------------------------------------
@@ -491,7 +499,7 @@ def _sync_handler(message: Any) -> None:
 
 def consume_fed(
     lib: dict[str, Any], redis_url: str, messages: int, groups: int, *, aio: bool
-) -> tuple[float, float]:
+) -> tuple[Timed, float]:
     """(messages per second, Redis commands per message) for a Consumer fed directly."""
     import redis
 
@@ -526,38 +534,69 @@ def consume_fed(
         if subscriber.callback is None:
             raise RuntimeError("Consumer.start() did not subscribe through `subscriber`")
         before = server_commands(counter)
-        start = time.perf_counter()
+        watch = Stopwatch()
         for received in batch:
             subscriber.callback(received)
         if not finished.wait(timeout=WAIT_SECONDS):
             raise RuntimeError(f"only {len(answered)}/{messages} answered in {WAIT_SECONDS} s")
-        elapsed = time.perf_counter() - start
+        timed = watch.read(messages)
         used = server_commands(counter) - before - 1  # less our own INFO
     finally:
         consumer.stop()
         counter.close()
     if answered.count("ack") != messages:
         raise RuntimeError(f"not every message acked: {Counter(answered)}")
-    return messages / elapsed, used / messages
+    return timed, used / messages
 
 
-def run_async_consumer(lib: dict[str, Any], args: argparse.Namespace, out: Measurement) -> None:
-    for groups in ASYNC_GROUPS:
-        rates: dict[str, float] = {}
+# --------------------------------------------------------------------------------------------
+# Phases: one measurement each, named as its metric; the driver asks for them one by one.
+# --------------------------------------------------------------------------------------------
+
+
+def phases(kind: str, groups: list[int]) -> list[str]:
+    """The metrics of ``kind``, in the order the driver asks for them (one phase each)."""
+    if kind == "dedup":
+        return [
+            f"dedup.process_per_s.{backend}.{threads}t"
+            for backend in BACKENDS
+            for threads in (1, DEDUP_THREADS)
+        ] + [f"dedup.ingress_msgs_per_s.{v}" for v in ("passthrough", *BACKENDS)]
+    if kind == "fifo":
+        return [f"fifo.msgs_per_s.groups_{g}" for g in groups] + ["fifo.msgs_per_s.unordered_16"]
+    return [
+        f"async_consumer.msgs_per_s.{variant}.groups_{g}"
+        for g in ASYNC_GROUPS
+        for variant in ("async", "threaded")
+    ]
+
+
+# Not gated (see bench/compare): the same code in both trees, a gauge of the noise.
+REFERENCE = frozenset({"dedup.ingress_msgs_per_s.passthrough"})
+
+
+def run_phase(lib: dict[str, Any], args: argparse.Namespace, name: str, out: Measurement) -> None:
+    """Measure the metric ``name`` into ``out`` (its value, CPU and store traffic per item)."""
+    parts = name.split(".")
+    if name.startswith("dedup.process_per_s."):
+        backend, threads = parts[2], int(parts[3].removesuffix("t"))
+        items = args.claims * DEDUP_SCALE[backend]
+        timed = out.timed(name, items, dedup_process, lib, args, backend, threads)
+    elif name.startswith("dedup.ingress_msgs_per_s."):
+        timed = out.timed(name, args.messages, dedup_ingress, lib, args, parts[2])
+    elif name.startswith("fifo.msgs_per_s."):
+        fifo = parts[2].startswith("groups_")
+        groups = int(parts[2].rsplit("_", 1)[1])
+        n = consumer_messages(args.fifo_messages, groups)
+        timed = out.timed(name, n, consume_subscription, lib, args.redis_url, n, groups, fifo=fifo)
+    elif name.startswith("async_consumer.msgs_per_s."):
+        groups = int(parts[3].removeprefix("groups_"))
         n = consumer_messages(args.async_messages, groups)
-        # Alternated by round: neither variant always runs on the emptier Redis.
-        for variant in rotated(("async", "threaded"), args.round):
-            value, per_message = consume_fed(lib, args.redis_url, n, groups, aio=variant == "async")
-            name = f"async_consumer.msgs_per_s.{variant}.groups_{groups}"
-            rates[variant] = out.metrics[name] = round(value, 1)
-            out.phases[name] = {
-                "items": n,
-                "counts": {"redis_server_commands": round(per_message, 4)},
-            }
-            print(f"{name}: {value:.1f}/s, {per_message:.2f} Redis commands/msg", flush=True)
-        out.derived[f"async_consumer.async_over_threaded.groups_{groups}"] = round(
-            rates["async"] / rates["threaded"], 3
-        )
+        timed, per_message = consume_fed(lib, args.redis_url, n, groups, aio=parts[2] == "async")
+        out.phases[name] = {"items": n, "counts": {"redis_server_commands": round(per_message, 4)}}
+    else:
+        raise ValueError(f"no phase {name!r}")
+    out.record(name, timed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,22 +615,53 @@ def loaded_library(shared: Path) -> dict[str, Any]:
     digest = hashlib.sha256()
     for path in sorted((shared / "pubsub_toolkit").rglob("*.py")):
         digest.update(str(path.relative_to(shared)).encode() + b"\0" + path.read_bytes())
-    return {"foreign_modules": foreign, "source_sha256": digest.hexdigest()}
+    library = Path(sys.modules["pubsub_toolkit"].__file__ or "?").resolve()
+    return {
+        "foreign_modules": foreign,
+        "library_sha256": digest.hexdigest(),
+        # Relative to the tree it ran from: no machine path in the results.
+        "pubsub_toolkit_file": str(library.relative_to(shared.parent)),
+    }
+
+
+def serve(lib: dict[str, Any], args: argparse.Namespace, replies: Any, shared: Path) -> None:
+    """Answer the driver's requests, one JSON line each way: ``{"phase": name}`` -> that
+    phase's ``metrics``/``derived``/``phases`` (or ``error``); ``{"quit": true}`` -> the
+    check that every loaded library module came from ``shared``, then exit."""
+    counter = StoreCounter()
+    counter.install()
+
+    def reply(payload: dict[str, Any]) -> None:
+        replies.write(json.dumps(payload) + "\n")
+        replies.flush()
+
+    reply({"ready": True})
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("quit"):
+            reply(loaded_library(shared))
+            return
+        out = Measurement(counter)
+        started = time.perf_counter()
+        try:
+            run_phase(lib, args, request["phase"], out)
+        except Exception:  # reported to the driver, which records the variant's run as failed
+            reply({"error": traceback.format_exc(limit=8)})
+            continue
+        reply(out.result() | {"seconds": round(time.perf_counter() - started, 2)})
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", choices=KINDS, required=True)
     parser.add_argument("--tree", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--redis-url", required=True)
-    parser.add_argument("--round", type=int, default=0)
     parser.add_argument("--claims", type=int, required=True)
     parser.add_argument("--messages", type=int, required=True)
     parser.add_argument("--fifo-messages", type=int, required=True)
     parser.add_argument("--async-messages", type=int, required=True)
-    parser.add_argument("--groups", type=lambda s: [int(g) for g in s.split(",")], required=True)
     args = parser.parse_args(argv)
+    # The protocol owns stdout; every print (ours, the library's) goes to the log on stderr.
+    replies, sys.stdout = sys.stdout, sys.stderr
     shared = (args.tree / "shared").resolve()
     sys.path.insert(0, str(shared))  # -I: neither PYTHONPATH nor the script's folder
     import pubsub_toolkit
@@ -599,22 +669,7 @@ def main(argv: list[str] | None = None) -> None:
     library = Path(pubsub_toolkit.__file__).resolve()
     if not library.is_relative_to(shared):
         raise SystemExit(f"pubsub_toolkit imported from {library}, not from {shared}")
-    lib = resolve_library()
-    counter = StoreCounter()
-    counter.install()
-    out = Measurement(counter)
-    {"dedup": run_dedup, "fifo": run_fifo, "async_consumer": run_async_consumer}[args.kind](
-        lib, args, out
-    )
-    loaded = loaded_library(shared)
-    if loaded["foreign_modules"]:
-        raise SystemExit(f"modules loaded from outside {shared}: {loaded['foreign_modules']}")
-    result = out.result() | {
-        # Relative to the tree it ran from: no machine path in the results.
-        "pubsub_toolkit_file": str(library.relative_to(shared.parent)),
-        "library_sha256": loaded["source_sha256"],
-    }
-    args.out.write_text(json.dumps(result))
+    serve(resolve_library(), args, replies, shared)
 
 
 if __name__ == "__main__":

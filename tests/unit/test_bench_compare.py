@@ -172,3 +172,32 @@ def test_consumer_phases_double_from_16_groups() -> None:
         200,
         200,
     ]
+
+
+def test_derived_ratios_come_from_one_variants_metrics() -> None:
+    metrics = {
+        "dedup.ingress_msgs_per_s.redis": 400.0,
+        "fifo.msgs_per_s.groups_1": 100.0,
+        "fifo.msgs_per_s.groups_16": 500.0,
+        "fifo.msgs_per_s.unordered_16": 1000.0,
+        "async_consumer.msgs_per_s.async.groups_64": 300.0,
+        "async_consumer.msgs_per_s.threaded.groups_64": 200.0,
+    }
+    derived = compare.derive(metrics, {"dedup.ingress_msgs_per_s.passthrough": 500.0})
+    assert derived == {
+        "dedup.ingress_msgs_per_s.passthrough": 500.0,
+        "dedup.ingress_ratio_to_passthrough.redis": 0.8,
+        "fifo.speedup_16_vs_1_group": 5.0,
+        "fifo.fifo_16_groups_vs_unordered": 0.5,
+        "async_consumer.async_over_threaded.groups_64": 1.5,
+    }
+
+
+def test_every_phase_is_a_metric_of_its_kind_and_the_pass_through_is_not_gated() -> None:
+    names = {
+        kind: compare_workloads.phases(kind, [1, 4, 16, 64]) for kind in compare_workloads.KINDS
+    }
+    assert all(n.startswith(f"{kind}.") for kind, ns in names.items() for n in ns)
+    assert len(names["dedup"]) == 10 and len(names["fifo"]) == 5
+    assert len(names["async_consumer"]) == 6
+    assert set(names["dedup"]) >= compare_workloads.REFERENCE
