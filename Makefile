@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 TFVARS ?= deploy/terraform.tfvars
 
-.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency bench-tracing bench-ingress-ordering bench-publisher soak test-faults sim sim-mutations clean
+.PHONY: help install system-deps run up down test test-unit test-slow lint format build tf-check deploy deploy-gcloud iac-tools bench bench-cost bench-peer bench-latency bench-tracing bench-ingress-ordering bench-publisher bench-compare soak test-faults sim sim-mutations clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t 20
@@ -117,6 +117,9 @@ bench-ingress-ordering: install ## message ordering on the ingress push subscrip
 
 bench-publisher: install ## the Publisher against google-cloud-pubsub's client, unordered and FIFO, 1 and 8 threads, alternating rounds (bench/results/publisher.json; ~80 s)
 	$(PY) -m bench.publisher
+
+bench-compare: install ## issue 26: bench/fifo, bench/dedup, bench/async_consumer, BASELINE (602d3ba) vs this tree in one run; fails unless every median ratio >= 0.95 (bench/results/compare_restructure.json; ~8 min, run on an idle machine)
+	$(PY) -m bench.compare --baseline $(or $(BASELINE),602d3ba) --check
 
 soak: install ## 50,000 mixed messages through the local stack, ledger checked (~12-15 min; not in `make test`)
 	$(PY) -m bench.soak
