@@ -23,14 +23,16 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from pubsub_toolkit import tracing
-from pubsub_toolkit.consumer._settle import OutcomeListener, settle, tell, to_message
-from pubsub_toolkit.consumer._stream_end import StreamEnd
+from pubsub_toolkit.consumer._settle import (
+    OutcomeListener,
+    consuming,
+    sweep_until_async,
+    to_message,
+)
+from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
-from pubsub_toolkit.consumer.processor_sync import fifo_address
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.consumer.processor_sync import fifo_route
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.tracing import RECEIVE
 
 if TYPE_CHECKING:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
@@ -134,11 +136,7 @@ class AsyncConsumer:
         return finished
 
     def _close_stream(self, timeout: float) -> None:
-        self._stream.cancel()
-        try:
-            self._stream.result(timeout=timeout)
-        except Exception:  # the stream ends with CancelledError by design
-            logger.debug("stream closed", exc_info=True)
+        close_stream(self._stream, timeout)
         if self._subscriber is not None:
             self._subscriber.close()
 
@@ -167,10 +165,7 @@ class AsyncConsumer:
             received.nack()  # stopping: let another consumer (or our restart) take it
             return
         message = to_message(received)
-        try:
-            address = fifo_address(message)
-        except PermanentError:
-            address = None  # the processor dead-letters it
+        address = fifo_route(message)
         if address is None:
             self._spawn(self._run_one(received, message))
             return
@@ -219,24 +214,14 @@ class AsyncConsumer:
             received.nack()
 
     async def _process(self, received: Any, message: Message) -> None:
-        with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
-            try:
-                outcome = await self._processor.process(message)
-            except Exception as exc:
-                outcome = settle(self.subscription, received, message, exc)
-            else:
-                settle(self.subscription, received, message)
-        tell(self._on_outcome, message, outcome)
+        with consuming(self.subscription, received, message, self._on_outcome) as consumed:
+            consumed.outcome = await self._processor.process(message)
 
     async def _sweep_loop(self) -> None:
-        gate = self._processor.gate
-        while not self._closing:
-            await asyncio.sleep(self._sweep_interval)
-            try:
-                for group in await gate.groups():
-                    if self._closing:
-                        return
-                    if not self.is_active(group):
-                        await gate.sweep(group)
-            except Exception:
-                logger.exception("FIFO sweep failed; trying again next interval")
+        await sweep_until_async(
+            self._processor.gate,
+            self._sweep_interval,
+            lambda: self._closing,
+            logger,
+            self.is_active,
+        )
