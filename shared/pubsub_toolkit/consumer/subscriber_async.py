@@ -18,7 +18,6 @@ happens: see :mod:`._stream_end`).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ from pubsub_toolkit.consumer._settle import (
 from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import fifo_route
+from pubsub_toolkit.core.convoy import GroupQueues
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
@@ -67,9 +67,8 @@ class AsyncConsumer:
         self._on_outcome = on_outcome
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._queues: dict[str, list[tuple[int, int, Any, Message]]] = {}
+        self._queues: GroupQueues[tuple[Any, Message]] = GroupQueues()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._arrivals = 0
         self._closing = False
         self._stream: Any = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -116,10 +115,9 @@ class AsyncConsumer:
 
     async def _stop(self, timeout: float) -> bool:
         self._closing = True
-        for queue in self._queues.values():
-            for *_, received, _message in queue:
-                received.nack()
-            queue.clear()
+        for waiting in self._queues.drain():
+            received, _message = waiting.item
+            received.nack()
         finished = True
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
@@ -149,7 +147,7 @@ class AsyncConsumer:
 
     def is_active(self, group: str) -> bool:
         """True while this process has work queued or running for ``group``."""
-        return group in self._queues
+        return self._queues.active(group)
 
     # --- delivery (the client's threads hand over; everything else runs on the loop) ------
 
@@ -169,14 +167,8 @@ class AsyncConsumer:
         if address is None:
             self._spawn(self._run_one(received, message))
             return
-        self._arrivals += 1
-        queue = self._queues.get(address.group)
-        item = (address.seq, self._arrivals, received, message)
-        if queue is not None:
-            bisect.insort(queue, item, key=lambda i: (i[0], i[1]))  # its runner picks it up
-            return
-        self._queues[address.group] = [item]
-        self._spawn(self._run_group(address.group))
+        if self._queues.put(address.group, address.seq, (received, message)):
+            self._spawn(self._run_group(address.group))  # else its runner picks it up
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -191,17 +183,17 @@ class AsyncConsumer:
     async def _run_group(self, group: str) -> None:
         """One group's convoy: its queue in sequence order, one message at a time."""
         assert self._slots is not None
-        queue = self._queues[group]
         try:
-            while queue:
-                _, _, received, message = queue.pop(0)
+            # take() frees the group when it finds it empty, in that step of the loop: no
+            # submit can slip in between.
+            while taken := self._queues.take(group):
+                received, message = taken[0].item
                 async with self._slots:
                     await self._guarded(received, message)
         finally:
-            # Empty and gone in one step of the loop: no submit can slip in between. (Were
-            # the task cancelled, what is still queued is handed back, not stranded.)
-            for *_, received, _message in self._queues.pop(group, []):
-                received.nack()
+            # Were the task cancelled, what is still queued is handed back, not stranded.
+            for waiting in self._queues.forget(group):
+                waiting.item[0].nack()
 
     async def _guarded(self, received: Any, message: Message) -> None:
         """``_process``, which settles the message itself; should it raise all the same, the
