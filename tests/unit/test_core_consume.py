@@ -269,3 +269,25 @@ def _comparable(effect: Any) -> Any:
     if isinstance(effect, Reject):
         return ("reject", effect.message, effect.error.reason, effect.error.detail)
     return effect
+
+
+@pytest.mark.parametrize(
+    ("finished", "returns"), [(True, True), (False, False), (None, False)], ids=str
+)
+@pytest.mark.parametrize("drive", [trace, trace_async], ids=["sync", "asyncio"])
+def test_a_graceful_stop_closes_the_stream_only_after_the_running_deliveries(
+    finished: bool | None, returns: bool, drive: Callable[..., tuple[list[Any], Any]]
+) -> None:
+    def replies(effect: Any) -> object:
+        return finished if isinstance(effect, consume.Drain) else None
+
+    seen, result = drive(consume.graceful_stop(5.0), replies)
+    assert seen == [
+        consume.RefuseNew(),
+        consume.Drain(5.0),
+        consume.CloseStream(5.0),
+        consume.StopSweeper(5.0),
+        consume.ReleaseHeld(),
+        consume.CloseClient(),
+    ]
+    assert result is returns

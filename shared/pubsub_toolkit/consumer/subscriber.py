@@ -50,6 +50,7 @@ from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, fifo_route
+from pubsub_toolkit.core import consume
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
@@ -164,18 +165,23 @@ class Consumer:
                 if aclose is not None:
                     self._loop.run(aclose(), timeout)
                 self._loop.stop(timeout)
-        self._closing.set()
-        finished = self._dispatcher.close(timeout=timeout)
-        if self._stream is not None:
-            close_stream(self._stream, timeout)
-        if self._sweeper is not None:
-            self._sweeper.join(timeout=timeout)
-        gate = self._processor.gate
-        if gate is not None:
-            gate.release_held()  # another consumer runs those groups at once, not after a lease
-        if self._subscriber is not None:
+        return consume.run(consume.graceful_stop(timeout), self._stopping)
+
+    def _stopping(self, effect: consume.StopEffect) -> object:
+        """Perform one step of :func:`~pubsub_toolkit.core.consume.graceful_stop`."""
+        if isinstance(effect, consume.RefuseNew):
+            self._closing.set()
+        elif isinstance(effect, consume.Drain):
+            return self._dispatcher.close(timeout=effect.timeout)
+        elif isinstance(effect, consume.CloseStream) and self._stream is not None:
+            close_stream(self._stream, effect.timeout)
+        elif isinstance(effect, consume.StopSweeper) and self._sweeper is not None:
+            self._sweeper.join(timeout=effect.timeout)
+        elif isinstance(effect, consume.ReleaseHeld) and self._processor.gate is not None:
+            self._processor.gate.release_held()
+        elif isinstance(effect, consume.CloseClient) and self._subscriber is not None:
             self._subscriber.close()
-        return finished
+        return None
 
     def __enter__(self) -> Consumer:
         self.start()

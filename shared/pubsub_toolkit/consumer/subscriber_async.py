@@ -31,6 +31,7 @@ from pubsub_toolkit.consumer._settle import (
 from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import fifo_route
+from pubsub_toolkit.core import consume
 from pubsub_toolkit.core.convoy import GroupQueues
 from pubsub_toolkit.message import Message
 
@@ -114,29 +115,31 @@ class AsyncConsumer:
             self.end.stopped()
 
     async def _stop(self, timeout: float) -> bool:
-        self._closing = True
-        for waiting in self._queues.drain():
-            received, _message = waiting.item
-            received.nack()
-        finished = True
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-            finished = not pending
-        if self._sweeper is not None:
+        return await consume.run_async(consume.graceful_stop(timeout), self._stopping)
+
+    async def _stopping(self, effect: consume.StopEffect) -> object:
+        """Perform one step of :func:`~pubsub_toolkit.core.consume.graceful_stop`."""
+        if isinstance(effect, consume.RefuseNew):
+            self._closing = True
+        elif isinstance(effect, consume.Drain):
+            for waiting in self._queues.drain():
+                received, _message = waiting.item
+                received.nack()
+            if self._tasks:
+                _, pending = await asyncio.wait(set(self._tasks), timeout=effect.timeout)
+                return not pending
+            return True
+        elif isinstance(effect, consume.CloseStream) and self._stream is not None:
+            # The client's shutdown blocks (it joins its own threads): not on the loop.
+            await asyncio.to_thread(close_stream, self._stream, effect.timeout)
+        elif isinstance(effect, consume.StopSweeper) and self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
-        gate = self._processor.gate
-        if gate is not None:
-            await gate.release_held()  # another consumer runs those groups at once
-        if self._stream is not None:
-            # The client's shutdown blocks (it joins its own threads): not on the loop.
-            await asyncio.to_thread(self._close_stream, timeout)
-        return finished
-
-    def _close_stream(self, timeout: float) -> None:
-        close_stream(self._stream, timeout)
-        if self._subscriber is not None:
-            self._subscriber.close()
+        elif isinstance(effect, consume.ReleaseHeld) and self._processor.gate is not None:
+            await self._processor.gate.release_held()
+        elif isinstance(effect, consume.CloseClient) and self._subscriber is not None:
+            await asyncio.to_thread(self._subscriber.close)
+        return None
 
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()

@@ -12,6 +12,7 @@ used to take these decisions twice, once per driver. Here they are written once,
 * :func:`answer` - ack, nack or hold back a subscriber callback's delivery after its outcome;
   :func:`failure_outcome` - a nack's outcome (``retry`` or ``error``);
 * :func:`sweep_pass` - which groups one pass of a FIFO sweeper visits;
+* :func:`graceful_stop` - the order in which a consumer stops, so that no ack is lost;
 * :func:`is_subscriber_message` - which call shape a delivery is.
 
 An error of an effect passes through the driver unchanged (a failing handler, a dead-letter
@@ -198,6 +199,63 @@ def sweep_pass(
             return
         if not busy(group):
             yield Sweep(group)
+
+
+# --- a consumer's graceful stop ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseNew:
+    """From now on, nack every new delivery (another consumer, or our restart, takes it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Nack the queued deliveries; wait up to ``timeout`` seconds for the running ones to finish
+    and be settled. Replies True when they all finished."""
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseStream:
+    """Cancel the streaming pull and wait (up to ``timeout``) for it to end."""
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class StopSweeper:
+    """Stop the FIFO sweeper (a thread joined up to ``timeout``, a task cancelled)."""
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseHeld:
+    """Give back the group leases held between deliveries."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClient:
+    """Close the subscriber client."""
+
+
+StopEffect = RefuseNew | Drain | CloseStream | StopSweeper | ReleaseHeld | CloseClient
+
+
+def graceful_stop(timeout: float) -> Generator[StopEffect, object, bool]:
+    """A consumer's ``stop()``; returns True when every running delivery finished in time."""
+    yield RefuseNew()
+    finished = yield Drain(timeout)
+    # Only now: the running deliveries were acked on a stream still open - an ack sent after
+    # the stream closed would be lost, and the message delivered again.
+    yield CloseStream(timeout)
+    yield StopSweeper(timeout)
+    # Held leases given back: another consumer runs those groups at once, not after a lease.
+    yield ReleaseHeld()
+    yield CloseClient()
+    return finished is True
 
 
 def never(_: object = None) -> bool:
