@@ -27,13 +27,14 @@ system-deps: ## install what the machine lacks (redis-server, chromium, shellche
 	@test -f /usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar || \
 	  { echo "missing Firestore emulator: apt-get install google-cloud-cli-firestore-emulator"; exit 1; }
 
-$(VENV)/.installed: pyproject.toml local/pyproject.toml
+$(VENV)/.installed: pyproject.toml cli/pyproject.toml local/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# The library with every extra the suite exercises and, beside it, the local stack's own
-	# distribution (local/), both editable; the tools from pyproject's `dev` dependency group
+	# The library with every extra the suite exercises and, beside it, the operator's CLI and
+	# status page (cli/: the `pubsub-toolkit` command) and the local stack (local/), each its
+	# own distribution, all editable; the tools from pyproject's `dev` dependency group
 	# (--group needs pip >= 25.1, hence the upgrade above).
-	$(PIP) install -q -e '.[redis,secrets,tasks,relay,functions,dashboard,metrics,asyncio,otlp]' -e ./local --group dev
+	$(PIP) install -q -e '.[redis,secrets,tasks,relay,functions,dashboard,metrics,asyncio,otlp]' -e ./cli -e ./local --group dev
 	touch $@
 
 tests/e2e/node/node_modules/.installed: tests/e2e/node/package-lock.json
@@ -55,8 +56,8 @@ down: ## stop everything `make up` started
 test: install ## the whole suite: unit, integration (emulators, Redis, functions-framework)
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-test-unit: install ## unit tests only (no servers)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: install ## the fast layers, no servers (~1.5 min): unit tests, properties, the simulation's 2,000 schedules
+	$(PY) -m pytest tests/unit tests/property tests/simulation -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: install ## long runs (the consumer-crash fault), kept out of `make test`
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

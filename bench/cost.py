@@ -26,8 +26,8 @@ Beside them, ``seeds_recipe`` (Firestore): the naive design of :mod:`bench.cost_
 counted by the same wrappers.
 
 The consumer is :class:`~pubsub_toolkit.consumer.subscriber.Consumer` over unary pulls (the
-emulator's streaming pull cannot be restarted; see consumer/unary_pull); its sweeper is set to
-an hour so no periodic sweep falls into a measurement (a sweep is a fixed cost per group and
+emulator's streaming pull cannot be restarted; see pubsub_toolkit_cli.unary_pull); its sweeper is
+set to an hour so no periodic sweep falls into a measurement (a sweep is a fixed cost per group and
 interval, not per message). Counts come out per message, to ``bench/results/cost.json``.
 The figures follow the library: re-run after a change to the stores or the gate.
 """
@@ -58,7 +58,6 @@ from bench.cost_prices import PRICES, dollars_per_million, memorystore_month
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
-from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
 from pubsub_toolkit.delay.auth import authenticator_from_settings
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.delay.scheduler import tasks_client
@@ -67,6 +66,7 @@ from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.publisher import Publisher
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.factory import counter_from_settings
+from pubsub_toolkit_cli.unary_pull import UnaryPullSubscriber
 from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator
 
 __all__ = ["CostCounter", "Rig", "install", "measure", "run_paths", "run_seeds"]

@@ -23,7 +23,7 @@ from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.metrics import configure_metrics_from_env
 from pubsub_toolkit.observability import configure_logging
-from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stats import CounterFlusher
 from pubsub_toolkit.stores.factory import stats_store_from_settings
 from pubsub_toolkit.stores.stats.base import RELAY_SCOPE
 from pubsub_toolkit.tracing_setup import configure_entry_point

@@ -29,7 +29,7 @@ from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.metrics import configure_metrics_from_env
 from pubsub_toolkit.observability import LOGGER_NAME, configure_logging
-from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stats import CounterFlusher
 from pubsub_toolkit.stores.factory import stats_store_from_settings
 from pubsub_toolkit.tracing_setup import configure_entry_point
 

@@ -176,12 +176,12 @@ def run_demo(repo: Path) -> int:
     from pubsub_toolkit.config import ConsumerSettings, Settings
     from pubsub_toolkit.consumer.processor import MessageProcessor
     from pubsub_toolkit.consumer.subscriber import Consumer
-    from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
-    from pubsub_toolkit.operations.cli.trace import print_trace
     from pubsub_toolkit.producer.publisher import Publisher
     from pubsub_toolkit.producer.sink import PubSubSink
     from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
     from pubsub_toolkit.tracing_setup import configure_entry_point
+    from pubsub_toolkit_cli.cli.trace import print_trace
+    from pubsub_toolkit_cli.unary_pull import UnaryPullSubscriber
 
     work = Path(tempfile.mkdtemp(prefix="pubsub-toolkit-demo-"))
     # The consumer's decision log (retries, the poison) goes to a file; the table tells the story.

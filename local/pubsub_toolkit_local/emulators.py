@@ -5,7 +5,7 @@ probe (both emulators answer ``GET /`` with ``Ok``; Redis answers ``PING``).
 
 Logging: warnings and errors reach each emulator's log file, gRPC's included - the Pub/Sub
 emulator's ``NoSuchMethodError ... InternalStatus.asRuntimeException`` on a cancelled stream is
-how its dead-stream defect shows (see :mod:`pubsub_toolkit.consumer.unary_pull`); only Netty's
+how its dead-stream defect shows (see :mod:`pubsub_toolkit_cli.unary_pull`); only Netty's
 own chatter is off.
 
 What can outlive a restart (``local up --persist DIR``):

@@ -22,7 +22,7 @@ SUBSCRIPTIONS = ("final-sub", "dead-letter-sub")
 
 def undelivered_messages(project: str) -> dict[str, int | None]:
     """Messages waiting on each pull subscription of the pipeline (None: could not count)."""
-    from pubsub_toolkit.emulator import subscriber_client
+    from pubsub_toolkit_cli.emulator import subscriber_client
 
     counts: dict[str, int | None] = {}
     subscriber = subscriber_client()

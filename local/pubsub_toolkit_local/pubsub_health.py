@@ -6,7 +6,7 @@ as a gRPC warning in ``pubsub-emulator.log``). The dead stream keeps taking ever
 of that subscription - new ones, and expired ones soon after they return - so the next
 subscriber receives nothing until the emulator restarts. The toolkit's own local consumers
 (``pubsub-toolkit subscribe``, the demo) use unary pull
-(:mod:`pubsub_toolkit.consumer.unary_pull`) and never open a stream; a user's own streaming
+(:mod:`pubsub_toolkit_cli.unary_pull`) and never open a stream; a user's own streaming
 subscriber still leaves its subscription stuck.
 
 * :func:`self_test` does on a scratch topic what a user does: a streaming subscriber receives a
@@ -43,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pubsub_toolkit.emulator import publisher_client, subscriber_client
+from pubsub_toolkit_cli.emulator import publisher_client, subscriber_client
 
 logger = logging.getLogger(__name__)
 

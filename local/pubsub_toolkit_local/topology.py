@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
-from pubsub_toolkit.emulator import subscriber_client
 from pubsub_toolkit.message import Message
+from pubsub_toolkit_cli.emulator import subscriber_client
 
 
 @dataclass(frozen=True)

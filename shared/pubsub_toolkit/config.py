@@ -12,22 +12,55 @@ and pass the frozen value down. Every variable is a ``PUBSUB_TOOLKIT_*`` name of
 :mod:`pubsub_toolkit.environment`, which ``from_env`` checks the environment against first (an
 unknown ``PUBSUB_TOOLKIT_*`` name is refused with the closest known one).
 
-(About 520 lines: the three settings classes, each check beside the parsing of the variable it
+The checks the constructors share, and each setting's two names (:data:`SETTING_NAMES`), are in
+:mod:`pubsub_toolkit._config_checks`.
+
+(About 420 lines: the three settings classes, each check beside the parsing of the variable it
 names, so that one module shows that both paths meet in the constructor.)
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
+from pubsub_toolkit._config_checks import (
+    SETTING_NAMES,
+    env_seconds,
+    one_of,
+    optional_text,
+    positive_duration,
+    secret_version,
+    secs,
+    set_value,
+    text,
+)
 from pubsub_toolkit.environment import check_environment, flag
 from pubsub_toolkit.errors import ConfigurationError
+
+__all__ = [  # with SETTING_NAMES from _config_checks: imported from here before the split
+    "DEFAULT_DEDUP_COLLECTION",
+    "DEFAULT_FIRESTORE_DATABASE",
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_TTL_SECONDS",
+    "MAX_CONSUMER_ID_BYTES",
+    "REDELIVERY_WINDOW",
+    "SETTING_NAMES",
+    "ConsumerSettings",
+    "DelaySettings",
+    "GapPolicy",
+    "PoisonPolicy",
+    "RelayAuth",
+    "Settings",
+    "StoreBackend",
+    "TasksTarget",
+    "queue_path",
+    "store_backend_from_env",
+    "topic_path",
+]
 
 StoreBackend = Literal["firestore", "redis", "memory"]
 TasksTarget = Literal["http", "appengine"]
@@ -50,45 +83,6 @@ MAX_CONSUMER_ID_BYTES = 1024
 DEFAULT_LEASE_SECONDS = 90
 DEFAULT_DEDUP_COLLECTION = "pubsub_toolkit_dedup"
 DEFAULT_FIRESTORE_DATABASE = "(default)"
-
-# Each setting by its two names: the constructor argument and the environment variable.
-SETTING_NAMES: Mapping[str, str] = {
-    # Settings
-    "project": "project (GOOGLE_CLOUD_PROJECT)",
-    "final_topic": "final_topic (PUBSUB_TOOLKIT_FINAL_TOPIC)",
-    "dead_letter_topic": "dead_letter_topic (PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC)",
-    "store_backend": "store_backend (PUBSUB_TOOLKIT_STORE_BACKEND)",
-    "redis_url": "redis_url (PUBSUB_TOOLKIT_REDIS_URL)",
-    "redis_url_secret": "redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL_SECRET)",
-    "redis_ca_cert_secret": "redis_ca_cert_secret (PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET)",
-    "dedup_ttl": "dedup_ttl (PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS)",
-    "dedup_lease": "dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS)",
-    "dedup_collection": "dedup_collection (PUBSUB_TOOLKIT_DEDUP_COLLECTION)",
-    "firestore_database": "firestore_database (PUBSUB_TOOLKIT_FIRESTORE_DATABASE)",
-    "publish_timeout": "publish_timeout (PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS)",
-    "stats_flush": "stats_flush (PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS)",
-    # DelaySettings
-    "queue": "queue (PUBSUB_TOOLKIT_TASKS_QUEUE)",
-    "location": "location (PUBSUB_TOOLKIT_TASKS_LOCATION)",
-    "target": "target (PUBSUB_TOOLKIT_TASKS_TARGET)",
-    "relay_url": "relay_url (PUBSUB_TOOLKIT_RELAY_URL)",
-    "invoker_email": "invoker_email (PUBSUB_TOOLKIT_TASKS_SERVICE_ACCOUNT)",
-    "audience": "audience (PUBSUB_TOOLKIT_RELAY_AUDIENCE)",
-    "appengine_service": "appengine_service (PUBSUB_TOOLKIT_RELAY_SERVICE)",
-    "tasks_emulator_host": "tasks_emulator_host (CLOUD_TASKS_EMULATOR_HOST)",
-    "relay_auth": "relay_auth (PUBSUB_TOOLKIT_RELAY_AUTH)",
-    "oidc_certs_url": "oidc_certs_url (PUBSUB_TOOLKIT_OIDC_CERTS_URL)",
-    # ConsumerSettings
-    "consumer_id": "consumer_id (PUBSUB_TOOLKIT_CONSUMER_ID)",
-    "max_attempts": "max_attempts (PUBSUB_TOOLKIT_FIFO_MAX_ATTEMPTS)",
-    "poison_policy": "poison_policy (PUBSUB_TOOLKIT_FIFO_POISON_POLICY)",
-    "gap_timeout": "gap_timeout (PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS)",
-    "gap_policy": "gap_policy (PUBSUB_TOOLKIT_FIFO_GAP_POLICY)",
-    "lease": "lease (PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS)",
-    "lease_hold": "lease_hold (PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS)",
-    "park": "park (PUBSUB_TOOLKIT_FIFO_PARK)",
-    "retry_backoff": "retry_backoff (PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS)",
-}
 
 
 @dataclass(frozen=True)
@@ -114,38 +108,25 @@ class DelaySettings:
 
     def __post_init__(self) -> None:
         for name in ("relay_url", "invoker_email", "audience", "tasks_emulator_host"):
-            _set(self, name, _optional_text(self, name))
-        _set(self, "oidc_certs_url", _optional_text(self, "oidc_certs_url"))
-        _set(self, "location", _optional_text(self, "location"))
-        _set(self, "target", _one_of(self, "target", _TARGETS))
+            set_value(self, name, optional_text(self, name))
+        set_value(self, "oidc_certs_url", optional_text(self, "oidc_certs_url"))
+        set_value(self, "location", optional_text(self, "location"))
+        set_value(self, "target", one_of(self, "target", _TARGETS))
         if self.relay_auth is None:
-            _set(self, "relay_auth", "oidc" if self.target == "http" else "appengine")
-        _set(self, "relay_auth", _one_of(self, "relay_auth", _RELAY_AUTHS))
+            set_value(self, "relay_auth", "oidc" if self.target == "http" else "appengine")
+        set_value(self, "relay_auth", one_of(self, "relay_auth", _RELAY_AUTHS))
         if self.relay_url is not None:
-            _set(self, "relay_url", self.relay_url.rstrip("/"))
+            set_value(self, "relay_url", self.relay_url.rstrip("/"))
         if self.audience is None:
-            _set(self, "audience", self.relay_url)
+            set_value(self, "audience", self.relay_url)
         if not isinstance(self.appengine_service, str) or not self.appengine_service.strip():
             raise ConfigurationError(f"{SETTING_NAMES['appengine_service']} must not be empty")
-        queue = _text(self, "queue")
-        if queue.startswith("projects/"):
-            parts = queue.split("/")
-            if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
-                raise ConfigurationError(
-                    f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
-                    "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
-                )
-        elif not queue or "/" in queue:
-            raise ConfigurationError(
-                f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
-                "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
-            )
-        elif self.location is None:
-            raise ConfigurationError(
-                f"{SETTING_NAMES['location']} is required when {SETTING_NAMES['queue']} is a "
-                "short name"
-            )
-        _set(self, "queue", queue)
+        queue = text(self, "queue")
+        if not queue.startswith("projects/") and (not queue or "/" in queue):
+            raise _not_a_queue(queue)
+        # A path's shape, or a short name's location: the project comes later (resolved).
+        queue_path("", self.location or "", queue)
+        set_value(self, "queue", queue)
         if self.target == "http" and self.relay_url is None:
             raise ConfigurationError(
                 f"{SETTING_NAMES['relay_url']} is required when {SETTING_NAMES['target']} is 'http'"
@@ -214,21 +195,21 @@ class Settings:
     stats_flush: timedelta | None = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
-        project = _text(self, "project")
+        project = text(self, "project")
         if not project or "/" in project:
             raise ConfigurationError(
                 f"{SETTING_NAMES['project']} is required"
                 if not project
                 else f"{SETTING_NAMES['project']} {project!r} is not a project id"
             )
-        _set(self, "project", project)
+        set_value(self, "project", project)
         for name in ("final_topic", "dead_letter_topic"):
-            _set(self, name, topic_path(project, _text(self, name), setting=name))
-        _set(self, "store_backend", _one_of(self, "store_backend", _BACKENDS))
+            set_value(self, name, topic_path(project, text(self, name), setting=name))
+        set_value(self, "store_backend", one_of(self, "store_backend", _BACKENDS))
         for name in ("redis_url", "redis_url_secret", "redis_ca_cert_secret"):
-            _set(self, name, _optional_text(self, name))
-        _set(self, "redis_url_secret", _secret_version(self, "redis_url_secret"))
-        _set(self, "redis_ca_cert_secret", _secret_version(self, "redis_ca_cert_secret"))
+            set_value(self, name, optional_text(self, name))
+        set_value(self, "redis_url_secret", secret_version(self, "redis_url_secret"))
+        set_value(self, "redis_ca_cert_secret", secret_version(self, "redis_ca_cert_secret"))
         if self.redis_url is not None and self.redis_url_secret is not None:
             raise ConfigurationError(
                 f"set {SETTING_NAMES['redis_url']} or {SETTING_NAMES['redis_url_secret']}, not both"
@@ -244,31 +225,31 @@ class Settings:
                 f"{SETTING_NAMES['store_backend']} is 'redis'"
             )
         for name in ("dedup_ttl", "dedup_lease", "publish_timeout"):
-            _positive_duration(self, name)
+            positive_duration(self, name)
         if self.dedup_ttl <= REDELIVERY_WINDOW:
             raise ConfigurationError(
-                f"{SETTING_NAMES['dedup_ttl']} is {_secs(self.dedup_ttl)}: it must exceed "
-                f"{_secs(REDELIVERY_WINDOW)} (7 days, how long Pub/Sub redelivers an unacked "
+                f"{SETTING_NAMES['dedup_ttl']} is {secs(self.dedup_ttl)}: it must exceed "
+                f"{secs(REDELIVERY_WINDOW)} (7 days, how long Pub/Sub redelivers an unacked "
                 "message), or a late redelivery would run again; the default is 8 days"
             )
         if self.stats_flush is not None:
-            _positive_duration(self, "stats_flush", none_means="never")
+            positive_duration(self, "stats_flush", none_means="never")
         for name in ("dedup_collection", "firestore_database"):
-            if not _text(self, name):
+            if not text(self, name):
                 raise ConfigurationError(f"{SETTING_NAMES[name]} must not be empty")
         if self.dedup_lease < 2 * self.publish_timeout:
             # A claim's work is a publish plus, at worst, a dead-letter publish: the lease must
             # outlast both, or another worker could take over while the first still publishes.
             raise ConfigurationError(
-                f"{SETTING_NAMES['dedup_lease']} is {_secs(self.dedup_lease)}: it must be at "
-                f"least twice {SETTING_NAMES['publish_timeout']}, {_secs(self.publish_timeout)}"
+                f"{SETTING_NAMES['dedup_lease']} is {secs(self.dedup_lease)}: it must be at "
+                f"least twice {SETTING_NAMES['publish_timeout']}, {secs(self.publish_timeout)}"
             )
         if self.delay is not None:
             if not isinstance(self.delay, DelaySettings):
                 raise ConfigurationError(
                     f"delay must be a DelaySettings or None, not {type(self.delay).__name__}"
                 )
-            _set(self, "delay", self.delay.resolved(project))
+            set_value(self, "delay", self.delay.resolved(project))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -285,42 +266,25 @@ class Settings:
             redis_url=env.get("PUBSUB_TOOLKIT_REDIS_URL"),
             redis_url_secret=env.get("PUBSUB_TOOLKIT_REDIS_URL_SECRET"),
             redis_ca_cert_secret=env.get("PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET"),
-            dedup_ttl=_seconds(
+            dedup_ttl=env_seconds(
                 env, "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS", "dedup_ttl", DEFAULT_TTL_SECONDS
             ),
-            dedup_lease=_seconds(
+            dedup_lease=env_seconds(
                 env, "PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS", "dedup_lease", DEFAULT_LEASE_SECONDS
             ),
             dedup_collection=env.get("PUBSUB_TOOLKIT_DEDUP_COLLECTION", "").strip()
             or DEFAULT_DEDUP_COLLECTION,
             firestore_database=env.get("PUBSUB_TOOLKIT_FIRESTORE_DATABASE", "").strip()
             or DEFAULT_FIRESTORE_DATABASE,
-            publish_timeout=_seconds(
+            publish_timeout=env_seconds(
                 env, "PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS", "publish_timeout", 30
             ),
             # With no project the constructor's "project is required" is the one to see.
             delay=DelaySettings.from_env(env, project) if project else None,
             stats_flush=None
             if env.get("PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS", "").strip() == "0"
-            else _seconds(env, "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS", "stats_flush", 5),
+            else env_seconds(env, "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS", "stats_flush", 5),
         )
-
-
-_SECRET_VERSION = re.compile(r"projects/[^/]+/secrets/[^/]+(/versions/[^/]+)?")
-
-
-def _secret_version(settings: object, name: str) -> str | None:
-    """A Secret Manager version name (``projects/P/secrets/S`` means its latest version), or
-    None; a malformed one is a ConfigurationError."""
-    value: str | None = getattr(settings, name)
-    if value is None:
-        return None
-    if not _SECRET_VERSION.fullmatch(value):
-        raise ConfigurationError(
-            f"{SETTING_NAMES[name]} {value!r} is not a Secret Manager secret "
-            "(projects/PROJECT/secrets/NAME[/versions/VERSION])"
-        )
-    return value if "/versions/" in value else f"{value}/versions/latest"
 
 
 def store_backend_from_env(env: Mapping[str, str]) -> StoreBackend:
@@ -372,7 +336,7 @@ class ConsumerSettings:
     lease_hold: timedelta | None = None
 
     def __post_init__(self) -> None:
-        consumer_id = _text(self, "consumer_id")
+        consumer_id = text(self, "consumer_id")
         if not consumer_id:
             raise ConfigurationError(f"{SETTING_NAMES['consumer_id']} is required")
         if len(consumer_id.encode()) > MAX_CONSUMER_ID_BYTES:
@@ -380,16 +344,16 @@ class ConsumerSettings:
                 f"{SETTING_NAMES['consumer_id']} is {len(consumer_id.encode())} bytes: at most "
                 f"{MAX_CONSUMER_ID_BYTES} (it is a message attribute's value on RetryLater copies)"
             )
-        _set(self, "consumer_id", consumer_id)
+        set_value(self, "consumer_id", consumer_id)
         attempts = self.max_attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ConfigurationError(
                 f"{SETTING_NAMES['max_attempts']} must be an integer >= 1, not {attempts!r}"
             )
-        _set(self, "poison_policy", _one_of(self, "poison_policy", _POISON_POLICIES))
-        _set(self, "gap_policy", _one_of(self, "gap_policy", _GAP_POLICIES))
+        set_value(self, "poison_policy", one_of(self, "poison_policy", _POISON_POLICIES))
+        set_value(self, "gap_policy", one_of(self, "gap_policy", _GAP_POLICIES))
         for name in ("gap_timeout", "lease", "retry_backoff"):
-            _positive_duration(self, name)
+            positive_duration(self, name)
         hold = self.lease_hold
         if hold is not None and (
             not isinstance(hold, timedelta) or hold < timedelta(0) or hold * 2 > self.lease
@@ -420,18 +384,18 @@ class ConsumerSettings:
             max_attempts=attempts,
             poison_policy=env.get("PUBSUB_TOOLKIT_FIFO_POISON_POLICY", "").strip().lower()  # type: ignore[arg-type]
             or "skip",
-            gap_timeout=_seconds(
+            gap_timeout=env_seconds(
                 env, "PUBSUB_TOOLKIT_FIFO_GAP_TIMEOUT_SECONDS", "gap_timeout", 300
             ),
             gap_policy=env.get("PUBSUB_TOOLKIT_FIFO_GAP_POLICY", "").strip().lower()  # type: ignore[arg-type]
             or "wait",
-            lease=_seconds(env, "PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS", "lease", 60),
+            lease=env_seconds(env, "PUBSUB_TOOLKIT_FIFO_LEASE_SECONDS", "lease", 60),
             park=flag(env, "PUBSUB_TOOLKIT_FIFO_PARK", label=SETTING_NAMES["park"]),
-            retry_backoff=_seconds(
+            retry_backoff=env_seconds(
                 env, "PUBSUB_TOOLKIT_FIFO_RETRY_BACKOFF_SECONDS", "retry_backoff", 5
             ),
             lease_hold=(
-                _seconds(env, "PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS", "lease_hold", 0)
+                env_seconds(env, "PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS", "lease_hold", 0)
                 if env.get("PUBSUB_TOOLKIT_FIFO_LEASE_HOLD_SECONDS", "").strip()
                 else None
             ),
@@ -443,10 +407,7 @@ def queue_path(project: str, location: str, queue: str) -> str:
     if queue.startswith("projects/"):
         parts = queue.split("/")
         if len(parts) != 6 or parts[2] != "locations" or parts[4] != "queues" or not parts[5]:
-            raise ConfigurationError(
-                f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
-                "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
-            )
+            raise _not_a_queue(queue)
         return queue
     if not location.strip():
         raise ConfigurationError(
@@ -455,65 +416,8 @@ def queue_path(project: str, location: str, queue: str) -> str:
     return f"projects/{project}/locations/{location.strip()}/queues/{queue}"
 
 
-# --- the one validation path's pieces --------------------------------------------------------
-
-
-def _set(settings: object, name: str, value: object) -> None:
-    object.__setattr__(settings, name, value)  # frozen: __post_init__ normalises in place
-
-
-def _text(settings: object, name: str) -> str:
-    value = getattr(settings, name)
-    if not isinstance(value, str):
-        raise ConfigurationError(
-            f"{SETTING_NAMES[name]} must be a string, not {type(value).__name__}"
-        )
-    return value.strip()
-
-
-def _optional_text(settings: object, name: str) -> str | None:
-    """A string setting that may be absent: None, or blank (an empty variable), is absent."""
-    if getattr(settings, name) is None:
-        return None
-    return _text(settings, name) or None
-
-
-def _one_of(settings: object, name: str, choices: tuple[str, ...]) -> str:
-    value = getattr(settings, name)
-    if value not in choices:
-        raise ConfigurationError(
-            f"{SETTING_NAMES[name]} {value!r} is not one of {', '.join(choices)}"
-        )
-    return str(value)
-
-
-def _positive_duration(settings: object, name: str, *, none_means: str | None = None) -> None:
-    value = getattr(settings, name)
-    kind = "a positive timedelta" + (f" or None ({none_means})" if none_means else "")
-    if not isinstance(value, timedelta):
-        raise ConfigurationError(
-            f"{SETTING_NAMES[name]} must be {kind}, not {type(value).__name__} {value!r}"
-        )
-    if value <= timedelta(0):
-        raise ConfigurationError(f"{SETTING_NAMES[name]} must be {kind}, not {_secs(value)}")
-
-
-def _secs(value: timedelta) -> str:
-    return f"{value.total_seconds():g} s"
-
-
-def _seconds(env: Mapping[str, str], variable: str, name: str, default: float) -> timedelta:
-    """``env[variable]`` as a duration; only a string that is no number is refused here (the
-    constructor checks the duration itself)."""
-    raw = env.get(variable)
-    if raw is None or not raw.strip():
-        return timedelta(seconds=default)
-    try:
-        value = float(raw)
-        if not math.isfinite(value):
-            raise ValueError(raw)
-        return timedelta(seconds=value)
-    except (ValueError, OverflowError) as exc:
-        raise ConfigurationError(
-            f"{SETTING_NAMES[name]} {raw!r} is not a number of seconds"
-        ) from exc
+def _not_a_queue(queue: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{SETTING_NAMES['queue']} {queue!r} is not projects/P/locations/L/queues/Q "
+        "(or a short queue name with location (PUBSUB_TOOLKIT_TASKS_LOCATION))"
+    )

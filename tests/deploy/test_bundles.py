@@ -222,8 +222,10 @@ def test_bundle_carries_no_local_stack_and_no_operator_tools(bundle: str, build_
     local = [f for f in files if "pubsub_toolkit_local" in f or "tasks_emulator" in f]
     assert not local, f"{bundle} carries the local stack: {local[:5]}"
     assert not (build_dir / bundle / "pubsub_toolkit/local").exists()
-    # Nor the operator's tools: no entry point imports them.
-    for tool in ("operations/cli", "operations/dashboard"):
+    # Nor the operator's tools and the emulator workarounds (pubsub-toolkit-cli, in cli/): no
+    # entry point imports them.
+    assert not [f for f in files if "pubsub_toolkit_cli" in f]
+    for tool in ("operations", "consumer/unary_pull.py", "emulator.py"):
         assert not (build_dir / bundle / "pubsub_toolkit" / tool).exists(), tool
 
 

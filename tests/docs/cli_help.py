@@ -21,7 +21,7 @@ _SUBCOMMAND = re.compile(r"^    ([a-z][\w-]*)(?:\s|$)")
 def help_text(path: list[str]) -> str:
     env = {**os.environ, "COLUMNS": WIDTH}
     result = subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *path, "--help"],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *path, "--help"],
         capture_output=True,
         text=True,
         env=env,

@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from pubsub_toolkit.operations.cli import build_parser
+from pubsub_toolkit_cli.cli import build_parser
 from pubsub_toolkit_local.commands import build_parser as build_local_parser
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"

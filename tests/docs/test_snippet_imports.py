@@ -53,10 +53,12 @@ DOTTED = re.compile(r"`(pubsub_toolkit(?:\.\w+)+)")
 
 
 def _named_by_the_code() -> set[str]:
-    """Dotted names the library or the Terraform module spell out themselves: metric and span
-    attribute names (``pubsub_toolkit.fifo.parked``) are names, not modules."""
+    """Dotted names the library, its CLI or the Terraform module spell out themselves: metric and
+    span attribute names (``pubsub_toolkit.fifo.parked``) and the CLI's entry-point groups
+    (``pubsub_toolkit.commands``) are names, not modules."""
     named: set[str] = set()
-    for source in (*(REPO / "shared").rglob("*.py"), *(REPO / "terraform").rglob("*.tf")):
+    code = (*(REPO / "shared").rglob("*.py"), *(REPO / "cli").rglob("*.py"))
+    for source in (*code, *(REPO / "terraform").rglob("*.tf")):
         named |= set(re.findall(r"[`\"'](pubsub_toolkit[\w.]*)[`\"']", source.read_text()))
     return named
 

@@ -208,7 +208,7 @@ def decision_log() -> Iterator[Alerts]:
 def cli(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     """``pubsub-toolkit ARGS`` as a user runs it, in the stack's environment."""
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env={**os.environ, **stack.env},
         capture_output=True,
         text=True,

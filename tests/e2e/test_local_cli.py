@@ -15,7 +15,7 @@ from pubsub_toolkit_local.processes import free_port, port_is_free, process_grou
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", "local", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", "local", *args],
         env=env,
         capture_output=True,
         text=True,

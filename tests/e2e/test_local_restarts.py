@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from google.cloud import pubsub_v1
 
-from pubsub_toolkit.emulator import subscriber_client
+from pubsub_toolkit_cli.emulator import subscriber_client
 from pubsub_toolkit_local.control import DEFAULT_PORTS, StackState
 from pubsub_toolkit_local.emulators import PUBSUB_EMULATOR
 from pubsub_toolkit_local.processes import free_port, process_group_alive
@@ -29,7 +29,7 @@ DEFECTIVE_EMULATOR = any(PUBSUB_EMULATOR.parent.parent.glob("lib/*0.8.20*.jar"))
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,

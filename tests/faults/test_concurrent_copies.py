@@ -28,10 +28,10 @@ import pytest
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GateOutcome
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import ClaimInProgressError
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog

@@ -13,7 +13,7 @@ backend:
 How it comes back: ``broker`` waits for Pub/Sub's own redelivery; ``copy`` also re-publishes a
 copy of every message (same attributes - what a producer retry or a replay delivers).
 
-Both processes pull with unary calls (:class:`~pubsub_toolkit.consumer.unary_pull.
+Both processes pull with unary calls (:class:`~pubsub_toolkit_cli.unary_pull.
 UnaryPullSubscriber`): the emulator never unregisters a SIGKILLed *streaming* client's stream
 and keeps handing that subscription's messages - the killed one's included - to the dead
 stream, so a restarted streaming consumer would wait for them forever (real Pub/Sub does not).

@@ -30,6 +30,7 @@ from google.cloud import firestore, pubsub_v1, tasks_v2
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
@@ -41,7 +42,6 @@ from pubsub_toolkit.delay.scheduler import (
     tasks_client,
 )
 from pubsub_toolkit.errors import TransientError
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import PubSubSink

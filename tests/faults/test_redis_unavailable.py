@@ -21,10 +21,10 @@ import pytest
 
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import StoreUnavailableError, TransientError
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog

@@ -39,7 +39,7 @@ def env(pubsub_emulator: str, redis_url: str, project_id: str) -> dict[str, str]
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,

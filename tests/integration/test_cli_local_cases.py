@@ -18,7 +18,7 @@ import time
 import pytest
 from google.cloud import pubsub_v1
 
-from pubsub_toolkit.emulator import subscriber_client
+from pubsub_toolkit_cli.emulator import subscriber_client
 
 NINE_MB = 9 * 1024 * 1024
 
@@ -52,7 +52,7 @@ def cli(
     env: dict[str, str], *args: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         input=stdin,
         capture_output=True,

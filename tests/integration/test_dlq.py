@@ -10,9 +10,9 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.dead_letters.listing import DeadLetter, list_dead_letters
 from pubsub_toolkit.dead_letters.replay import replay
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.operations.cli.operations import PassedNumbers
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit_cli.cli.operations import PassedNumbers
 
 
 def letter(**attributes: str) -> DeadLetter:

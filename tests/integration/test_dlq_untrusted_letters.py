@@ -28,9 +28,9 @@ from google.pubsub_v1.types import DeadLetterPolicy
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.listing import DeadLetter, list_dead_letters
 from pubsub_toolkit.dead_letters.send import DLQ_WRAPPED, dead_letter_copy
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit_local.topology import Topology, create_topology, drain
@@ -77,7 +77,7 @@ def env(topology: Topology, redis_url: str) -> dict[str, str]:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pubsub_toolkit._trace_file import read_spans
-from pubsub_toolkit.operations.trace_tree import traces_for_key
+from pubsub_toolkit_cli.trace_tree import traces_for_key
 from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
 from tests.conftest import repo_root
 from tests.support.waiting import wait_until
@@ -47,7 +47,7 @@ def stack(project_id: str, tmp_path: Path) -> Iterator[LocalStack]:
 
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -87,7 +87,7 @@ def test_one_delayed_fifo_message_is_one_trace_from_send_to_ack(
         [
             sys.executable,
             "-m",
-            "pubsub_toolkit.operations.cli",
+            "pubsub_toolkit_cli.cli",
             "subscribe",
             "--max",
             "1",

@@ -15,7 +15,7 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pubsub_toolkit import tracing
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.producer.sink import PubSubSink

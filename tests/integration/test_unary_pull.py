@@ -18,8 +18,8 @@ from google.cloud import pubsub_v1
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
-from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
 from pubsub_toolkit.message import Message
+from pubsub_toolkit_cli.unary_pull import UnaryPullSubscriber
 from tests.support.waiting import wait_until
 
 

@@ -53,7 +53,7 @@ def make_stack(
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``pubsub-toolkit ARGS`` as a user would, with ``env`` as the whole environment."""
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

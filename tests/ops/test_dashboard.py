@@ -93,7 +93,7 @@ def test_status_page_shows_the_workload_and_follows_changes(
                 argv=(
                     sys.executable,
                     "-m",
-                    "pubsub_toolkit.operations.cli",
+                    "pubsub_toolkit_cli.cli",
                     "dashboard",
                     f"--port={port}",
                     f"--consumer-id={CONSUMER}",

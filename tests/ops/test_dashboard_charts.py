@@ -32,15 +32,15 @@ from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import LATENESS, Metrics
-from pubsub_toolkit.operations.dashboard.app import create_app
-from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot, gather
-from pubsub_toolkit.operations.dashboard.sources import LiveStatusSource
-from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stats import CounterFlusher
 from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from pubsub_toolkit.stores.stats.base import RELAY_SCOPE
 from pubsub_toolkit.stores.stats.redis import RedisStatsStore
+from pubsub_toolkit_cli.dashboard.app import create_app
+from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot, gather
+from pubsub_toolkit_cli.dashboard.sources import LiveStatusSource
 from pubsub_toolkit_local.processes import free_port
 from tests.conftest import repo_root
 from tests.ops.test_dashboard import CHROMIUM, CHROMIUM_ARGS, png_size

@@ -25,13 +25,13 @@ from google.cloud import pubsub_v1, tasks_v2
 from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 from werkzeug.serving import make_server
 
-from pubsub_toolkit.emulator import emulator_channel
-from pubsub_toolkit.operations.dashboard.app import create_app
-from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot, gather
-from pubsub_toolkit.operations.dashboard.sources import LiveStatusSource
 from pubsub_toolkit.stores.counters.redis import RedisSequenceCounter
 from pubsub_toolkit.stores.fifo_state.redis import RedisFifoStore
 from pubsub_toolkit.stores.stats.redis import RedisStatsStore
+from pubsub_toolkit_cli.dashboard.app import create_app
+from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot, gather
+from pubsub_toolkit_cli.dashboard.sources import LiveStatusSource
+from pubsub_toolkit_cli.emulator import emulator_channel
 from pubsub_toolkit_local import emulators
 from pubsub_toolkit_local.processes import RunningService, free_port, start_service
 from pubsub_toolkit_local.tasks_emulator import CloudTasksEmulator

@@ -17,7 +17,7 @@ from google.cloud import firestore
 
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stats import CounterFlusher
 from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
 from pubsub_toolkit.stores.stats.base import StatsStore
 from pubsub_toolkit.stores.stats.firestore import FirestoreStatsStore

@@ -5,12 +5,14 @@ it, the wheel; ``twine check --strict`` judges both as PyPI would; the long desc
 page an index shows) has no link that leads nowhere there - every one is absolute or an in-page
 anchor - while every file the README links to exists in the checkout; the classifiers and
 keywords are in the metadata; the wheel must hold the LICENSE, ``py.typed`` and every module
-of the source tree, and neither the local stack (``pubsub_toolkit_local``) nor the Cloud Tasks
-emulator. A fresh venv then installs the wheel with no extras: Flask, functions-framework,
-PyJWT, Redis and google-cloud-tasks must not come with it, and ``import pubsub_toolkit``, the
-public names and every public module must import. With ``[redis]`` added,
-examples/dedup_subscriber.py runs in that venv against the session's real redis-server and
-Pub/Sub emulator. pip uses the index the machine configures.
+of the source tree, and neither the local stack (``pubsub_toolkit_local``), the Cloud Tasks
+emulator, nor the operator's tooling and its emulator workarounds (``pubsub-toolkit-cli``, in
+cli/). A fresh venv then installs the wheel with no extras: Flask, functions-framework, PyJWT,
+Redis and google-cloud-tasks must not come with it, nor a ``pubsub-toolkit`` command, and
+``import pubsub_toolkit``, the public names and every public module must import. With
+``[redis]`` added, examples/dedup_subscriber.py runs in that venv against the session's real
+redis-server and Pub/Sub emulator. Last, the CLI's wheel (:func:`build_cli_wheel`) installs
+beside it and ``pubsub-toolkit --help`` runs. pip uses the index the machine configures.
 """
 
 from __future__ import annotations
@@ -33,7 +35,17 @@ from tests.conftest import repo_root
 PACKAGE = "pubsub_toolkit"
 # Distributions the extras bring, which a plain install must not (their PyPI names).
 NOT_IN_CORE = ("flask", "functions-framework", "pyjwt", "redis", "google-cloud-tasks")
-FORBIDDEN_PATHS = ("pubsub_toolkit_local", "tasks_emulator")
+# The local stack, the Cloud Tasks emulator, and what the CLI's distribution (cli/) holds: the
+# operator's tools and the emulator workarounds, which once lived in the library.
+FORBIDDEN_PATHS = (
+    "pubsub_toolkit_local",
+    "tasks_emulator",
+    "pubsub_toolkit_cli",
+    f"{PACKAGE}/operations/",
+    f"{PACKAGE}/consumer/unary_pull.py",
+    f"{PACKAGE}/emulator.py",
+)
+CLI_ROOT = repo_root() / "cli"
 # Links that work on a package index page, where no checkout surrounds the README.
 INDEX_PAGE_LINKS = ("https://", "http://", "#")
 
@@ -56,7 +68,7 @@ PROBE = textwrap.dedent(
         modules.append(info.name)
     optional = sorted(m for m in sys.modules
                       if m.split(".")[0] in {"flask", "functions_framework", "jwt", "redis",
-                                             "pubsub_toolkit_local"}
+                                             "pubsub_toolkit_cli", "pubsub_toolkit_local"}
                       or m.startswith("google.cloud.tasks"))
     print(json.dumps({"installed": installed, "file": pubsub_toolkit.__file__,
                       "version": pubsub_toolkit.__version__, "surface": surface,
@@ -82,6 +94,15 @@ def run(
         f"{' '.join(argv)} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
     return done
+
+
+def build_cli_wheel(outdir: Path) -> Path:
+    """The wheel of the operator's CLI distribution (cli/), built from its sdist as the
+    library's is (which leaves no build/ folder in the checkout)."""
+    run([sys.executable, "-m", "build", "--outdir", str(outdir), str(CLI_ROOT)])
+    wheels = sorted(outdir.glob("pubsub_toolkit_cli-*.whl"))
+    assert len(wheels) == 1, sorted(p.name for p in outdir.iterdir())
+    return wheels[0]
 
 
 def link_targets(markdown: str) -> list[str]:
@@ -178,6 +199,7 @@ def test_the_wheel_builds_checks_and_installs_lean(
     report = json.loads(probe.stdout.strip().splitlines()[-1])
     assert [name for name in NOT_IN_CORE if name in report["installed"]] == []
     assert "pubsub-toolkit-local" not in report["installed"]
+    assert "pubsub-toolkit-cli" not in report["installed"]
     assert {"pubsub-toolkit", "google-cloud-pubsub", "google-cloud-firestore"} <= set(
         report["installed"]
     )
@@ -189,8 +211,8 @@ def test_the_wheel_builds_checks_and_installs_lean(
     assert set(report["modules"]) == public_module_names()
     assert len(report["modules"]) > 30, report["modules"]  # the walk covered the library
     assert report["optional_loaded"] == []
-    cli = run([str(venv / "bin" / "pubsub-toolkit"), "--help"], env=env, cwd=tmp_path)
-    assert "publish" in cli.stdout
+    # The command is the CLI distribution's (pubsub-toolkit-cli), not the library's.
+    assert not (venv / "bin" / "pubsub-toolkit").exists()
 
     # --- with [redis]: the dedup example against a real redis-server --------------------
     run([str(pip), "install", "-q", f"{wheel}[redis]"], env=env, cwd=tmp_path)
@@ -210,3 +232,13 @@ def test_the_wheel_builds_checks_and_installs_lean(
     done = run([str(python), str(example), "--store", "redis"], env=example_env, cwd=tmp_path)
     assert "ledger: order-1 booked 1x, order-2 booked 1x, order-3 booked 1x" in done.stdout
     assert "OK: " in done.stdout, done.stdout
+
+    # --- the operator's CLI beside the installed library --------------------------------
+    cli_wheel = build_cli_wheel(tmp_path / "cli-dist")
+    run([str(pip), "install", "-q", str(cli_wheel)], env=env, cwd=tmp_path)
+    installed = run([str(pip), "list", "--format=json"], env=env, cwd=tmp_path)
+    versions = {p["name"].lower(): p["version"] for p in json.loads(installed.stdout)}
+    assert versions["pubsub-toolkit"] == metadata["Version"]  # the wheel above, kept
+    assert {"pubsub-toolkit-cli", "flask", "google-cloud-tasks"} <= set(versions)  # its extras
+    cli = run([str(venv / "bin" / "pubsub-toolkit"), "--help"], env=env, cwd=tmp_path)
+    assert "publish" in cli.stdout and "dashboard" in cli.stdout

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore

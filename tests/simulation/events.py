@@ -8,7 +8,9 @@ to it, and runs it. Single-threaded, so every run is reproducible from the seed.
 component. So every boundary a component crosses (a store call, a publish, the handler) is a
 :meth:`EventLoop.yield_point`: with the schedule's interleave rate, one other due event runs
 right there, nested, before the step continues - e.g. a ``cancel()`` between the relay's
-tombstone check and its publish. Nesting is one level deep. :meth:`EventLoop.sleep` (a
+tombstone check and its publish. Nesting is one level deep (two operations in flight at once),
+three with ``deep_interleave`` (four at once); ``peak_depth`` records how many a schedule
+actually had in flight together. :meth:`EventLoop.sleep` (a
 component waiting on its clock) lets a few due events run the same way.
 
 *Background* events (the consumers' periodic sweeps) do not keep the system "busy": quiescence
@@ -57,6 +59,7 @@ class EventLoop:
         self.window = window
         self.executed = 0
         self.max_depth = 1  # how deep events nest (deep_interleave: 3, four actors overlap)
+        self.peak_depth = 0  # the most events that were running at once (nested), so far
         self.on_event: Callable[[Event], None] | None = None
 
     # --- scheduling ----------------------------------------------------------------------
@@ -129,6 +132,7 @@ class EventLoop:
         if self.on_event is not None:
             self.on_event(entry.event)
         self._depth += 1
+        self.peak_depth = max(self.peak_depth, self._depth)
         try:
             entry.event.run()
         except ProcessCrashed:

@@ -445,6 +445,7 @@ def issue_24() -> tuple[Mutation, ...]:
     """Issue 24's fixes reverted: found by schedules (the default mix, or the issue-24 kinds a
     mutation names at p = 0.5), or by their tests when its schedules miss it."""
     relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
+    handover = "pubsub_toolkit.core.handover"
     subscriber = "pubsub_toolkit.consumer.subscriber"
     gate = "pubsub_toolkit.consumer.gate"
     integration = "tests/integration/"
@@ -486,24 +487,17 @@ def issue_24() -> tuple[Mutation, ...]:
             "a refused message is dead-lettered once per message id (a producer's retry again)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.ingress.pipeline",
-                    "Ingress._reject",
-                    "_rejection_key(message, fingerprint),",
-                    'f"{message.message_id}:{fingerprint}",',
+                    "pubsub_toolkit.core.ingress",
+                    "rejection",
+                    "rejection_key(message, fingerprint)",
+                    'f"{message.message_id}:{fingerprint}"',
                 ),
             ),
         ),
         Mutation(
             "24.9",
             "the relay's last Cloud Tasks attempt answers 5xx like any other (the task is lost)",
-            (
-                SourceEdit(
-                    relay,
-                    "Relay.release",
-                    "if not is_last_attempt(attempt, self._max_attempts):",
-                    "if True:",
-                ),
-            ),
+            (SourceEdit(handover, "on_failure", "if not last:", "if True:"),),
             guarded_by=("tests/unit/test_relay_last_attempt.py",),
             enable=("relay_store_outage",),  # 5 % of default schedules: found at 2 with it
             budget=300,
@@ -515,8 +509,8 @@ def issue_24() -> tuple[Mutation, ...]:
                 SourceEdit(
                     "pubsub_toolkit.delay.last_attempt",
                     "LastAttempt.dead_letter",
-                    "for name in (attr.FIFO_GROUP, attr.FIFO_SEQ)",
-                    "for name in ()",
+                    "number = decide.fifo_fields(message.attributes)",
+                    "number = {}",
                 ),
             ),
             guarded_by=(
@@ -627,10 +621,10 @@ def issue_24() -> tuple[Mutation, ...]:
             "ingress routes a retry renumbered past the gate's key window (it runs again)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.ingress.pipeline",
-                    "Ingress._fill_renumbered_retry",
-                    "if first.seq is not None and not 0 < first.seq - seq < KEY_WINDOW:",
-                    "if False:",
+                    "pubsub_toolkit.core.ingress",
+                    "renumbered",
+                    "elif first.seq is not None and not 0 < first.seq - seq < KEY_WINDOW:",
+                    "elif False:",
                 ),
             ),
             guarded_by=(
@@ -875,17 +869,17 @@ def issue_24() -> tuple[Mutation, ...]:
             "24.handover",
             "the relay's last attempt dead-letters instead of handing the message to a new task",
             (
-                SourceEdit(
-                    relay,
-                    "Relay._last_attempt_failed",
-                    "if handed is not HandOver.NOT_MADE:",
-                    "if False:",
-                ),
-                SourceEdit(
-                    relay,
-                    "Relay._hand_over_early",
-                    "if handed is not HandOver.MADE:",
-                    "if True:",
+                SourceEdit(  # the last attempt but one: 5xx; the last: a dead letter
+                    handover,
+                    "last_attempt",
+                    "        if handed is not HandOver.MADE:\n"
+                    "            return LastEnd.RETRY\n"
+                    "        return LastEnd.RESCHEDULED\n"
+                    "    if handed is not HandOver.NOT_MADE:",
+                    "        if True:\n"
+                    "            return LastEnd.RETRY\n"
+                    "        return LastEnd.RESCHEDULED\n"
+                    "    if False:",
                 ),
             ),
             guarded_by=("tests/unit/test_relay_last_attempt_continues.py",),
@@ -899,7 +893,7 @@ def issue_24() -> tuple[Mutation, ...]:
                 SourceEdit(
                     "pubsub_toolkit.delay.last_attempt",
                     "LastAttempt.fill",
-                    "if not (group and seq):",
+                    "if filler is None:",
                     "if True:",
                 ),
             ),
@@ -1001,8 +995,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "a DLQ replay of a cancelled message is delivered (its own fate key only)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.delay.cancel",
-                    "is_cancelled",
+                    "pubsub_toolkit.core.fate",
+                    "cancel_keys",
                     "keys = (fate_key,) if original_key is None else (fate_key, original_key)",
                     "keys = (fate_key,)",
                 ),
@@ -1205,11 +1199,10 @@ def hand_made() -> tuple[Mutation, ...]:
             "H5",
             "the relay does not look for a cancel that landed between its check and its claim",
             (
-                SourceEdit(
-                    "pubsub_toolkit.delay.relay",
-                    "Relay._release",
-                    "if is_cancelled(self._store, key, original):  # cancelled between check "
-                    "and claim",
+                SourceEdit(  # the release protocol ingress runs too
+                    "pubsub_toolkit.core.release",
+                    "release",
+                    "if (yield from _cancelled()):  # cancelled between check and claim",
                     "if False:",
                 ),
             ),

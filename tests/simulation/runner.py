@@ -38,6 +38,7 @@ def _summary(seed: int, options: Options) -> dict[str, Any]:
         "enabled": list(result.enabled),
         "faults": dict(result.faults),
         "events": result.events,
+        "overlap": result.overlap,
         "invariants": sorted({v.invariant for v in result.violations}),
     }
     if result.violations:
@@ -81,6 +82,7 @@ def run_many(
     faults: Counter[str] = Counter()
     shapes: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
+    overlaps: Counter[int] = Counter()
     failing_by_kind: Counter[str] = Counter()
     by_invariant: Counter[str] = Counter()
     failing: dict[str, list[int]] = {}
@@ -93,6 +95,7 @@ def run_many(
         if summary["invariants"]:
             failing_by_kind.update(summary["enabled"])
         events += summary["events"]
+        overlaps[summary["overlap"]] += 1
         faults.update(summary["faults"])
         for invariant in summary["invariants"]:
             by_invariant[invariant] += 1
@@ -112,6 +115,9 @@ def run_many(
         **({"one_at_a_time": True} if one_at_a_time else {}),
         "schedules_by_shape": dict(sorted(shapes.items())),
         "schedules_by_fault_kind": dict(sorted(kinds.items())),
+        # how many operations were in flight at once (nested at yield points), at the peak
+        "schedules_by_peak_overlap": {str(k): v for k, v in sorted(overlaps.items())},
+        "schedules_overlapping_more_than_two": sum(v for k, v in overlaps.items() if k > 2),
         "failing_schedules_by_fault_kind": dict(sorted(failing_by_kind.items())),
         "schedules_with_violations": len(failed),
         "violations_by_invariant": dict(sorted(by_invariant.items())),
@@ -148,7 +154,9 @@ def _print_run(figures: dict[str, Any], examples: dict[int, list[str]]) -> None:
     print(
         f"{figures['schedules']} schedules in {figures['wall_seconds']}s "
         f"({figures['schedules_per_second']}/s on {figures['workers']} workers): "
-        f"{figures['schedules_with_violations']} with violations"
+        f"{figures['schedules_with_violations']} with violations; "
+        f"{figures['schedules_overlapping_more_than_two']} had more than two operations in "
+        f"flight at once (peak overlap: {figures['schedules_by_peak_overlap']})"
     )
     for invariant, count in figures["violations_by_invariant"].items():
         seeds = figures["failing_seeds"][invariant][:5]

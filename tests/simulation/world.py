@@ -64,6 +64,7 @@ class Result:
     enabled: tuple[str, ...]
     events: int
     messages: int
+    overlap: int = 1  # the most operations (events) in flight at once, nested in one another
     shape: str = "process"  # how the consumer was driven (shapes.py; process_batch; +batch)
     trace: str = field(default="", repr=False)
 
@@ -316,6 +317,7 @@ class World:
             enabled=tuple(k.value for k in self.plan.enabled),
             events=self.loop.executed,
             messages=len(self.workload.messages),
+            overlap=self.loop.peak_depth,
             shape=self.shape,
             trace=self.trace.render() if violations or self.options.trace_limit is None else "",
         )

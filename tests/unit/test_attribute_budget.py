@@ -21,13 +21,13 @@ from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.retry import retry_copy
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.send import DLQ_WRAPPED, DeadLetterer, dead_letter_copy
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
 from pubsub_toolkit.delay.scheduler import TaskPlan, plan_task
 from pubsub_toolkit.envelope import check_publishable
 from pubsub_toolkit.errors import ConfigurationError, RetryLater
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog

@@ -14,11 +14,11 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.replay import mint
 from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore

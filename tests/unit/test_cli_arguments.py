@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from google.auth.compute_engine import _metadata
 
-from pubsub_toolkit.operations.cli import attach_dash_values, build_parser, main
+from pubsub_toolkit_cli.cli import attach_dash_values, build_parser, main
 from pubsub_toolkit_local.commands import build_parser as build_local_parser
 from pubsub_toolkit_local.commands import parse_args as parse_local_args
 

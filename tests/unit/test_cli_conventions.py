@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from google.auth.compute_engine import _metadata
 
-from pubsub_toolkit.operations.cli import main
+from pubsub_toolkit_cli.cli import main
 from tests.conftest import repo_root
 
 MEMORY = {
@@ -35,7 +35,7 @@ class Absent(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 sys.meta_path.insert(0, Absent())
-from pubsub_toolkit.operations.cli import main
+from pubsub_toolkit_cli.cli import main
 sys.exit(main({argv!r}))
 """
 

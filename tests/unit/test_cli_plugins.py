@@ -46,11 +46,16 @@ def stand_in(tmp_path: Path) -> Path:
 
 
 def cli(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    python_path = [str(path), str(ROOT / "shared"), os.environ.get("PYTHONPATH", "")]
+    python_path = [
+        str(path),
+        str(ROOT / "shared"),
+        str(ROOT / "cli"),
+        os.environ.get("PYTHONPATH", ""),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}
     env.pop("PUBSUB_TOOLKIT_TRACE_FILE", None)
     return subprocess.run(
-        [sys.executable, "-m", "pubsub_toolkit.operations.cli", *args],
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -4,8 +4,9 @@ The two bottom layers of ``[tool.importlinter]`` (pyproject.toml) - the contract
 decisions - must need no Google, Redis or Firestore package: they are what a reader, the
 simulation and every driver share. Here a venv with no packages at all (``--without-pip``)
 imports every module of those layers from this checkout's sources and runs one decision of each
-kind: a dedup claim driven by hand (the loop yields its primitives, the test answers them) and
-the FIFO gate's transitions of a group through its first number. A
+kind: a dedup claim driven by hand (the loop yields its primitives, the test answers them),
+the FIFO gate's transitions of a group through its first number, an ingress route and the
+relay's release meeting a cancel between its check and its claim. A
 stray top-level ``import redis`` (or ``google.cloud``) in one of them fails this test; the
 layers contract alone would not see it, as it checks only imports between our own modules.
 """
@@ -70,6 +71,27 @@ running = gate_rules.leased(GroupState(), "digest-1", now=now, lease=lease)
 assert running.lease_token == 1 and running.head == 1, running
 done = gate_rules.advanced(running, 1, skipped=(), digest="digest-1", now=now, lease=lease)
 assert done.last_processed == 1 and done.head == 2, done
+
+# Ingress routing: a message due later, with no scheduler, is dead-lettered, never early.
+from pubsub_toolkit.core import ingress as routing
+
+later = clock.now() + timedelta(seconds=1)
+assert routing.route(later, clock.now(), can_schedule=False) is routing.Route.UNDELIVERABLE
+
+# The relay's release: a cancel landing between the check and the claim wins.
+from pubsub_toolkit.core import fate, handover, release
+
+protocol = release.release(None)
+assert type(next(protocol)) is release.CheckCancelled
+assert type(protocol.send(False)) is release.ReleaseOnce
+assert type(protocol.send(fate.Processed(fate.Claimed.MISMATCH))) is release.CheckCancelled
+try:
+    protocol.send(True)
+except StopIteration as stop:
+    assert stop.value.release is release.Release.CANCELLED, stop.value
+else:
+    raise AssertionError("the release asked for more after the tombstone")
+assert handover.on_failure(last=True, last_but_one=False) is handover.OnFailure.LAST_ATTEMPT
 
 print("core ok:", len(sys.argv) - 1, "modules")
 """

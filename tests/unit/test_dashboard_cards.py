@@ -17,19 +17,20 @@ import requests
 from werkzeug.serving import make_server
 
 from pubsub_toolkit.observability import BUCKETS, LATENESS
-from pubsub_toolkit.operations.cli import build_parser
-from pubsub_toolkit.operations.cli.operations import cmd_fifo_replay, cmd_fifo_skip
-from pubsub_toolkit.operations.dashboard.app import create_app
-from pubsub_toolkit.operations.dashboard.cards import CardReader, Part
-from pubsub_toolkit.operations.dashboard.history import History
-from pubsub_toolkit.operations.dashboard.monitoring import (
+from pubsub_toolkit.stores.stats.base import BUCKET_MARK, minute_of
+from pubsub_toolkit_cli.cli import build_parser
+from pubsub_toolkit_cli.cli.operations import cmd_fifo_replay, cmd_fifo_skip
+from pubsub_toolkit_cli.dashboard.app import create_app
+from pubsub_toolkit_cli.dashboard.cards import CardReader, Part
+from pubsub_toolkit_cli.dashboard.history import History
+from pubsub_toolkit_cli.dashboard.monitoring import (
     CloudMonitoring,
     ConsumerHealth,
     NoMonitoring,
     NotAvailable,
 )
-from pubsub_toolkit.operations.dashboard.render import render_page
-from pubsub_toolkit.operations.dashboard.snapshot import (
+from pubsub_toolkit_cli.dashboard.render import render_page
+from pubsub_toolkit_cli.dashboard.snapshot import (
     DeadLetterCounts,
     DedupRate,
     ScheduledCount,
@@ -37,8 +38,7 @@ from pubsub_toolkit.operations.dashboard.snapshot import (
     StoreHealth,
     gather,
 )
-from pubsub_toolkit.operations.group_status import GroupStatus, next_command
-from pubsub_toolkit.stores.stats.base import BUCKET_MARK, minute_of
+from pubsub_toolkit_cli.group_status import GroupStatus, next_command
 from pubsub_toolkit_local.processes import free_port
 
 NOW = datetime(2030, 1, 1, 12, 0, 5, 123456, tzinfo=UTC)

@@ -8,11 +8,11 @@ from html.parser import HTMLParser
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.observability import LATENESS, DecisionLog, Metrics
-from pubsub_toolkit.operations.dashboard.charts import render_charts
-from pubsub_toolkit.operations.dashboard.history import BacklogHistory, History, window
-from pubsub_toolkit.operations.group_status import GroupStatus
-from pubsub_toolkit.operations.stats import CounterFlusher
+from pubsub_toolkit.stats import CounterFlusher
 from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
+from pubsub_toolkit_cli.dashboard.charts import render_charts
+from pubsub_toolkit_cli.dashboard.history import BacklogHistory, History, window
+from pubsub_toolkit_cli.group_status import GroupStatus
 
 START = datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC)
 

@@ -11,17 +11,17 @@ from html.parser import HTMLParser
 import pytest
 
 from pubsub_toolkit.observability import Metrics
-from pubsub_toolkit.operations.dashboard.app import create_app
-from pubsub_toolkit.operations.dashboard.render import render_page
-from pubsub_toolkit.operations.dashboard.snapshot import (
+from pubsub_toolkit.stats import CounterFlusher
+from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
+from pubsub_toolkit_cli.dashboard.app import create_app
+from pubsub_toolkit_cli.dashboard.render import render_page
+from pubsub_toolkit_cli.dashboard.snapshot import (
     DeadLetterCounts,
     DedupRate,
     ScheduledCount,
     StatusSnapshot,
 )
-from pubsub_toolkit.operations.group_status import GroupStatus
-from pubsub_toolkit.operations.stats import CounterFlusher
-from pubsub_toolkit.stores.stats.memory import MemoryStatsStore
+from pubsub_toolkit_cli.group_status import GroupStatus
 
 EVIL = "<script>alert('x')</script>\"&"
 

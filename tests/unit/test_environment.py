@@ -3,9 +3,9 @@
 with the closest known one, a former bare name only warns, and booleans take exactly their two
 documented values.
 
-The source scans read the toolkit's code (the library, the functions, the relay, the local stack)
-and its deploy files, so a variable added later with a bare name, or one missing from the table,
-fails here rather than in a user's environment.
+The source scans read the toolkit's code (the library, the functions, the relay, the CLI, the
+local stack) and its deploy files, so a variable added later with a bare name, or one missing from
+the table, fails here rather than in a user's environment.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SOURCES = (
     "functions/ingress",
     "functions/consumer",
     "appengine/relay",
+    "cli/pubsub_toolkit_cli",
     "local/pubsub_toolkit_local",
 )
 # Not the toolkit's to rename: Google's (the project, credentials, the emulator hosts - the

@@ -13,11 +13,11 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.envelope import check_publishable
 from pubsub_toolkit.errors import ContractViolation, TransientError
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog

@@ -1,10 +1,12 @@
 """The import contracts of ``[tool.importlinter]`` (pyproject.toml) hold, and catch a break.
 
 ``lint-imports`` (also in ``make lint``) checks the library's layers (each imports only the
-layers below it), no import cycle at any level of its packages - deferred (function-level) and
-``TYPE_CHECKING`` imports count - and that the library never imports the local stack. Here it
-runs on this checkout; then on a copy with one wrong-way import, which it must refuse. A module
-no layer names would escape the layers check, so every library module must be placed.
+layers below it), no import cycle at any level of the library's packages or of the operator's
+CLI (cli/, its own distribution) - deferred (function-level) and ``TYPE_CHECKING`` imports
+count - that the library never imports the CLI or the local stack, and that the CLI never
+imports the local stack. Here it runs on this checkout; then on a copy with one wrong-way
+import, which it must refuse. A module no layer names would escape the layers check, so every
+library module must be placed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
+# (folder, package): the library, the operator's CLI and the local stack, each its own distribution
+PACKAGES = (
+    ("shared", "pubsub_toolkit"),
+    ("cli", "pubsub_toolkit_cli"),
+    ("local", "pubsub_toolkit_local"),
+)
 LINT_IMPORTS = (  # the `lint-imports` console script, without depending on where it was installed
     "import sys; from importlinter.cli import lint_imports_command; "
     "sys.exit(lint_imports_command())"
@@ -28,7 +36,12 @@ LINT_IMPORTS = (  # the `lint-imports` console script, without depending on wher
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` on the checkout (or copy) at ``root``: its pyproject.toml, its packages."""
-    path = [str(root / "shared"), str(root / "local"), os.environ.get("PYTHONPATH", "")]
+    path = [
+        str(root / "shared"),
+        str(root / "cli"),
+        str(root / "local"),
+        os.environ.get("PYTHONPATH", ""),
+    ]
     return subprocess.run(
         [sys.executable, "-c", LINT_IMPORTS, "--no-cache"],
         cwd=root,
@@ -41,19 +54,13 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_of_the_checkout(tmp_path: Path) -> Path:
-    """What lint-imports reads: pyproject.toml and the two packages' sources."""
+    """What lint-imports reads: pyproject.toml and the three packages' sources."""
     copy = tmp_path / "checkout"
     copy.mkdir()
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
     ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(
-        ROOT / "shared" / "pubsub_toolkit", copy / "shared" / "pubsub_toolkit", ignore=ignore
-    )
-    shutil.copytree(
-        ROOT / "local" / "pubsub_toolkit_local",
-        copy / "local" / "pubsub_toolkit_local",
-        ignore=ignore,
-    )
+    for folder, package in PACKAGES:
+        shutil.copytree(ROOT / folder / package, copy / folder / package, ignore=ignore)
     return copy
 
 
@@ -66,7 +73,7 @@ def add_deferred_import(module: Path, statement: str) -> None:
 def test_the_import_contracts_hold() -> None:
     run = lint_imports(ROOT)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "3 kept, 0 broken" in run.stdout, run.stdout[-2000:]
+    assert "6 kept, 0 broken" in run.stdout, run.stdout[-2000:]
 
 
 def test_every_library_module_has_a_layer() -> None:
@@ -88,14 +95,40 @@ def test_every_library_module_has_a_layer() -> None:
 def test_a_deferred_import_of_the_local_stack_breaks_the_contract(tmp_path: Path) -> None:
     copy = copy_of_the_checkout(tmp_path)
     add_deferred_import(
-        copy / "shared/pubsub_toolkit/operations/cli/local.py", "import pubsub_toolkit_local"
+        copy / "shared/pubsub_toolkit/tracing_setup.py", "import pubsub_toolkit_local"
     )
     run = lint_imports(copy)
     assert run.returncode == 1, run.stdout[-3000:]
     assert (
         "The library never imports the local stack (it depends on the library) BROKEN" in run.stdout
     )
-    assert "pubsub_toolkit.operations.cli.local -> pubsub_toolkit_local" in run.stdout
+    assert "pubsub_toolkit.tracing_setup -> pubsub_toolkit_local" in run.stdout
+
+
+def test_a_deferred_import_of_the_cli_breaks_the_contract(tmp_path: Path) -> None:
+    copy = copy_of_the_checkout(tmp_path)
+    # metrics reading the operator's per-group status: the import issue 26 removed.
+    add_deferred_import(
+        copy / "shared/pubsub_toolkit/metrics.py", "import pubsub_toolkit_cli.group_status"
+    )
+    run = lint_imports(copy)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert (
+        "The library never imports the operator's CLI (it depends on the library) BROKEN"
+        in run.stdout
+    )
+    assert "pubsub_toolkit.metrics -> pubsub_toolkit_cli.group_status" in run.stdout
+
+
+def test_the_cli_importing_the_local_stack_breaks_the_contract(tmp_path: Path) -> None:
+    copy = copy_of_the_checkout(tmp_path)
+    # The CLI finds the local stack's commands as entry points: importing it would be a cycle
+    # between two distributions (the local stack depends on the CLI).
+    add_deferred_import(copy / "cli/pubsub_toolkit_cli/cli/local.py", "import pubsub_toolkit_local")
+    run = lint_imports(copy)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "The CLI never imports the local stack (which depends on the CLI) BROKEN" in run.stdout
+    assert "pubsub_toolkit_cli.cli.local -> pubsub_toolkit_local" in run.stdout
 
 
 def test_a_cycle_through_a_deferred_import_breaks_the_contract(tmp_path: Path) -> None:
@@ -112,26 +145,34 @@ def test_a_cycle_through_a_deferred_import_breaks_the_contract(tmp_path: Path) -
 
 def test_an_import_up_the_layers_breaks_the_contract(tmp_path: Path) -> None:
     copy = copy_of_the_checkout(tmp_path)
-    # metrics (a runtime adapter) reading the operator's tooling: the import issue 26 removed.
+    # The per-group status read (a store module) reaching up into the FIFO gate (a driver).
     add_deferred_import(
-        copy / "shared/pubsub_toolkit/metrics.py", "import pubsub_toolkit.operations.group_status"
+        copy / "shared/pubsub_toolkit/stores/fifo_state/status.py",
+        "import pubsub_toolkit.consumer.gate",
     )
     run = lint_imports(copy)
     assert run.returncode == 1, run.stdout[-3000:]
     assert "each imports only the layers below it BROKEN" in run.stdout
-    assert "pubsub_toolkit.metrics -> pubsub_toolkit.operations.group_status" in run.stdout
+    assert "pubsub_toolkit.stores.fifo_state.status -> pubsub_toolkit.consumer.gate" in run.stdout
 
 
-def test_the_library_loads_the_local_stack_by_no_name() -> None:
+def test_the_library_and_the_cli_load_what_depends_on_them_by_no_name() -> None:
     """An import by name (``importlib.import_module("pubsub_toolkit_local...")``) is invisible to
-    lint-imports: no string of the library's code may name the local stack's package. Its
-    commands are entry points the local stack declares (``pubsub_toolkit.commands``)."""
+    lint-imports: no string of the library's code may name the CLI's or the local stack's
+    package, nor the CLI's the local stack's. The local stack's commands are entry points it
+    declares (``pubsub_toolkit.commands``); the CLI is a console script of its own."""
+    never_named = {
+        "pubsub_toolkit": ("pubsub_toolkit_cli", "pubsub_toolkit_local"),
+        "pubsub_toolkit_cli": ("pubsub_toolkit_local",),
+    }
+    folders = {package: folder for folder, package in PACKAGES}
     naming = [
-        f"{path.relative_to(ROOT)}:{node.lineno}"
-        for path in sorted((ROOT / "shared" / "pubsub_toolkit").rglob("*.py"))
+        f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+        for package, names in never_named.items()
+        for path in sorted((ROOT / folders[package] / package).rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and "pubsub_toolkit_local" in node.value
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for name in names
+        if name in node.value
     ]
     assert naming == [], naming

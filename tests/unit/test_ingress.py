@@ -11,9 +11,9 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.send import DLQ_WRAPPED
 from pubsub_toolkit.errors import TransientError
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import REASON_DELAY_UNAVAILABLE, Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore

@@ -131,7 +131,7 @@ def test_using_an_optional_part_names_its_extra() -> None:
 
         from pubsub_toolkit.delay.scheduler import tasks_client
         attempt("tasks", tasks_client)
-        from pubsub_toolkit.operations.dashboard.app import create_app
+        from pubsub_toolkit_cli.dashboard.app import create_app
         attempt("dashboard", lambda: create_app(lambda: None))
         from pubsub_toolkit.stores.dedup.redis import RedisDedupStore
         attempt("redis", lambda: RedisDedupStore.from_url("redis://127.0.0.1:9/0"))
@@ -163,7 +163,7 @@ def test_the_local_commands_say_how_to_install_the_local_stack() -> None:
         run = run_without_extras(
             f"""
             import sys
-            from pubsub_toolkit.operations.cli import main
+            from pubsub_toolkit_cli.cli import main
             sys.exit(main({command!r}))
             """
         )

@@ -15,6 +15,7 @@ from tests.conftest import repo_root
 
 PACKAGES = {
     "pubsub_toolkit": repo_root() / "shared/pubsub_toolkit",
+    "pubsub_toolkit_cli": repo_root() / "cli/pubsub_toolkit_cli",
     "pubsub_toolkit_local": repo_root() / "local/pubsub_toolkit_local",
 }
 MAX_LINES = 300

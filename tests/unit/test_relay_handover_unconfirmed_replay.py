@@ -27,11 +27,11 @@ from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_rules import GatePolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.replay import mint
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.delay.cancel import cancel
 from pubsub_toolkit.delay.relay import RelayOutcome
-from pubsub_toolkit.ingress.outcomes import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.operations.cli import main
-from pubsub_toolkit.operations.trace_tree import traces_for_key
+from pubsub_toolkit_cli.cli import main
+from pubsub_toolkit_cli.trace_tree import traces_for_key
 
 TRACE = "a" * 32
 OTHER = "b" * 32

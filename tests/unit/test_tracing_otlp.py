@@ -154,7 +154,7 @@ def test_the_cli_without_the_otlp_exporter_names_the_extra_in_one_line() -> None
         BLOCK_OTLP
         + """
 import sys
-from pubsub_toolkit.operations.cli import main
+from pubsub_toolkit_cli.cli import main
 sys.exit(main(["publish", "hello"]))
 """,
         PUBSUB_TOOLKIT_TRACING="on",

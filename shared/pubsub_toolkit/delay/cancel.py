@@ -39,36 +39,62 @@ thus meet on one record too: a cancel landing after the replay's checks can neit
 "not delivered" about a replay on the final topic nor be overtaken by one. The callers name
 the original key (a replay's ``dedup_key``, see :func:`replayed_key`); nothing is read back
 out of a fate key, which a producer's own key may resemble (``order#replay:7``).
+
+The decisions - what ``cancel`` found, which records a release claims - are
+:mod:`pubsub_toolkit.core.fate`'s, and what a release does between its checks is
+:mod:`pubsub_toolkit.core.release`'s; this module reads and writes the records they name.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from pubsub_toolkit.attributes import FIFO_SEQ, REPLAY_ID, RETRY_ATTEMPT, RETRY_CONSUMER
+from pubsub_toolkit.attributes import FIFO_SEQ
+from pubsub_toolkit.clock import Clock
+from pubsub_toolkit.core import fate as core
+from pubsub_toolkit.core import release as releasing
+from pubsub_toolkit.core.fate import (
+    CANCELLED,
+    RELAY_NAMESPACE,
+    TOMBSTONE_TTL,
+    CancelVerdict,
+    Claimed,
+    Processed,
+    fate_key,
+    fate_ttl,
+    released_message_id,
+    released_seq,
+    replayed_key,
+)
+from pubsub_toolkit.core.release import ReleaseVerdict
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.stores.dedup.base import ClaimStatus, DedupRecord, DedupStore, RecordState
+from pubsub_toolkit.stores.dedup.base import DedupStore
+
+__all__ = [  # the fate record's names, defined in the core, are used from here too
+    "CANCELLED",
+    "RELAY_NAMESPACE",
+    "TOMBSTONE_TTL",
+    "CancelResult",
+    "TaskDeleter",
+    "cancel",
+    "fate_key",
+    "fate_ttl",
+    "is_cancelled",
+    "is_released",
+    "release_once",
+    "released_message_id",
+    "released_seq",
+    "replayed_key",
+    "run_release",
+]
 
 logger = logging.getLogger(__name__)
-
-RELAY_NAMESPACE = "relay"
-CANCELLED = "cancelled"  # the tombstone's fingerprint: no message's fingerprint looks like it
-# A tombstone must outlive the longest possible delay (the scheduler's MAX_DELAY, 365 days);
-# a release record lives as long, so cancel() answers the same whenever it is asked.
-TOMBSTONE_TTL = timedelta(days=366)
-
-
-def fate_ttl(dedup_ttl: timedelta) -> timedelta:
-    """How long a release record (namespace ``relay``) lives: as long as a tombstone, so a
-    ``cancel`` long after the release still finds it and answers "delivered"."""
-    return max(dedup_ttl, TOMBSTONE_TTL)
 
 
 class TaskDeleter(Protocol):
@@ -99,23 +125,22 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
 
     Raises :class:`~pubsub_toolkit.errors.ClaimInProgressError` while another ``cancel`` of the
     same key, or its release (a DLQ replay's included), is half-way (try again) - a release
-    claimed and never finished too, however long ago: only a finished release is "delivered".
+    claimed and never finished too, however long ago: only a finished release is "delivered"
+    (:func:`~pubsub_toolkit.core.fate.cancel_verdict`).
     """
     claim = store.claim(
         RELAY_NAMESPACE, dedup_key, CANCELLED, lease=timedelta(minutes=1), ttl=TOMBSTONE_TTL
     )
-    if claim.owns_key:
+    verdict = core.cancel_verdict(claim)
+    if verdict is CancelVerdict.TOMBSTONE:
         store.complete(RELAY_NAMESPACE, dedup_key, claim, CANCELLED, ttl=TOMBSTONE_TTL)
-    elif claim.status is ClaimStatus.IN_PROGRESS:
+    elif verdict is CancelVerdict.IN_PROGRESS:
         raise ClaimInProgressError(f"another cancel or a release of {dedup_key!r} is in progress")
-    elif claim.status is ClaimStatus.MISMATCH and not _finished(claim.record):
-        # A release claimed and not finished: its publish may or may not have happened (its
-        # relay may have died before it, and its last attempt may yet give the message up),
-        # so neither answer is known true - even once the lease has ended.
+    elif verdict is CancelVerdict.UNFINISHED:
         raise ClaimInProgressError(
             f"a release of {dedup_key!r} is claimed and unfinished: try again once it settles"
         )
-    delivered = claim.status is ClaimStatus.MISMATCH  # the relay's own release got there first
+    delivered = verdict.delivered  # the relay's own release got there first
     deleted = False if delivered else scheduler.delete(dedup_key)
     logger.info(
         "cancel %s: %s (task deleted=%s)",
@@ -129,30 +154,42 @@ def cancel(dedup_key: str, *, store: DedupStore, scheduler: TaskDeleter) -> Canc
 def is_cancelled(store: DedupStore, fate_key: str, original_key: str | None = None) -> bool:
     """True when the fate record ``fate_key`` is a cancel tombstone - or, for a DLQ replay
     (``original_key``: the key of the message it replays, :func:`replayed_key`), the
-    original's is: a message ``cancel()`` answered "not delivered" stays undelivered when an
-    operator replays its dead letter (one more read, for replays only).
+    original's is (:func:`~pubsub_toolkit.core.fate.cancel_keys`; one more read, for
+    replays only).
 
     ``is_cancelled(store, dedup_key)`` asks about a message itself. Nothing is read out of
     ``fate_key``'s text: a producer's own key may look like a replay's (``order#replay:7``)."""
-    keys = (fate_key,) if original_key is None else (fate_key, original_key)
-    return any(_is_tombstone(store.get(RELAY_NAMESPACE, key)) for key in keys)
-
-
-def _finished(record: DedupRecord | None) -> bool:
-    """True when ``record`` is a completed release: its message is on the final topic."""
-    return record is not None and record.state is RecordState.DONE
-
-
-def _is_tombstone(record: DedupRecord | None) -> bool:
-    return record is not None and record.fingerprint == CANCELLED
+    keys = core.cancel_keys(fate_key, original_key)
+    return any(core.is_tombstone(store.get(RELAY_NAMESPACE, key)) for key in keys)
 
 
 def is_released(store: DedupStore, dedup_key: str) -> bool:
     """True when the relay (or ingress) has released ``dedup_key``."""
-    record = store.get(RELAY_NAMESPACE, dedup_key)
-    return (
-        record is not None and record.fingerprint != CANCELLED and record.state is RecordState.DONE
-    )
+    return core.is_released(store.get(RELAY_NAMESPACE, dedup_key))
+
+
+def run_release(
+    protocol: releasing.Protocol[ReleaseVerdict],
+    *,
+    cancelled: Callable[[], bool],
+    release: Callable[[], ProcessResult],
+    clock: Clock,
+) -> ReleaseVerdict:
+    """Perform :func:`~pubsub_toolkit.core.release.release`'s effects: ``cancelled`` reads the
+    tombstones, ``release`` is the caller's :func:`release_once`."""
+
+    def perform(effect: releasing.Effect) -> releasing.Reply:
+        if type(effect) is releasing.CheckCancelled:
+            return cancelled()
+        if type(effect) is releasing.ReadClock:
+            return clock.now()
+        if type(effect) is releasing.Wait:
+            clock.sleep(effect.seconds)
+            return None
+        processed = release()
+        return Processed(Claimed(processed.outcome), processed.result)
+
+    return releasing.drive(protocol, perform)
 
 
 def release_once(
@@ -169,8 +206,7 @@ def release_once(
 
     The record's result keeps the FIFO number it was released at. A copy of the same key at
     *another* number (a producer's retry renumbered by the counter) is released too, once per
-    number: the consumer's gate runs the lowest number holding the key and fills the others,
-    so the group neither stalls on the missing number nor runs the message twice.
+    number (:func:`~pubsub_toolkit.core.fate.renumbered_release_key`).
 
     A DLQ replay (``original_key``: the message it replays) is released while holding the
     original's record too (see the module doc). When that record is a tombstone nothing is
@@ -192,12 +228,13 @@ def release_once(
         original = releases.process(original_key, fingerprint, release_replay)
     except _NotReleased as refused:
         return refused.result
-    if released:  # the original never went out: its record now says this replay did
+    claimed = Claimed(original.outcome)
+    cancelled = is_cancelled(store, original_key) if claimed is Claimed.MISMATCH else None
+    goes_on = core.replay_goes_on(bool(released), claimed, cancelled)
+    if goes_on is core.Replay.RELEASED:
         return released[0]
-    if original.outcome is Outcome.MISMATCH and is_cancelled(store, original_key):
-        return original  # cancelled: the replay is not published either
-    # Decided before, not by a cancel: released already (or an impostor's content, replayed
-    # by an operator): the replay goes out under its own record.
+    if goes_on is core.Replay.CANCELLED:
+        return original
     return _release(releases, publish, message, key, fingerprint)
 
 
@@ -219,46 +256,12 @@ def _release(
     seq = message.attributes.get(FIFO_SEQ)
 
     def effect() -> str:
-        return json.dumps({"id": publish(message), "seq": seq})
+        return core.released_result(publish(message), seq)
 
     processed = releases.process(key, fingerprint, effect)
-    if processed.outcome is Outcome.DUPLICATE and seq is not None:
-        first = released_seq(processed.result)
-        if first is not None and first != seq:
-            releases.process(f"{key}#fifo_seq:{seq}", fingerprint, effect)
+    again = core.renumbered_release_key(
+        key, seq, Processed(Claimed(processed.outcome), processed.result)
+    )
+    if again is not None:
+        releases.process(again, fingerprint, effect)
     return processed
-
-
-def released_seq(result: str | None) -> str | None:
-    """The FIFO number a release record was written for (None: none, or an older record)."""
-    if not result or not result.startswith("{"):
-        return None
-    seq = json.loads(result).get("seq")
-    return None if seq is None else str(seq)
-
-
-def released_message_id(result: str | None) -> str:
-    """The final topic's message id in a release record's result."""
-    if result and result.startswith("{"):
-        return str(json.loads(result).get("id") or "")
-    return result or ""
-
-
-def replayed_key(dedup_key: str, attributes: Mapping[str, str]) -> str | None:
-    """The key of the message a DLQ replay (or a consumer's retry of one) replays: its own
-    ``dedup_key``, which ``dlq replay`` sets to the original's; None when ``attributes`` carry
-    no ``replay_id`` (the same test as :func:`fate_key`'s)."""
-    return dedup_key if attributes.get(REPLAY_ID) else None
-
-
-def fate_key(dedup_key: str, attributes: Mapping[str, str]) -> str:
-    """The key of a message's fate record (and task): its own for a DLQ replay, and for each
-    attempt of a consumer's delayed retry (``retry_consumer`` and ``retry_attempt``)."""
-    key = dedup_key
-    replay_id = attributes.get(REPLAY_ID)
-    if replay_id:
-        key = f"{key}#replay:{replay_id}"
-    consumer, attempt = attributes.get(RETRY_CONSUMER), attributes.get(RETRY_ATTEMPT)
-    if consumer and attempt:
-        key = f"{key}#retry:{consumer}:{attempt}"
-    return key

@@ -66,50 +66,53 @@ operator's ``fifo skip`` instead failed when the operator came later than the gr
 after the due time): the skip was refused ("waits for 1"). If the filler's publish fails too,
 an ALERT names the group and number to skip.
 
-(About 375 lines: the last attempt's three ends - a new task, a dead letter with a filler, or
-the message handed to the operator whole - and the time bounds between them are one decision,
-kept in one module so that its "never both, never neither" can be read in one place.)
+Which end a failed attempt takes, and whether a next task may be made, is decided in
+:mod:`pubsub_toolkit.core.handover`; this module performs it (the creates, the dead letter, the
+filler) and writes the ALERTs that tell an operator what happened.
+
+(About 370 lines, half of them this overview and the ALERTs' texts: what an operator reads
+when a message is handed over, dead-lettered or lost is written out here in full.)
 """
 
 from __future__ import annotations
 
 import base64
-import enum
 import logging
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.core import handover as core
+from pubsub_toolkit.core import release as decide
+from pubsub_toolkit.core.handover import (
+    HANDOVER_GRACE,
+    REASON_HANDOVER_UNCONFIRMED,
+    REASON_RETRIES_EXHAUSTED,
+    REASON_STORE_UNAVAILABLE,
+    Created,
+    CreateReply,
+    CreateTask,
+    HandOver,
+    InDoubt,
+    Refused,
+)
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.delay.payload import MAX_HOP, DelayedMessage
 from pubsub_toolkit.delay.scheduler import create_refused, task_id
-from pubsub_toolkit.errors import StoreUnavailableError, TransientError
+from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog
 from pubsub_toolkit.producer.sink import MessageSink
 
-REASON_STORE_UNAVAILABLE = "relay_store_unavailable"
-REASON_RETRIES_EXHAUSTED = "relay_retries_exhausted"
-# The filler's reason for a FIFO number handed to the operator (its hand-over task in doubt).
-REASON_HANDOVER_UNCONFIRMED = "relay_handover_unconfirmed"
-# Creates of the next task tried per attempt: the name is fixed, so a create that timed out
-# after Cloud Tasks applied it is answered AlreadyExists by the next try.
-CONTINUE_TRIES = 3
-# How far past the hand-over limit a last attempt still creates the next task's name again.
-# Longer than any wait between the last two attempts (the queue's max_backoff: 300 s deployed,
-# Cloud Tasks' default 1 h) and between duplicate runs, so a create the attempt before it (or a
-# duplicate run) left in doubt inside the limit is settled by AlreadyExists, never refused on
-# time and dead-lettered beside the release of the task it made.
-HANDOVER_GRACE = timedelta(hours=2)
-
-
-class HandOver(enum.StrEnum):
-    """What :meth:`LastAttempt.continued` did with the message."""
-
-    MADE = "made"  # the next task exists (created, or AlreadyExists): it has the message
-    NOT_MADE = "not_made"  # known not made (refused, no scheduler, past the limit): dead-letter
-    UNCONFIRMED = "unconfirmed"  # may exist: handed to the operator in an ALERT, no dead letter
+__all__ = [
+    "HANDOVER_GRACE",
+    "REASON_HANDOVER_UNCONFIRMED",
+    "REASON_RETRIES_EXHAUSTED",
+    "REASON_STORE_UNAVAILABLE",
+    "HandOver",
+    "HopScheduler",
+    "LastAttempt",
+]
 
 
 class HopScheduler(Protocol):
@@ -152,9 +155,7 @@ class LastAttempt:
     @property
     def reason(self) -> str:
         """The dead-letter reason for this failure."""
-        if isinstance(self._failure, StoreUnavailableError):
-            return REASON_STORE_UNAVAILABLE
-        return REASON_RETRIES_EXHAUSTED
+        return core.give_up_reason(self._failure)
 
     def continued(
         self,
@@ -165,32 +166,30 @@ class LastAttempt:
         overdue: timedelta,
         limit: timedelta,
     ) -> HandOver:
-        """Hand ``delayed`` to its next hop's task (see the module doc). ``overdue``: how long
-        past its due time it is now; past ``limit`` (``DEDUP_TTL``) it is not handed over - the
-        last attempt up to :data:`HANDOVER_GRACE` past it still creates the name again."""
-        hop = delayed.hop + 1
-        if scheduler is None:
-            return self._not_made("no scheduler to make a task with")
-        if hop > MAX_HOP:
-            return self._not_made(f"its hop {delayed.hop} is the last a task body may carry")
-        # A time-based refusal must not override a create that may have been applied: the
-        # attempt before the last hands over inside the limit and leaves a doubt to this one.
-        if overdue >= (limit + HANDOVER_GRACE if self._final else limit):
-            return self._not_made(
-                f"it is {_days(overdue)} past its due time: handed over only until DEDUP_TTL "
-                f"({_days(limit)}) past it"
-            )
-        doubt: Exception | None = None  # a failure that may have made the task
-        error: Exception | None = None
-        for _ in range(CONTINUE_TRIES):
+        """Hand ``delayed`` to its next hop's task (see the module doc and
+        :func:`~pubsub_toolkit.core.handover.hand_over`). ``overdue``: how long past its due
+        time it is now; ``limit``: ``DEDUP_TTL``."""
+        protocol = core.hand_over(
+            hop=delayed.hop + 1,
+            max_hop=MAX_HOP,
+            has_scheduler=scheduler is not None,
+            overdue=overdue,
+            limit=limit,
+            final=self._final,
+        )
+
+        def create(task: CreateTask) -> CreateReply:
+            assert scheduler is not None
             try:
-                scheduler.schedule(delayed.message, delayed.deliver_at, delayed.dedup_key, hop)
-            except Exception as exc:  # logged below: made, refused or in doubt
-                error = exc
-                if not create_refused(exc):
-                    doubt = exc
-                    continue
-                break  # refused as it is: another try is refused the same
+                scheduler.schedule(delayed.message, delayed.deliver_at, delayed.dedup_key, task.hop)
+            except Exception as exc:  # made, refused or in doubt: decided by the core
+                return Refused(str(exc)) if create_refused(exc) else InDoubt(str(exc))
+            return Created()
+
+        verdict = decide.drive(protocol, create)
+        self._why_not = verdict.why_not
+        hop = verdict.hop
+        if verdict.handed is HandOver.MADE:
             self._log.decision(
                 "deferred",
                 f"ALERT: {self._which} failed ({self._failure}) - the store, the "
@@ -203,34 +202,31 @@ class LastAttempt:
                 hop=hop,
                 error=str(self._failure),
             )
-            return HandOver.MADE
-        then = "dead-lettered instead" if self._final else "answered 5xx: the last attempt decides"
-        if doubt is not None and not self._final:
+        elif verdict.handed is HandOver.UNCONFIRMED and not self._final:
             self._log.decision(
                 "handover_retried",
                 f"{self._which} failed ({self._failure}) and whether the task taking the "
-                f"message over (hop {hop}) was made is unknown ({doubt}): answered 5xx, the "
-                "last attempt creates it again (AlreadyExists if it was made)",
+                f"message over (hop {hop}) was made is unknown ({verdict.error}): answered "
+                "5xx, the last attempt creates it again (AlreadyExists if it was made)",
                 dedup_key=key,
                 level=logging.WARNING,
                 attempt=self._attempt,
                 hop=hop,
             )
-            return HandOver.UNCONFIRMED
-        if doubt is not None:
-            self._unconfirmed(scheduler, delayed, key, hop, doubt)
-            return HandOver.UNCONFIRMED
-        self._log.decision(
-            "not_deferred",
-            f"the next task (hop {hop}) was refused ({error}): {then}",
-            dedup_key=key,
-            level=logging.WARNING,
-        )
-        return self._not_made(f"Cloud Tasks refused its next task ({error})")
-
-    def _not_made(self, why: str) -> HandOver:
-        self._why_not = why
-        return HandOver.NOT_MADE
+        elif verdict.handed is HandOver.UNCONFIRMED:
+            assert scheduler is not None
+            self._unconfirmed(scheduler, delayed, key, hop, verdict.error)
+        elif verdict.tried:
+            then = (
+                "dead-lettered instead" if self._final else "answered 5xx: the last attempt decides"
+            )
+            self._log.decision(
+                "not_deferred",
+                f"the next task (hop {hop}) was refused ({verdict.error}): {then}",
+                dedup_key=key,
+                level=logging.WARNING,
+            )
+        return verdict.handed
 
     def _unconfirmed(
         self,
@@ -238,12 +234,12 @@ class LastAttempt:
         delayed: DelayedMessage,
         key: str,
         hop: int,
-        doubt: Exception,
+        doubt: str,
     ) -> None:
         """Every create of the next task failed, one at least without a refusal: it may exist.
         A dead letter could then sit next to its release, so the operator gets the message."""
         message = delayed.message
-        number = _number(message.attributes)
+        number = decide.fifo_fields(message.attributes)
         task = task_id(key, hop, message.attributes.get(attr.FIFO_SEQ))
         queue = getattr(scheduler, "queue", None)
         name = f"{queue}/tasks/{task}" if queue else task
@@ -278,7 +274,7 @@ class LastAttempt:
             task_id=task,
             task_name=name,
             replay_id=replay_id,
-            error=str(doubt),
+            error=doubt,
             data_base64=base64.b64encode(message.data).decode(),
             attributes=dict(message.attributes),
             ordering_key=message.ordering_key,
@@ -293,11 +289,7 @@ class LastAttempt:
         reason = reason or self.reason
         # A FIFO number: the ALERT names its group and number, so an operator whose group
         # waits at that number (its dead letter will not come back by itself) sees why.
-        number = {
-            name: message.attributes[name]
-            for name in (attr.FIFO_GROUP, attr.FIFO_SEQ)
-            if name in message.attributes
-        }
+        number = decide.fifo_fields(message.attributes)
         handed = f" Not handed to a new task: {self._why_not}." if self._why_not else ""
         detail = (
             f"Cloud Tasks' last attempt ({self._attempt} of {self._max_attempts}) failed: "
@@ -338,13 +330,13 @@ class LastAttempt:
     def fill(self, sink: MessageSink, topic: str, message: Message, key: str, reason: str) -> None:
         """For a FIFO number just dead-lettered with ``reason``: a filler on ``topic`` (the
         final topic), so its group passes over the number (see the module doc)."""
-        group, seq = message.attributes.get(attr.FIFO_GROUP), message.attributes.get(attr.FIFO_SEQ)
-        if not (group and seq):
-            return
         why = f"{attr.FILLER_DEAD_LETTERED}{reason}"
-        epoch = message.attributes.get(attr.FIFO_EPOCH)
+        filler = decide.filler_for(message.attributes, key, why)
+        if filler is None:
+            return
+        group, seq = filler.group, filler.seq
         try:
-            sink.publish(topic, attr.filler_message(group, seq, key, why, epoch=epoch))
+            sink.publish(topic, filler.message())
         except Exception as exc:
             # The dead letter holds the message; only the group's way on is missing.
             self._log.decision(
@@ -379,14 +371,3 @@ class LastAttempt:
             alert="relay_release_unrecorded",
             attempt=self._attempt,
         )
-
-
-def _number(attributes: Mapping[str, str]) -> dict[str, str]:
-    """A FIFO message's group and number, as ALERT fields (none for others)."""
-    return {
-        name: attributes[name] for name in (attr.FIFO_GROUP, attr.FIFO_SEQ) if name in attributes
-    }
-
-
-def _days(span: timedelta) -> str:
-    return f"{span.total_seconds() / 86_400:.1f} days"

@@ -21,15 +21,18 @@ of the relay's own until ``DEDUP_TTL`` past its due time, and only dead-lettered
 too. A release record lives as long as a cancel tombstone
 (:func:`.cancel.fate_ttl`), so ``cancel`` answers truthfully however late.
 
-(About 340 lines: the relay's request handling, its release under the fate record and its
-checks for a cancel before and after the claim read best together; the last attempt lives in
-:mod:`.last_attempt`.)
+Every choice above is made in :mod:`pubsub_toolkit.core.release` (the release, the path of a
+failure) and :mod:`pubsub_toolkit.core.handover` (the last attempts), from values; this module
+reads the task, the records and the clock, and publishes, schedules and dead-letters as those
+decisions say.
+
+(About 340 lines: the effects of a release, of its hops and of a failed last attempt, with
+the wiring of the relay's four once-only namespaces, in one class.)
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -38,8 +41,12 @@ from pubsub_toolkit import tracing
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import Settings
+from pubsub_toolkit.core import handover
+from pubsub_toolkit.core import release as core
+from pubsub_toolkit.core.handover import HandOver, HandOverNow, LastEnd, OnFailure
+from pubsub_toolkit.core.release import Release
 from pubsub_toolkit.dead_letters.send import DeadLetterer
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.delay.attempts import (
     DEFAULT_MAX_ATTEMPTS,
     is_last_attempt,
@@ -51,15 +58,10 @@ from pubsub_toolkit.delay.cancel import (
     fate_ttl,
     is_cancelled,
     release_once,
-    released_message_id,
     replayed_key,
+    run_release,
 )
-from pubsub_toolkit.delay.last_attempt import (
-    REASON_HANDOVER_UNCONFIRMED,
-    HandOver,
-    HopScheduler,
-    LastAttempt,
-)
+from pubsub_toolkit.delay.last_attempt import REASON_HANDOVER_UNCONFIRMED, HopScheduler, LastAttempt
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
@@ -70,9 +72,6 @@ from pubsub_toolkit.stores.dedup.base import DedupStore
 
 HOP_NAMESPACE = "relay-hop"
 REJECTED_NAMESPACE = "relay-rejected"
-# Cloud Tasks dispatches on time, but a clock difference of a moment must never make a message
-# early: if the task fires up to this much before the due time, the relay waits it out.
-MAX_WAIT = timedelta(seconds=2)
 
 
 class RelayOutcome(enum.StrEnum):
@@ -176,35 +175,14 @@ class Relay:
         try:
             return self._release_body(body)
         except TransientError as failure:
-            if not is_last_attempt(attempt, self._max_attempts):
-                if is_last_but_one_attempt(attempt, self._max_attempts):
-                    return self._hand_over_early(body, failure, attempt)
+            path = handover.on_failure(
+                last=is_last_attempt(attempt, self._max_attempts),
+                last_but_one=is_last_but_one_attempt(attempt, self._max_attempts),
+            )
+            if path is OnFailure.RETRY:
                 raise
-            return self._last_attempt_failed(body, failure, attempt)
-
-    def _hand_over_early(
-        self, body: bytes, failure: TransientError, attempt: int | None
-    ) -> RelayResult:
-        """The last attempt but one hands the message over too, answering 2xx only for a task
-        known made: a create in doubt is answered 5xx, so the last attempt - Cloud Tasks' own
-        retry - creates the same name again and learns the outcome (AlreadyExists)."""
-        try:
-            delayed = DelayedMessage.from_json(body)
-        except PermanentError:
-            raise failure from None  # the last attempt dead-letters it
-        key = fate_key(delayed.dedup_key, delayed.message.attributes)
-        if self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ))) is not None:
-            raise failure  # published here: the last attempt answers 2xx without a new task
-        last = LastAttempt(
-            self._dead_letters, self.log, attempt, self._max_attempts, failure, final=False
-        )
-        overdue = self._clock.now() - delayed.deliver_at
-        handed = last.continued(
-            self._scheduler, delayed, key, overdue=overdue, limit=self._handover_limit
-        )
-        if handed is not HandOver.MADE:
-            raise failure
-        return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}")
+            final = path is OnFailure.LAST_ATTEMPT
+            return self._last_attempt(body, failure, attempt, final=final)
 
     def _release_body(self, body: bytes) -> RelayResult:
         try:
@@ -220,82 +198,101 @@ class Relay:
                 span.set_attribute(tracing.OUTCOME, result.outcome.value)
             return result
 
-    def _last_attempt_failed(
-        self, body: bytes, failure: TransientError, attempt: int | None
+    def _last_attempt(
+        self, body: bytes, failure: TransientError, attempt: int | None, *, final: bool
     ) -> RelayResult:
-        """Cloud Tasks deletes the task after this answer: never answer 5xx and lose it."""
-        last = LastAttempt(self._dead_letters, self.log, attempt, self._max_attempts, failure)
+        """A transient failure on the last attempt (Cloud Tasks deletes the task after this
+        answer: never answer 5xx and lose it), or on the one before, which hands the message
+        over already (:func:`~pubsub_toolkit.core.handover.last_attempt`)."""
+        last = LastAttempt(
+            self._dead_letters, self.log, attempt, self._max_attempts, failure, final=final
+        )
+        delayed: DelayedMessage | None = None
         try:
             delayed = DelayedMessage.from_json(body)
         except PermanentError as exc:
+            refused = exc
+        key, published = None, None
+        if delayed is not None:
+            key = fate_key(delayed.dedup_key, delayed.message.attributes)
+            published = self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ)))
+
+        def hand_over(_: HandOverNow) -> HandOver:
+            assert delayed is not None and key is not None
+            overdue = self._clock.now() - delayed.deliver_at
+            return last.continued(
+                self._scheduler, delayed, key, overdue=overdue, limit=self._handover_limit
+            )
+
+        end = core.drive(
+            handover.last_attempt(
+                final=final, parsed=delayed is not None, published_here=published is not None
+            ),
+            hand_over,
+        )
+        if end is LastEnd.RETRY:
+            raise failure
+        if end is LastEnd.DEAD_LETTER_BODY:
             # Its once-only dead letter needed the store: a second copy beats none.
-            last.dead_letter(Message(body), None, exc.reason)
-            return RelayResult(RelayOutcome.DEAD_LETTERED, None, exc.reason)
-        key = fate_key(delayed.dedup_key, delayed.message.attributes)
-        published = self._published.get((key, delayed.message.attributes.get(attr.FIFO_SEQ)))
-        if published is not None:  # this process put it on the final topic
+            last.dead_letter(Message(body), None, refused.reason)
+            return RelayResult(RelayOutcome.DEAD_LETTERED, None, refused.reason)
+        assert delayed is not None and key is not None
+        if end is LastEnd.PUBLISHED:  # this process put it on the final topic
+            assert published is not None
             last.published_unrecorded(key)
             return RelayResult(RelayOutcome.PUBLISHED, key, published)
-        overdue = self._clock.now() - delayed.deliver_at
-        handed = last.continued(
-            self._scheduler, delayed, key, overdue=overdue, limit=self._handover_limit
-        )
-        if handed is not HandOver.NOT_MADE:  # the queue has it, or may have: never a letter too
-            doubt = "" if handed is HandOver.MADE else f" ({handed})"
-            if handed is HandOver.UNCONFIRMED:
-                # With the operator, not the queue: its group must not wait for the operator
-                # either. The filler's tombstone keeps a copy the task may release, never runs it.
-                message = _as_message(delayed)
-                reason = REASON_HANDOVER_UNCONFIRMED
-                last.fill(self._sink, self._final_topic, message, delayed.dedup_key, reason)
-            return RelayResult(RelayOutcome.RESCHEDULED, key, f"hop {delayed.hop + 1}{doubt}")
-        reason = last.dead_letter(_as_message(delayed), key)
-        last.fill(self._sink, self._final_topic, _as_message(delayed), delayed.dedup_key, reason)
+        message, hop = _as_message(delayed), f"hop {delayed.hop + 1}"
+        if end is LastEnd.RESCHEDULED:
+            return RelayResult(RelayOutcome.RESCHEDULED, key, hop)
+        if end is LastEnd.TO_OPERATOR:
+            # With the operator, not the queue: its group must not wait for the operator
+            # either. The filler's tombstone keeps a copy the task may release, never runs it.
+            reason = REASON_HANDOVER_UNCONFIRMED
+            last.fill(self._sink, self._final_topic, message, delayed.dedup_key, reason)
+            return RelayResult(RelayOutcome.RESCHEDULED, key, f"{hop} ({HandOver.UNCONFIRMED})")
+        reason = last.dead_letter(message, key)
+        last.fill(self._sink, self._final_topic, message, delayed.dedup_key, reason)
         return RelayResult(RelayOutcome.DEAD_LETTERED, key, reason)
 
     def _release(self, delayed: DelayedMessage) -> RelayResult:
         key = fate_key(delayed.dedup_key, delayed.message.attributes)
         original = replayed_key(delayed.dedup_key, delayed.message.attributes)
-        if is_cancelled(self._store, key, original):
+        fingerprint = core.release_fingerprint(delayed.message)
+        released = run_release(
+            core.release(delayed.deliver_at),
+            cancelled=lambda: is_cancelled(self._store, key, original),
+            release=lambda: release_once(
+                self._publishes,
+                lambda m: self._publish_as(key, m),
+                delayed.message,
+                key,
+                fingerprint,
+                store=self._store,
+                original_key=original,
+            ),
+            clock=self._clock,
+        )
+        if released.release is Release.CANCELLED:
             return self._cancelled(delayed)
-        remaining = delayed.deliver_at - self._clock.now()
-        if remaining > MAX_WAIT:
+        if released.release is Release.HOP:
             return self._hop(delayed)
-        if remaining > timedelta(0):
-            self._clock.sleep(remaining.total_seconds())  # never early, even by a clock's hair
-        fingerprint = delayed.message.attributes.get(attr.CONTENT_SHA256) or (
-            attr.content_fingerprint(delayed.message.data, delayed.message.attributes)
-        )
-        processed = release_once(
-            self._publishes,
-            lambda m: self._publish_as(key, m),
-            delayed.message,
-            key,
-            fingerprint,
-            store=self._store,
-            original_key=original,
-        )
-        if processed.outcome is Outcome.MISMATCH:
-            if is_cancelled(self._store, key, original):  # cancelled between check and claim
-                return self._cancelled(delayed)
+        if released.release is Release.MISMATCH:
             self._rejections.process(
-                f"mismatch:{key}:{fingerprint}",
+                core.mismatch_key(key, fingerprint),
                 fingerprint,
                 lambda: self._dead_letters.send(
                     _as_message(delayed),
                     attr.REASON_FINGERPRINT_MISMATCH,
-                    f"dedup_key {key!r} was released before with different content",
+                    core.mismatch_detail(key),
                     dedup_key=key,
                 ),
             )
             return RelayResult(RelayOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH)
-        if processed.outcome is Outcome.DUPLICATE:
-            return RelayResult(RelayOutcome.DUPLICATE, key, released_message_id(processed.result))
-        # How late the release was (Cloud Tasks' dispatch, retries, a cold start): never
-        # negative, the relay waits out an early call.
-        lateness = (self._clock.now() - delayed.deliver_at).total_seconds()
-        self.metrics.observe(LATENESS, max(lateness, 0.0))
-        return RelayResult(RelayOutcome.PUBLISHED, key, released_message_id(processed.result))
+        if released.release is Release.DUPLICATE:
+            return RelayResult(RelayOutcome.DUPLICATE, key, released.message_id)
+        assert released.lateness is not None
+        self.metrics.observe(LATENESS, released.lateness)
+        return RelayResult(RelayOutcome.PUBLISHED, key, released.message_id)
 
     def _publish_as(self, key: str, message: OutboundMessage) -> str:
         message_id = self._sink.publish(self._final_topic, message)
@@ -306,11 +303,9 @@ class Relay:
         """Publish nothing; for a FIFO message, a filler so its group moves on."""
         key, attributes = delayed.dedup_key, delayed.message.attributes
         self.log.decision(RelayOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
-        group, raw_seq = attributes.get(attr.FIFO_GROUP), attributes.get(attr.FIFO_SEQ)
-        if group and raw_seq:
-            epoch = attributes.get(attr.FIFO_EPOCH)
-            filler = attr.filler_message(group, raw_seq, key, attr.FILLER_CANCELLED, epoch=epoch)
-            self._sink.publish(self._final_topic, filler)
+        filler = core.filler_for(attributes, key, attr.FILLER_CANCELLED)
+        if filler is not None:
+            self._sink.publish(self._final_topic, filler.message())
         return RelayResult(RelayOutcome.CANCELLED, key)
 
     def _hop(self, delayed: DelayedMessage) -> RelayResult:
@@ -318,13 +313,8 @@ class Relay:
             raise ConfigurationError("a long delay needs a scheduler for its next hop")
         scheduler = self._scheduler
         hop = delayed.hop + 1
-        seq = delayed.message.attributes.get(attr.FIFO_SEQ)
-        # Per fate (a replay's, a retry attempt's: not the original's hops, already done) and
-        # per FIFO number too: a renumbered copy of the key hops on its own (see cancel.py).
-        key = fate_key(delayed.dedup_key, delayed.message.attributes)
-        hop_key = f"{key}#{hop}" if seq is None else f"{key}#{seq}#{hop}"
         self._hops.process(
-            hop_key,
+            core.hop_key(delayed.dedup_key, delayed.message.attributes, hop),
             delayed.message.attributes.get(attr.CONTENT_SHA256, ""),
             lambda: tracing.scheduled(
                 lambda m: scheduler.schedule(m, delayed.deliver_at, delayed.dedup_key, hop=hop),
@@ -336,7 +326,7 @@ class Relay:
         return RelayResult(RelayOutcome.RESCHEDULED, delayed.dedup_key, f"hop {hop}")
 
     def _reject(self, body: bytes, exc: PermanentError) -> RelayResult:
-        digest = hashlib.sha256(body).hexdigest()
+        digest = core.rejection_key(body)
         self._rejections.process(
             digest,
             digest,

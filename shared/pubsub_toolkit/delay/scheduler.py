@@ -79,13 +79,14 @@ def tasks_client(emulator_host: str | None = None) -> tasks_v2.CloudTasksClient:
 
     if emulator_host is None:
         return tasks_v2.CloudTasksClient()
+    import grpc
     from google.cloud.tasks_v2.services.cloud_tasks.transports import CloudTasksGrpcTransport
 
-    from pubsub_toolkit.emulator import emulator_channel
-
     # ClientOptions(api_endpoint=...) alone would still use TLS; the emulator speaks plaintext.
-    # No 4 MB receive limit: listing tasks returns their bodies (up to 1 MB each).
-    channel = emulator_channel(emulator_host)
+    # No 4 MB receive limit (-1: none, as against Google Cloud): listing tasks returns their
+    # bodies (up to 1 MB each).
+    unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    channel = grpc.insecure_channel(emulator_host, options=unlimited)
     return tasks_v2.CloudTasksClient(transport=CloudTasksGrpcTransport(channel=channel))
 
 

@@ -1,5 +1,6 @@
 """Ingress: the function on the origin topic that validates, deduplicates and routes.
 
-:mod:`.pipeline` is the logic (:class:`~.pipeline.Ingress`), :mod:`.outcomes` what it reports;
-``functions/ingress/main.py`` is the Cloud Function around it.
+:mod:`.pipeline` performs it (:class:`~.pipeline.Ingress`), as :mod:`pubsub_toolkit.core.ingress`
+decides (and there is what it reports); ``functions/ingress/main.py`` is the Cloud Function
+around it.
 """

@@ -11,37 +11,25 @@ For each delivery:
    scheduler (PUBSUB_TOOLKIT_TASKS_QUEUE unset), a due-later message is dead-lettered with
    ``delayed_delivery_unavailable`` rather than delivered early.
 
-**FIFO numbers never go missing.** A duplicate carrying a *different* number than its first
-copy - a producer's retry after a publish that timed out but had been accepted, numbered again
-by the counter - is routed too, once per number: the consumer's gate runs the lowest number
-holding the key and fills the others. For every number ingress cannot forward a message for,
-it forwards a *filler* (a message with ``fifo_group``, ``fifo_seq``, the dedup key and
-``fifo_filler`` = why, no data), so the consumer's gate moves past the number instead of
-waiting for it forever:
-
-* a FIFO message ingress dead-letters (contract violation, fingerprint mismatch, no delayed
-  delivery): ``fifo_filler=dead_lettered:REASON``, a tombstone at the consumer, so a late
-  replay of it is kept with ``fifo_late_after_skip`` rather than taken for a duplicate.
-
-A message already due that carries a due time is released through the same record the relay
-and ``cancel`` use (namespace ``relay``), so ``cancel`` answers what really happened even when
-a delayed message reaches ingress late. A ``replay_id`` is honoured only when the replay path
-minted it (:mod:`pubsub_toolkit.dead_letters.replay`); otherwise the message is dead-lettered
-``forged_replay_id``.
+FIFO numbers never go missing (fillers), a message already due is released through its fate
+record, and a ``replay_id`` is honoured only when minted: see :mod:`pubsub_toolkit.core.ingress`.
 
 ``Ingress.handle`` returns normally when the message may be acked and raises
 :class:`~pubsub_toolkit.errors.TransientError` when it must be delivered again.
 
-(About 355 lines, a tenth of them this overview: one class whose methods are the routing
-cases above; what it reports is in :mod:`.outcomes`, the contract checks in
-:mod:`pubsub_toolkit.envelope`.)
+Every choice above is made in :mod:`pubsub_toolkit.core.ingress` (and the release under the
+fate record in :mod:`pubsub_toolkit.core.release`), from values; this module reads the
+delivery, claims, publishes, schedules and dead-letters as those decisions say.
+
+(About 330 lines: the effects of every routing case - claims in three namespaces, publishes,
+schedules, dead letters and fillers, each with its decision log - in one class.)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -50,32 +38,41 @@ from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.cloudevent import message_from_event_data, message_from_push_body
 from pubsub_toolkit.config import Settings
+from pubsub_toolkit.core import ingress as core
+from pubsub_toolkit.core import release as releasing
+from pubsub_toolkit.core.fate import RELAY_NAMESPACE, Claimed, fate_key, fate_ttl, replayed_key
+from pubsub_toolkit.core.ingress import (
+    REASON_DELAY_UNAVAILABLE,
+    DeadLetter,
+    IngressOutcome,
+    IngressResult,
+    Route,
+    Routed,
+    Scheduler,
+)
+from pubsub_toolkit.core.release import Filler, Release, mismatch_detail
 from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, is_minted
 from pubsub_toolkit.dead_letters.send import DeadLetterer
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
-from pubsub_toolkit.delay.cancel import (
-    RELAY_NAMESPACE,
-    fate_key,
-    fate_ttl,
-    is_cancelled,
-    release_once,
-    released_message_id,
-    replayed_key,
-)
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
+from pubsub_toolkit.delay.cancel import is_cancelled, release_once, run_release
 from pubsub_toolkit.envelope import Envelope, parse_envelope
 from pubsub_toolkit.errors import PermanentError
-from pubsub_toolkit.ingress.outcomes import IngressOutcome, IngressResult, Routed, Scheduler
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
 from pubsub_toolkit.producer.sink import MessageSink
 from pubsub_toolkit.stores.dedup.base import DedupStore
-from pubsub_toolkit.stores.fifo_state.base import KEY_WINDOW
 from pubsub_toolkit.stores.stats.base import DELIVERIES
 
 INGRESS_NAMESPACE = "ingress"
 ORIGIN = "origin"  # the span's destination: the origin topic's push subscription
 REJECTED_NAMESPACE = "ingress-rejected"
-REASON_DELAY_UNAVAILABLE = "delayed_delivery_unavailable"
+__all__ = [
+    "INGRESS_NAMESPACE",
+    "ORIGIN",
+    "REASON_DELAY_UNAVAILABLE",
+    "REJECTED_NAMESPACE",
+    "Ingress",
+]
 
 
 class Ingress:
@@ -172,38 +169,20 @@ class Ingress:
             replay_id = self._genuine_replay_id(message, envelope)
         except PermanentError as exc:
             return self._reject(message, exc)
-        # A replay from the dead-letter topic is claimed under its own key: the original key is
-        # already recorded (as dead-lettered) and would drop it as a duplicate.
-        claim_key = (
-            envelope.dedup_key if not replay_id else f"{envelope.dedup_key}#replay:{replay_id}"
-        )
+        claim_key = core.claim_key(envelope.dedup_key, replay_id)
+        context = {"message_id": message.message_id}
         processed = self._processor.process(
             claim_key,
             envelope.fingerprint,
             lambda: self._route(envelope, replay=replay_id is not None).to_result(),
-            context={"message_id": message.message_id},
+            context=context,
         )
-        key = envelope.dedup_key
-        if processed.outcome is Outcome.MISMATCH:
-            detail = f"dedup_key {key!r} was first seen with different content"
-            # Once per (key, content): every redelivery of the same impostor is the same case.
-            self._rejections.process(
-                f"mismatch:{key}:{envelope.fingerprint}",
-                envelope.fingerprint,
-                # No filler: the number may well belong to the first copy, still on its way.
-                lambda: self._dead_letter(
-                    envelope.message, attr.REASON_FINGERPRINT_MISMATCH, detail, key, fill=False
-                ),
-                context={"message_id": message.message_id},
-            )
-            return IngressResult(
-                IngressOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH
-            )
-        routed = Routed.from_result(processed.result)
-        if processed.outcome is Outcome.DUPLICATE:
-            self._fill_renumbered_retry(envelope, claim_key, routed)
-            return IngressResult(IngressOutcome.DUPLICATE, key, routed.detail)
-        return IngressResult(routed.outcome, key, routed.detail)
+        settled = core.after_claim(Claimed(processed.outcome), processed.result, envelope)
+        if settled.dead_letter is not None:
+            self._dead_letter_once(envelope.message, settled.dead_letter, context)
+        elif settled.first is not None:
+            self._fill_renumbered_retry(envelope, claim_key, settled.first)
+        return settled.result
 
     def _genuine_replay_id(self, message: Message, envelope: Envelope) -> str | None:
         """The message's ``replay_id`` if the replay path minted it; PermanentError if forged."""
@@ -218,62 +197,41 @@ class Ingress:
         return replay_id
 
     def _fill_renumbered_retry(self, envelope: Envelope, claim_key: str, first: Routed) -> None:
-        """A duplicate at another number than its first copy (a producer's retry renumbered by
-        the counter): its number must reach the consumer too, once.
-
-        Delivered or scheduled first copy at a LOWER number: this number carries nothing (a
-        filler naming the first copy's), so the message runs once, at its first place - however
-        far apart the numbers are (the gate recognises a key only within its last
-        ``KEY_WINDOW`` numbers, and a retry can come thousands later). At a HIGHER number within
-        that window: route this copy as well (scheduled if due later - its task name carries
-        the number); the gate runs the lowest number holding the key and fills the other. Further
-        apart than the window, the gate could not tell, so this lower number is the filler and
-        the message runs at the first copy's place (the docs' weaker guarantee). A first copy
-        that was dead-lettered or cancelled: a filler saying so.
-        """
-        seq, group = envelope.fifo_seq, envelope.fifo_group
-        if seq is None or group is None or seq == first.seq:
+        """A duplicate at another number than its first copy: fill its number once, with a
+        filler or by routing this copy as well (:func:`~pubsub_toolkit.core.ingress.renumbered`)."""
+        renumbered = core.renumbered(envelope, claim_key, first)
+        if renumbered is None:
             return
-        if first.seq is None and first.outcome is not IngressOutcome.DEAD_LETTERED:
-            # Recorded by an older version without its number: this may be a plain
-            # redelivery, and a second routing would cost nothing but a filler - do it.
+        if renumbered.first_seq_unknown:
             self.log.decision(
                 "renumbered_unknown",
-                f"duplicate at {group}#{seq}; the first copy's number is unknown",
+                f"duplicate at {envelope.fifo_group}#{envelope.fifo_seq}; the first copy's "
+                "number is unknown",
                 dedup_key=envelope.dedup_key,
                 level=logging.WARNING,
             )
-        key, epoch = envelope.dedup_key, envelope.message.attributes.get(attr.FIFO_EPOCH)
+        filler = renumbered.filler
 
         def forward() -> str:
-            if first.outcome is IngressOutcome.DEAD_LETTERED:
-                why = f"{attr.FILLER_DEAD_LETTERED}{first.detail}"
-                return self._publish_filler(group, seq, key, why, epoch)
-            if first.outcome is IngressOutcome.CANCELLED:
-                return self._publish_filler(group, seq, key, attr.FILLER_CANCELLED, epoch)
-            if first.seq is not None and not 0 < first.seq - seq < KEY_WINDOW:
-                why = f"{attr.FILLER_RENUMBERED}{first.seq}"
-                return self._publish_filler(group, seq, key, why, epoch)
+            if filler is not None:
+                return self._publish_filler(filler)
             return self._route(envelope, replay=False).to_result()
 
         self._processor.process(
-            f"{claim_key}#fifo_seq:{seq}",
+            renumbered.once_key,
             envelope.fingerprint,
             forward,
             context={"message_id": envelope.message.message_id},
         )
 
-    def _publish_filler(
-        self, group: str, seq: int, dedup_key: str, why: str, epoch: str | None
-    ) -> str:
-        filler = attr.filler_message(group, seq, dedup_key, why, epoch=epoch)
-        message_id = self._sink.publish(self._final_topic, filler)
+    def _publish_filler(self, filler: Filler) -> str:
+        message_id = self._sink.publish(self._final_topic, filler.message())
         self.log.decision(
             "filler_forwarded",
-            f"{group}#{seq} carries no message ({why})",
-            dedup_key=dedup_key,
-            fifo_group=group,
-            fifo_seq=seq,
+            f"{filler.group}#{filler.seq} carries no message ({filler.why})",
+            dedup_key=filler.dedup_key,
+            fifo_group=filler.group,
+            fifo_seq=filler.seq,
         )
         return message_id
 
@@ -282,33 +240,29 @@ class Ingress:
     ) -> str:
         """Dead-letter ``message``; for a FIFO number, tell the consumer it carries nothing."""
         dead_id = self._dead_letters.send(message, reason, detail, dedup_key=key)
-        number = attr.fifo_number(message) if fill else None
-        if number is not None:
-            group, seq = number
-            self._publish_filler(
-                group,
-                seq,
-                key or message.message_id,
-                f"{attr.FILLER_DEAD_LETTERED}{reason}",
-                message.attributes.get(attr.FIFO_EPOCH),
-            )
+        filler = core.dead_letter_filler(message, reason, key) if fill else None
+        if filler is not None:
+            self._publish_filler(filler)
         return dead_id
 
-    def _reject(self, message: Message, exc: PermanentError) -> IngressResult:
-        """Dead-letter an invalid delivery once, however often Pub/Sub redelivers it.
-
-        Invalid messages are deduplicated in a separate namespace (their dedup_key may be the
-        very thing that is wrong and must not be reserved), by :func:`_rejection_key`.
-        """
-        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id or None
-        fingerprint = attr.content_fingerprint(message.data, message.attributes)
+    def _dead_letter_once(
+        self, message: Message, letter: DeadLetter, context: Mapping[str, str | None]
+    ) -> None:
         self._rejections.process(
-            _rejection_key(message, fingerprint),
-            fingerprint,
-            lambda: self._dead_letter(message, exc.reason, exc.detail, key),
-            context={"message_id": message.message_id},
+            letter.once_key,
+            letter.fingerprint,
+            lambda: self._dead_letter(
+                message, letter.reason, letter.detail, letter.dedup_key, fill=letter.fill
+            ),
+            context=context,
         )
-        return IngressResult(IngressOutcome.DEAD_LETTERED, key, exc.reason)
+
+    def _reject(self, message: Message, exc: PermanentError) -> IngressResult:
+        """Dead-letter an invalid delivery once, however often Pub/Sub redelivers it
+        (:func:`~pubsub_toolkit.core.ingress.rejection`)."""
+        letter = core.rejection(message, exc.reason, exc.detail)
+        self._dead_letter_once(message, letter, {"message_id": message.message_id})
+        return IngressResult(IngressOutcome.DEAD_LETTERED, letter.dedup_key, exc.reason)
 
     def _route(self, envelope: Envelope, *, replay: bool) -> Routed:
         """The effect: publish now, schedule when due later, or dead-letter when it cannot be
@@ -319,26 +273,23 @@ class Ingress:
             envelope.stamped_attributes(replay=replay),
             ordering_key=envelope.fifo_group or "",
         )
-        seq = envelope.fifo_seq
+        seq, due = envelope.fifo_seq, envelope.deliver_at
         try:
-            due = envelope.deliver_at
-            # Any due time in the future is scheduled: publishing "almost due" messages at once
-            # would deliver them early, which the contract never does.
-            if due is not None and due > self._clock.now():
-                if self._scheduler is None:
-                    raise PermanentError(
-                        REASON_DELAY_UNAVAILABLE,
-                        f"message is due at {attr.format_time(due)} but no scheduler is configured",
-                    )
-                scheduler = self._scheduler
+            where = core.route(due, self._clock.now(), can_schedule=self._scheduler is not None)
+            if where is Route.UNDELIVERABLE:
+                assert due is not None
+                raise PermanentError(REASON_DELAY_UNAVAILABLE, core.undeliverable_detail(due))
+            if where is Route.SCHEDULE:
+                scheduler, at = self._scheduler, due
+                assert scheduler is not None and at is not None
                 task = tracing.scheduled(
-                    lambda m: scheduler.schedule(m, due, envelope.dedup_key),
+                    lambda m: scheduler.schedule(m, at, envelope.dedup_key),
                     getattr(scheduler, "queue", "tasks"),
                     outbound,
                     hop="ingress",
                 )
                 return Routed(IngressOutcome.SCHEDULED, task, seq)
-            if due is not None:
+            if where is Route.RELEASE:
                 return self._release_due(envelope, outbound)
             return Routed(IngressOutcome.PUBLISHED, self._publish(outbound), seq)
         except PermanentError as exc:
@@ -350,57 +301,32 @@ class Ingress:
         a ``cancel`` that got there first wins and one that comes later is told "delivered"."""
         key, seq = fate_key(envelope.dedup_key, outbound.attributes), envelope.fifo_seq
         original = replayed_key(envelope.dedup_key, outbound.attributes)  # a replay's original
-        if is_cancelled(self._store, key, original):
-            self.log.decision(IngressOutcome.CANCELLED, "cancelled; not published", dedup_key=key)
-            self._fill_cancelled(envelope)
-            return Routed(IngressOutcome.CANCELLED, "", seq)
-        released = release_once(
-            self._releases,
-            self._publish,
-            outbound,
-            key,
-            envelope.fingerprint,
-            store=self._store,
-            original_key=original,
+        released = run_release(
+            releasing.release(None),
+            cancelled=lambda: is_cancelled(self._store, key, original),
+            release=lambda: release_once(
+                self._releases,
+                self._publish,
+                outbound,
+                key,
+                envelope.fingerprint,
+                store=self._store,
+                original_key=original,
+            ),
+            clock=self._clock,
         )
-        if released.outcome is Outcome.MISMATCH and is_cancelled(self._store, key, original):
-            self._fill_cancelled(envelope)
+        if released.release is Release.CANCELLED:
+            if not released.after_claim:
+                self.log.decision(
+                    IngressOutcome.CANCELLED, "cancelled; not published", dedup_key=key
+                )
+            filler = core.cancelled_filler(envelope)
+            if filler is not None:
+                self._publish_filler(filler)
             return Routed(IngressOutcome.CANCELLED, "", seq)
-        if released.outcome is Outcome.MISMATCH:
-            raise PermanentError(
-                attr.REASON_FINGERPRINT_MISMATCH,
-                f"dedup_key {key!r} was released before with different content",
-            )
-        return Routed(IngressOutcome.PUBLISHED, released_message_id(released.result), seq)
-
-    def _fill_cancelled(self, envelope: Envelope) -> None:
-        if envelope.fifo_group is not None and envelope.fifo_seq is not None:
-            self._publish_filler(
-                envelope.fifo_group,
-                envelope.fifo_seq,
-                envelope.dedup_key,
-                attr.FILLER_CANCELLED,
-                envelope.message.attributes.get(attr.FIFO_EPOCH),
-            )
+        if released.release is Release.MISMATCH:
+            raise PermanentError(attr.REASON_FINGERPRINT_MISMATCH, mismatch_detail(key))
+        return Routed(IngressOutcome.PUBLISHED, released.message_id, seq)
 
     def _publish(self, outbound: OutboundMessage) -> str:
         return self._sink.publish(self._final_topic, outbound)
-
-
-def _rejection_key(message: Message, fingerprint: str) -> str:
-    """Which refused deliveries are one message, dead-lettered once.
-
-    With a producer's ``dedup_key``: every copy of the same content at the same number - a
-    producer's retry of a publish that timed out after Pub/Sub accepted it has a new message
-    id, and is the same message - except a ``dlq replay`` of it (its ``replay_id``), which took
-    the letter off the dead-letter topic and must leave a new one. Without a ``dedup_key``:
-    each message id (its only identity), with its content (a message id alone can repeat: the
-    emulator restarts its ids at 1). Hashed: the key may be the invalid part (too long...).
-    """
-    attrs = message.attributes
-    own = attrs.get(attr.DEDUP_KEY)
-    if not own:
-        return f"{message.message_id}:{fingerprint}"
-    parts = (own, attrs.get(attr.FIFO_SEQ, ""), attrs.get(attr.REPLAY_ID, ""))
-    named = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-    return f"key:{named}:{fingerprint}"

@@ -60,39 +60,38 @@ behind) hands out numbers again in the same epoch. A Publisher remembers the hig
 handed out per group and epoch, and refuses - StoreUnavailableError, with an ALERT in the log,
 nothing published - a block that does not lie above it.
 
-(About 550 lines: the numbering - blocks, retries, a counter that went back, the per-group
-order of futures, gaps - share the Publisher's memory of what it handed out.)
+(About 450 lines: the numbering - blocks, retries, a counter that went back - shares the
+Publisher's memory of what it handed out. Handing the numbered messages to the client, and
+logging the gaps failed ones leave, is :mod:`~pubsub_toolkit.producer._handover`.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import CancelledError
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit._witness import Witness
-from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.producer._handover import (
+    SentRun,
+    hand_over_of,
+    log_gap,
+    numbered,
+    numbered_attributes,
+)
 from pubsub_toolkit.producer.numbering import NumberingQueue, Pending
 from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, failed, settled
 from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
-
-
-# Hands a run of messages of one ordering key to the client - (topic, key, data, attributes)
-# - and returns their futures; and one message without a key - (topic, data, attributes).
-HandOver = Callable[[str, str, Sequence[bytes], Sequence[Mapping[str, str]]], list[PublishFuture]]
-HandOne = Callable[[str, bytes, Mapping[str, str]], PublishFuture]
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,7 @@ class Publisher:
             raise ValueError("topic must be a topic path such as projects/P/topics/T")
         self._sink = tracing.traced(sink, hop="producer")
         # The fast path when the sink has one (a PubSubSink); else the blocking publish.
-        self._hand_over, self._hand_one = _hand_over_of(sink)
+        self._hand_over, self._hand_one = hand_over_of(sink)
         # Re-entrant: a publish made while this thread is inside another one's sink call (a
         # nested callback; the simulation's interleaving) must not wait for itself.
         self._locks = [threading.RLock() for _ in range(_GROUP_LOCKS)]
@@ -231,20 +230,18 @@ class Publisher:
             try:
                 numbers = self._numbers(counter, group, prepared)
             except Exception as exc:  # nothing reserved, nothing published
-                return [settled(functools.partial(_reraise, exc)) for _ in prepared]
+                return [failed(exc) for _ in prepared]
             futures: list[PublishFuture] = []
-            failed: PublishFuture | None = None
+            failure: PublishFuture | None = None
             for (epoch, seq), (data, stamped) in zip(numbers, prepared, strict=True):
-                if failed is not None:  # the rest stay unsent, as a paused ordering key's would
-                    futures.append(failed)
+                if failure is not None:  # the rest stay unsent, as a paused ordering key's would
+                    futures.append(failure)
                     continue
-                numbered = _numbered(data, stamped, group, epoch, seq)
-                futures.append(
-                    settled(functools.partial(self._sink.publish, self._topic, numbered))
-                )
+                message = numbered(data, stamped, group, epoch, seq)
+                futures.append(settled(functools.partial(self._sink.publish, self._topic, message)))
                 if futures[-1].exception() is not None:
-                    _log_gap(seq, group)
-                    failed = futures[-1]
+                    log_gap(seq, group)
+                    failure = futures[-1]
             return futures
 
     def _send_groups(self, taken: dict[str, list[Pending]]) -> None:
@@ -273,15 +270,14 @@ class Publisher:
             plan = plans[group]
             if plan.keys is None and block is not None:  # all new: the block's numbers
                 seqs = list(block.numbers())
-                epoch = str(block.epoch) if block.epoch else ""
-                attributes = _numbered_attributes(stamped[group], seqs, [epoch] * len(seqs))
+                epochs = [str(block.epoch) if block.epoch else ""] * len(seqs)
             else:
                 numbers = self._assign(group, plan, block)
                 seqs = [seq for _, seq in numbers]
                 epochs = [str(epoch) if epoch else "" for epoch, _ in numbers]
-                attributes = _numbered_attributes(stamped[group], seqs, epochs)
+            attributes = numbered_attributes(stamped[group], seqs, epochs)
             futures = hand_over(self._topic, group, [p.data for p in items], attributes)
-            run = _Run(futures, seqs, group)
+            run = SentRun(futures, seqs, group)
             for index, (pending, future) in enumerate(zip(items, futures, strict=True)):
                 pending.hand_over(future, run, index)
             # One callback per run, not per message: the client settles a key's messages in
@@ -451,117 +447,3 @@ class Publisher:
                 "fifo_group needs a sequence counter: Publisher(sink, topic, counter=...)"
             )
         return self._counter
-
-
-def _numbered(
-    data: bytes, stamped: Mapping[str, str], group: str, epoch: int, seq: int
-) -> OutboundMessage:
-    [numbered] = _numbered_attributes([stamped], [seq], [str(epoch) if epoch else ""])
-    return OutboundMessage(data, numbered, ordering_key=group)
-
-
-def _numbered_attributes(
-    stamped: Sequence[Mapping[str, str]], seqs: Sequence[int], epochs: Sequence[str]
-) -> list[dict[str, str]]:
-    """Each message's attributes with its number and its epoch ("": the counter records none)."""
-    seq_key = attr.FIFO_SEQ
-    return [
-        {**m, seq_key: str(seq), FIFO_EPOCH: epoch} if epoch else {**m, seq_key: str(seq)}
-        for m, seq, epoch in zip(stamped, seqs, epochs, strict=True)
-    ]
-
-
-def _hand_over_of(sink: MessageSink) -> tuple[HandOver | None, HandOne | None]:
-    """How the fast path hands messages to ``sink``: its ``publish_run`` and ``publish_one``
-    (a PubSubSink), one ``publish_future`` per message (a sink with only that), or neither
-    (a blocking sink)."""
-    run: HandOver | None = getattr(sink, "publish_run", None)
-    one: HandOne | None = getattr(sink, "publish_one", None)
-    if run is not None and one is not None:
-        return run, one
-    publish_future = getattr(sink, "publish_future", None)
-    if publish_future is None:
-        return None, None
-
-    def one_by_one(
-        topic: str,
-        ordering_key: str,
-        data: Sequence[bytes],
-        attributes: Sequence[Mapping[str, str]],
-    ) -> list[PublishFuture]:
-        futures: list[PublishFuture] = []
-        for payload, attrs in zip(data, attributes, strict=True):
-            message = OutboundMessage(payload, attrs, ordering_key)
-            try:
-                futures.append(publish_future(topic, message))
-            except Exception as exc:  # refused at once: this message's failure, the rest go on
-                futures.append(failed(exc))
-        return futures
-
-    def single(topic: str, data: bytes, attributes: Mapping[str, str]) -> PublishFuture:
-        return publish_future(topic, OutboundMessage(data, attributes))  # type: ignore[no-any-return]
-
-    return one_by_one, single
-
-
-class _Run:
-    """A group's messages handed to the client together. Each failed one's number is logged
-    as a gap once: when the run's last message is settled (:meth:`check`), or when the caller
-    sees the failure first (:meth:`log`, from the caller's future: so a failure is logged by
-    the time anyone sees it). A caller waiting for one waits for the last first (:meth:`wait`)."""
-
-    def __init__(self, futures: list[PublishFuture], seqs: list[int], group: str) -> None:
-        self._futures = futures
-        self._seqs = seqs
-        self._group = group
-        self._logged: set[int] = set()
-        self._lock = threading.Lock()
-
-    def wait(self, timeout: float) -> None:
-        """Wait until the run's last message is settled, at most ``timeout`` seconds (its
-        outcome is its own caller's: here only the time counts)."""
-        with contextlib.suppress(TimeoutError, CancelledError):
-            self._futures[-1].exception(timeout)
-
-    def check(self, _last: object = None) -> None:
-        """Log each failed message of the run (one not settled yet - a sink that settles out
-        of order - is checked when it is)."""
-        for index, future in enumerate(self._futures):
-            try:
-                failed = future.exception(timeout=0) is not None
-            except TimeoutError:
-                future.add_done_callback(functools.partial(self._check_one, index))
-                continue
-            except CancelledError:
-                failed = True
-            if failed:
-                self.log(index)
-
-    def _check_one(self, index: int, settled_future: PublishFuture) -> None:
-        try:
-            failed = settled_future.exception(timeout=0) is not None
-        except CancelledError:
-            failed = True
-        if failed:
-            self.log(index)
-
-    def log(self, index: int) -> None:
-        """Log message ``index``'s number as a gap (once: both ways may see its failure)."""
-        with self._lock:  # logged before anyone else asking returns
-            if index in self._logged:
-                return
-            self._logged.add(index)
-            _log_gap(self._seqs[index], self._group)
-
-
-def _reraise(exc: Exception) -> str:
-    raise exc
-
-
-def _log_gap(seq: int, group: str) -> None:
-    logger.warning(
-        "publish of fifo_seq %d in group %r failed: the number stays unused (a gap the "
-        "consumer's gap timeout handles)",
-        seq,
-        group,
-    )

@@ -1,7 +1,8 @@
 """Each FIFO group's numbers as its store holds them: handed out, processed, parked, stuck.
 
-Read by the operator's tools (:mod:`pubsub_toolkit.operations.group_status` words and renders
-them) and by :mod:`pubsub_toolkit.metrics` (its FIFO gauges), so it sits below both.
+Read by the operator's tools (the CLI's ``group_status``, in the pubsub-toolkit-cli
+distribution, words and renders them) and by :mod:`pubsub_toolkit.metrics` (its FIFO gauges),
+so it sits below both.
 """
 
 from __future__ import annotations

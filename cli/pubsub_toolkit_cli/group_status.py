@@ -10,8 +10,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from pubsub_toolkit.operations._text_table import format_table
 from pubsub_toolkit.stores.fifo_state.status import GroupStatus, group_statuses
+from pubsub_toolkit_cli._text_table import format_table
 
 __all__ = ["GroupStatus", "group_statuses", "next_command", "render_table", "state_text"]
 

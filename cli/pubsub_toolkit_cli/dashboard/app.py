@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pubsub_toolkit._extras import import_optional
-from pubsub_toolkit.operations.dashboard.render import render_page, render_panel
-from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot
+from pubsub_toolkit_cli.dashboard.render import render_page, render_panel
+from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot
 
 # The page binds 127.0.0.1 only; checking the Host header as well stops DNS rebinding (a web
 # page whose own name resolves to 127.0.0.1 would otherwise read the status, and each request

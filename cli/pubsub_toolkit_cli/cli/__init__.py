@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit.operations.cli import exits
-from pubsub_toolkit.operations.cli.common import (
+from pubsub_toolkit_cli.cli import exits
+from pubsub_toolkit_cli.cli.common import (
     NO_CREDENTIALS,
     attribute,
     delay,
@@ -26,16 +26,16 @@ from pubsub_toolkit.operations.cli.common import (
     fifo_group,
     non_negative_int,
 )
-from pubsub_toolkit.operations.cli.dashboard import add_dashboard_command
-from pubsub_toolkit.operations.cli.local import add_local_commands, cmd_local
-from pubsub_toolkit.operations.cli.messaging import cmd_publish, cmd_subscribe
-from pubsub_toolkit.operations.cli.operator_parsers import (
+from pubsub_toolkit_cli.cli.dashboard import add_dashboard_command
+from pubsub_toolkit_cli.cli.local import add_local_commands, cmd_local
+from pubsub_toolkit_cli.cli.messaging import cmd_publish, cmd_subscribe
+from pubsub_toolkit_cli.cli.operator_parsers import (
     add_dlq_commands,
     add_fifo_commands,
     add_project_everywhere,
     add_status_command,
 )
-from pubsub_toolkit.operations.cli.trace import add_trace_command
+from pubsub_toolkit_cli.cli.trace import add_trace_command
 
 # Options whose value may start with "-" (a negative duration): argparse would take "-5s" for
 # an option and answer "expected one argument", so `--delay -5s` is read as `--delay=-5s` and

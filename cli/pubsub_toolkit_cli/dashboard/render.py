@@ -16,7 +16,7 @@ from datetime import timedelta
 from html import escape
 
 from pubsub_toolkit.attributes import format_time
-from pubsub_toolkit.operations.dashboard.card_html import (
+from pubsub_toolkit_cli.dashboard.card_html import (
     absolute,
     ago,
     backlog_card,
@@ -28,9 +28,9 @@ from pubsub_toolkit.operations.dashboard.card_html import (
     scheduled_card,
     store_card,
 )
-from pubsub_toolkit.operations.dashboard.charts import render_charts
-from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot
-from pubsub_toolkit.operations.group_status import GroupStatus, next_command, state_text
+from pubsub_toolkit_cli.dashboard.charts import render_charts
+from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot
+from pubsub_toolkit_cli.group_status import GroupStatus, next_command, state_text
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5rem;color:#1d2330;background:#f6f7f9}

@@ -2,7 +2,7 @@
 
 The local stack (emulators, the Cloud Tasks emulator, the demo) is ``pubsub-toolkit-local``, a
 separate distribution in the repository's ``local/`` folder that never ships in a bundle. It
-depends on this library, never the other way round: the library does not import it. It declares
+depends on the library and on this CLI, never the other way round: neither imports it. It declares
 what it serves as entry points (``importlib.metadata``), looked up only when one of these commands
 runs, so every other command works without it:
 

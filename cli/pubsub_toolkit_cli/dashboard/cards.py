@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pubsub_toolkit.operations.dashboard.monitoring import NotAvailable
+from pubsub_toolkit_cli.dashboard.monitoring import NotAvailable
 
 logger = logging.getLogger(__name__)
 

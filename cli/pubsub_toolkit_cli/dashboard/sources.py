@@ -21,25 +21,25 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pubsub_toolkit.config import Settings, queue_path
-from pubsub_toolkit.operations.dashboard.cards import Part, describe
-from pubsub_toolkit.operations.dashboard.history import WINDOW_MINUTES, BacklogHistory, History
-from pubsub_toolkit.operations.dashboard.monitoring import (
+from pubsub_toolkit.stores.counters.base import SequenceCounter
+from pubsub_toolkit.stores.fifo_state.base import FifoStore
+from pubsub_toolkit.stores.stats.base import DELIVERIES, DUPLICATES, RELAY_SCOPE, StatsStore
+from pubsub_toolkit_cli.dashboard.cards import Part, describe
+from pubsub_toolkit_cli.dashboard.history import WINDOW_MINUTES, BacklogHistory, History
+from pubsub_toolkit_cli.dashboard.monitoring import (
     CloudMonitoring,
     ConsumerHealth,
     NoMonitoring,
     NotAvailable,
     PipelineMetrics,
 )
-from pubsub_toolkit.operations.dashboard.snapshot import (
+from pubsub_toolkit_cli.dashboard.snapshot import (
     DeadLetterCounts,
     DedupRate,
     ScheduledCount,
     StoreHealth,
 )
-from pubsub_toolkit.operations.group_status import GroupStatus, group_statuses
-from pubsub_toolkit.stores.counters.base import SequenceCounter
-from pubsub_toolkit.stores.fifo_state.base import FifoStore
-from pubsub_toolkit.stores.stats.base import DELIVERIES, DUPLICATES, RELAY_SCOPE, StatsStore
+from pubsub_toolkit_cli.group_status import GroupStatus, group_statuses
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +116,8 @@ class LiveStatusSource:
         groups: Sequence[str] = (),
     ) -> LiveStatusSource:
         """Clients for the pipeline ``env`` describes (default ``os.environ``)."""
-        from pubsub_toolkit.emulator import subscriber_client
         from pubsub_toolkit.stores.factory import backend_from_settings
+        from pubsub_toolkit_cli.emulator import subscriber_client
 
         env = os.environ if env is None else env
         settings = Settings.from_env(env)

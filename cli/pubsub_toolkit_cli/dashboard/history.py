@@ -1,7 +1,7 @@
 """The last hour, minute by minute: what the status page charts.
 
 Counts per minute come from the stats store's minute buckets (:mod:`pubsub_toolkit.stores.stats`,
-written by every ingress instance's :class:`~pubsub_toolkit.operations.stats.CounterFlusher`):
+written by every ingress instance's :class:`~pubsub_toolkit.stats.CounterFlusher`):
 deliveries, duplicates and dead letters; delay lateness p50/p99 from the histogram's bucket
 counts of each minute (a bucket's upper bound, as :meth:`Histogram.quantile` gives). The
 per-group backlog (parked messages) is not a counter: :class:`BacklogHistory` samples the FIFO
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from pubsub_toolkit.observability import BUCKETS, LATENESS, Histogram
-from pubsub_toolkit.operations.group_status import GroupStatus
 from pubsub_toolkit.stores.stats.base import (
     BUCKET_MARK,
     DEAD_LETTERED,
@@ -24,6 +23,7 @@ from pubsub_toolkit.stores.stats.base import (
     DUPLICATES,
     minute_of,
 )
+from pubsub_toolkit_cli.group_status import GroupStatus
 
 WINDOW_MINUTES = 60
 BUSIEST_GROUPS = 5  # groups charted: the most parked messages at any minute of the window

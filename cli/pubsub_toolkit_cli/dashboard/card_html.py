@@ -11,9 +11,9 @@ import math
 from datetime import UTC, datetime, timedelta
 from html import escape
 
-from pubsub_toolkit.operations.dashboard.cards import Unavailable
-from pubsub_toolkit.operations.dashboard.monitoring import SubscriptionBacklog
-from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot
+from pubsub_toolkit_cli.dashboard.cards import Unavailable
+from pubsub_toolkit_cli.dashboard.monitoring import SubscriptionBacklog
+from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot
 
 
 def card(card_id: str, title: str, body: str, problem: str | None) -> str:

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pubsub_toolkit.attributes import format_time
-from pubsub_toolkit.operations.dashboard.cards import CardReader, Part, Unavailable
-from pubsub_toolkit.operations.dashboard.history import History
-from pubsub_toolkit.operations.dashboard.monitoring import ConsumerHealth, SubscriptionBacklog
-from pubsub_toolkit.operations.group_status import GroupStatus, state_text
+from pubsub_toolkit_cli.dashboard.cards import CardReader, Part, Unavailable
+from pubsub_toolkit_cli.dashboard.history import History
+from pubsub_toolkit_cli.dashboard.monitoring import ConsumerHealth, SubscriptionBacklog
+from pubsub_toolkit_cli.group_status import GroupStatus, state_text
 
 
 @dataclass(frozen=True)

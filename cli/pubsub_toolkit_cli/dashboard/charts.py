@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from html import escape
 
-from pubsub_toolkit.operations.dashboard.history import History
+from pubsub_toolkit_cli.dashboard.history import History
 
 WIDTH, HEIGHT = 360, 110
 LEFT, RIGHT, TOP, BOTTOM = 34, 4, 6, 16  # margins: axis labels left and below

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pubsub_toolkit.operations.cli.common import positive_int
-from pubsub_toolkit.operations.cli.dead_letters import cmd_dlq_list
-from pubsub_toolkit.operations.cli.operations import (
+from pubsub_toolkit_cli.cli.common import positive_int
+from pubsub_toolkit_cli.cli.dead_letters import cmd_dlq_list
+from pubsub_toolkit_cli.cli.operations import (
     cmd_dlq_replay,
     cmd_fifo_replay,
     cmd_fifo_skip,

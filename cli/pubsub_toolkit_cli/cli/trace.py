@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import Any
 
-from pubsub_toolkit.operations.cli.local import plugin_trace_file
-from pubsub_toolkit.operations.trace_tree import TraceFileError, load_spans, render
+from pubsub_toolkit_cli.cli.local import plugin_trace_file
+from pubsub_toolkit_cli.trace_tree import TraceFileError, load_spans, render
 
 
 def add_trace_command(commands: Any) -> None:

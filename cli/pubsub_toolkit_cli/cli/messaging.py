@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from pubsub_toolkit.errors import ToolkitError, TransientError
-from pubsub_toolkit.operations.cli.common import (
+from pubsub_toolkit_cli.cli.common import (
     full_subscription,
     full_topic,
     require_emulator_if_local,
@@ -83,14 +83,14 @@ class _Quota:
 
 def _subscriber(choice: str) -> Any:
     """The client `subscribe` receives with: unary pull against the emulator (``auto``)."""
-    from pubsub_toolkit.emulator import subscriber_client
+    from pubsub_toolkit_cli.emulator import subscriber_client
 
     unary = choice == "unary" or (
         choice == "auto" and bool(os.environ.get("PUBSUB_EMULATOR_HOST", "").strip())
     )
     if not unary:
         return subscriber_client()
-    from pubsub_toolkit.consumer.unary_pull import UnaryPullSubscriber
+    from pubsub_toolkit_cli.unary_pull import UnaryPullSubscriber
 
     return UnaryPullSubscriber(subscriber_client())
 

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit.operations.cli.common import require_emulator_if_local
+from pubsub_toolkit_cli.cli.common import require_emulator_if_local
 
 HOST = "127.0.0.1"  # loopback only: the page has no authentication
 
@@ -43,9 +43,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from werkzeug.serving import make_server
 
     from pubsub_toolkit.clock import SYSTEM_CLOCK
-    from pubsub_toolkit.operations.dashboard.app import create_app
-    from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot, gather
-    from pubsub_toolkit.operations.dashboard.sources import LiveStatusSource
+    from pubsub_toolkit_cli.dashboard.app import create_app
+    from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot, gather
+    from pubsub_toolkit_cli.dashboard.sources import LiveStatusSource
 
     if args.refresh < 1:
         raise ToolkitError("--refresh must be at least 1 second")

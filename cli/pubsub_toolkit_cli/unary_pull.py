@@ -302,7 +302,7 @@ class _PullSession:
 class UnaryPullSubscriber:
     """Drop-in for ``pubsub_v1.SubscriberClient`` where :class:`Consumer` uses it.
 
-    ``client`` defaults to :func:`pubsub_toolkit.emulator.subscriber_client` (10 MB messages
+    ``client`` defaults to :func:`pubsub_toolkit_cli.emulator.subscriber_client` (10 MB messages
     against the emulator); it is closed by :meth:`close`.
     """
 
@@ -314,7 +314,7 @@ class UnaryPullSubscriber:
         callback_threads: int = 10,
     ) -> None:
         if client is None:
-            from pubsub_toolkit.emulator import subscriber_client
+            from pubsub_toolkit_cli.emulator import subscriber_client
 
             client = subscriber_client()
         self._client = client

@@ -8,20 +8,20 @@ import os
 from typing import TYPE_CHECKING
 
 from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit.operations.cli.common import (
+from pubsub_toolkit_cli.cli.common import (
     full_subscription,
     full_topic,
     require_emulator_if_local,
 )
-from pubsub_toolkit.operations.cli.exits import UsageError
+from pubsub_toolkit_cli.cli.exits import UsageError
 
 if TYPE_CHECKING:
     from pubsub_toolkit.consumer.gate import FifoGate
     from pubsub_toolkit.dead_letters.listing import DeadLetter
-    from pubsub_toolkit.operations.dashboard.snapshot import StatusSnapshot
     from pubsub_toolkit.stores.counters.base import SequenceCounter
     from pubsub_toolkit.stores.dedup.base import DedupStore
     from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
+    from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot
 
 
 def gate_and_counter(
@@ -52,8 +52,8 @@ def gate_and_counter(
 
 def cmd_status(args: argparse.Namespace) -> int:
     from pubsub_toolkit.clock import SYSTEM_CLOCK
-    from pubsub_toolkit.operations.dashboard.snapshot import gather
-    from pubsub_toolkit.operations.dashboard.sources import LiveStatusSource
+    from pubsub_toolkit_cli.dashboard.snapshot import gather
+    from pubsub_toolkit_cli.dashboard.sources import LiveStatusSource
 
     require_emulator_if_local()
     source = LiveStatusSource.from_env(
@@ -74,7 +74,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def status_lines(snapshot: StatusSnapshot, *, dead_letter_name: str) -> list[str]:
     """The `status` command's text for ``snapshot``."""
-    from pubsub_toolkit.operations.group_status import render_table
+    from pubsub_toolkit_cli.group_status import render_table
 
     lines = [f"FIFO groups of consumer {snapshot.consumer!r} with work, and any named:"]
     lines.append(render_table(snapshot.groups) if snapshot.groups else "(none)")
@@ -134,8 +134,8 @@ def dead_letter_subscription(args: argparse.Namespace) -> str:
 
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
     from pubsub_toolkit.dead_letters.replay import replay
-    from pubsub_toolkit.emulator import subscriber_client
     from pubsub_toolkit.producer.sink import PubSubSink
+    from pubsub_toolkit_cli.emulator import subscriber_client
 
     require_emulator_if_local()
 

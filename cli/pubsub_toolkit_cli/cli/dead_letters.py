@@ -8,8 +8,8 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pubsub_toolkit.operations._text_table import format_table
-from pubsub_toolkit.operations.cli.common import full_subscription, require_emulator_if_local
+from pubsub_toolkit_cli._text_table import format_table
+from pubsub_toolkit_cli.cli.common import full_subscription, require_emulator_if_local
 
 if TYPE_CHECKING:
     from pubsub_toolkit.dead_letters.listing import DeadLetter
@@ -19,7 +19,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     """List what waits on the dead-letter subscription (nothing is consumed)."""
     from pubsub_toolkit.clock import SYSTEM_CLOCK
     from pubsub_toolkit.dead_letters.listing import list_dead_letters
-    from pubsub_toolkit.emulator import subscriber_client
+    from pubsub_toolkit_cli.emulator import subscriber_client
 
     require_emulator_if_local()
     subscription = full_subscription(args.subscription)
