@@ -1,5 +1,6 @@
 """What the sync and the async ``@idempotent`` guard share: keys, settings, the message a
-callback receives, and holding deliveries back while a setting is wrong.
+callback receives, holding deliveries back while a setting is wrong, and each call shape's
+protocol - decided in :mod:`pubsub_toolkit.core.consume`, which each guard only drives.
 
 Below both guards (:class:`pubsub_toolkit.decorators.Idempotent` and
 :class:`pubsub_toolkit._idempotent_async.AsyncIdempotent`), so that the async one needs nothing

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
 
 logger = logging.getLogger("pubsub_toolkit.decorators")
-IN_PROGRESS = consume.IN_PROGRESS  # importable from here, as before
 
 
 def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
@@ -54,7 +53,7 @@ def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
             except ClaimInProgressError:
                 from starlette.exceptions import HTTPException  # functions_framework.aio's
 
-                raise HTTPException(503, detail=IN_PROGRESS) from None
+                raise HTTPException(503, detail=consume.IN_PROGRESS) from None
 
         guarded_event.close = guard.close  # type: ignore[attr-defined]
         guarded_event.aclose = guard.aclose  # type: ignore[attr-defined]
@@ -70,7 +69,7 @@ def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
         except ClaimInProgressError:
             import flask
 
-            flask.abort(503, description=IN_PROGRESS)
+            flask.abort(503, description=consume.IN_PROGRESS)
 
     guarded.close = guard.close  # type: ignore[attr-defined]
     return cast(Guarded, guarded)
