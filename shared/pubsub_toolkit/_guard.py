@@ -1,5 +1,6 @@
 """What the sync and the async ``@idempotent`` guard share: keys, settings, the message a
-callback receives, and holding deliveries back while a setting is wrong.
+callback receives, holding deliveries back while a setting is wrong, and each call shape's
+protocol - decided in :mod:`pubsub_toolkit.core.consume`, which each guard only drives.
 
 Below both guards (:class:`pubsub_toolkit.decorators.Idempotent` and
 :class:`pubsub_toolkit._idempotent_async.AsyncIdempotent`), so that the async one needs nothing
@@ -13,10 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pubsub_toolkit import attributes as attr
+from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import ConsumerSettings, Settings
+from pubsub_toolkit.consumer._settle import nack_after, to_message
+from pubsub_toolkit.core import consume
+from pubsub_toolkit.core.consume import Answer, MissingKey
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, RedeliveryRequested
 from pubsub_toolkit.message import Message
 
@@ -28,7 +33,6 @@ logger = logging.getLogger("pubsub_toolkit.decorators")
 SETTING_RETRY_SECONDS = 60
 
 KeyFunction = Callable[[Message], "str | None"]
-MissingKey = Literal["dead_letter", "run"]
 
 
 class NackRequested(RedeliveryRequested):
@@ -121,15 +125,33 @@ class Guard:
             return None
         return replace(message, attributes={**message.attributes, attr.DEDUP_KEY: found})
 
-    def _run_unguarded(self, message: Message, processor: Any) -> bool:
-        """For a message without a key: True to run it anyway (the user opted out), else it
-        is dead-lettered (never run without a guard by default)."""
-        if self._on_missing_key == "run":
-            logger.warning("message without a dedup key runs unguarded (on_missing_key='run')")
-            return True
-        detail = "no dedup_key attribute, no key from the key function and no message id"
-        processor.reject(message, PermanentError(attr.REASON_INVALID_DEDUP_KEY, detail))
-        return False
+    # --- the two call shapes, decided in the core (both drivers run these) -----------------
+
+    def _event_protocol(self, cloud_event: Any) -> consume.Protocol[object]:
+        """What to do with a CloudEvent (see :func:`~pubsub_toolkit.core.consume.cloud_event`)."""
+        try:
+            message, unreadable = message_from_event_data(cloud_event.data), None
+        except PermanentError as exc:
+            message, unreadable = Message(repr(cloud_event.data).encode()), exc
+        keyed = None if unreadable is not None else self._with_key(message)
+        return consume.cloud_event(message, unreadable, keyed, self._on_missing_key)
+
+    def _delivery_protocol(self, received: Any) -> consume.Protocol[None]:
+        """What to do with a subscriber callback's message (see
+        :func:`~pubsub_toolkit.core.consume.pubsub_delivery`)."""
+        message = to_message(received)
+        return consume.pubsub_delivery(message, self._with_key(message), self._on_missing_key)
+
+    def _answer(self, received: Any, error: Exception | None) -> None:
+        """Ack, hold back or nack ``received`` (:func:`~pubsub_toolkit.core.consume.answer`).
+        Call it from the ``except`` block after a failure: a nack logs that traceback."""
+        verdict = consume.answer(error)
+        if verdict is Answer.ACK or error is None:
+            received.ack()
+        elif verdict is Answer.HOLD_BACK and isinstance(error, ConfigurationError):
+            self._hold_back(received, error)
+        else:
+            nack_after(received, error)
 
     # --- wiring --------------------------------------------------------------------------
 

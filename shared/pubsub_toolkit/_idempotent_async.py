@@ -26,20 +26,19 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from pubsub_toolkit import attributes as attr
 from pubsub_toolkit._bridge import await_, run_sync
 from pubsub_toolkit._guard import Guard, Guarded
 from pubsub_toolkit._guard import delivered as _delivered
 from pubsub_toolkit._loop_thread import LoopThread
-from pubsub_toolkit.cloudevent import message_from_event_data
-from pubsub_toolkit.errors import ClaimInProgressError, ConfigurationError, PermanentError
+from pubsub_toolkit.consumer._settle import sweep_until_async
+from pubsub_toolkit.core import consume
+from pubsub_toolkit.errors import ClaimInProgressError
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:
     from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
 
 logger = logging.getLogger("pubsub_toolkit.decorators")
-IN_PROGRESS = "being processed elsewhere; deliver again later"
 
 
 def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
@@ -54,7 +53,7 @@ def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
             except ClaimInProgressError:
                 from starlette.exceptions import HTTPException  # functions_framework.aio's
 
-                raise HTTPException(503, detail=IN_PROGRESS) from None
+                raise HTTPException(503, detail=consume.IN_PROGRESS) from None
 
         guarded_event.close = guard.close  # type: ignore[attr-defined]
         guarded_event.aclose = guard.aclose  # type: ignore[attr-defined]
@@ -62,7 +61,7 @@ def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
 
     @functools.wraps(handler)
     def guarded(delivery: Any) -> Any:
-        if callable(getattr(delivery, "ack", None)) and callable(getattr(delivery, "nack", None)):
+        if consume.is_subscriber_message(delivery):
             guard.on_pubsub_message(delivery)
             return None
         try:  # a CloudEvent from a sync server (Flask): run it on the guard's loop
@@ -70,7 +69,7 @@ def decorate_async(handler: Callable[..., Any], **options: Any) -> Guarded:
         except ClaimInProgressError:
             import flask
 
-            flask.abort(503, description=IN_PROGRESS)
+            flask.abort(503, description=consume.IN_PROGRESS)
 
     guarded.close = guard.close  # type: ignore[attr-defined]
     return cast(Guarded, guarded)
@@ -109,31 +108,13 @@ class AsyncIdempotent(Guard):
             self._async_processor = AsyncMessageProcessor.from_settings(settings, consumer, handle)
         return self._async_processor
 
-    # --- a CloudEvent, on the caller's loop ----------------------------------------------
+    # --- the two call shapes: the core decides (core.consume), this drives it on the loop ---
 
     async def on_cloud_event(self, cloud_event: Any) -> Any:
         """Returning acks, raising redelivers; ClaimInProgressError while held elsewhere."""
-        processor = self._processor_here()
-        try:
-            message = message_from_event_data(cloud_event.data)
-        except PermanentError as exc:
-            await processor.reject(Message(repr(cloud_event.data).encode()), exc)
-            return None
-        keyed = self._with_key(message)
-        if keyed is None:
-            if await run_sync(self._run_unguarded, message, processor.sync):
-                return await self._handler(cloud_event)
-            return None
-        ran: dict[str, Any] = {}
-
-        def call() -> object:  # inside run_sync: the handler is awaited on this loop
-            ran["value"] = await_(self._handler(cloud_event))
-            return ran["value"]
-
-        _, stored = await run_sync(processor.sync.run_once, keyed, call)
-        return ran.get("value", stored)
-
-    # --- a subscriber callback, handed to this guard's loop -------------------------------
+        self._processor_here()  # a missing setting raises here, before the event is read
+        protocol = self._event_protocol(cloud_event)
+        return await consume.run_async(protocol, lambda e: self._perform(e, cloud_event))
 
     def on_pubsub_message(self, received: Any) -> None:
         """Called on the client's threads: schedule the message on the loop, return."""
@@ -148,35 +129,44 @@ class AsyncIdempotent(Guard):
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, received: Any) -> None:
-        from pubsub_toolkit.consumer._settle import nack_after, to_message
-
         try:
-            processor = self._processor_here()
-            message = to_message(received)
-            keyed = self._with_key(message)
-            if keyed is None:
-                if await run_sync(self._run_unguarded, message, processor.sync):
-                    await self._handler(_delivered(message))
-            else:
-                if attr.FIFO_GROUP in keyed.attributes and self._sweep_task is None:
-                    self._sweep_task = asyncio.create_task(self._sweep(processor))
-                await processor.process(keyed)
-        except ConfigurationError as exc:
-            self._hold_back(received, exc)
+            self._processor_here()
+            protocol = self._delivery_protocol(received)
+            await consume.run_async(protocol, lambda e: self._perform(e, None))
         except Exception as exc:
-            nack_after(received, exc)
+            self._answer(received, exc)
         else:
-            received.ack()
+            self._answer(received, None)
+
+    async def _perform(self, effect: consume.Effect, cloud_event: Any) -> object:
+        """Perform one effect of a delivery's protocol; ``cloud_event``: the CloudEvent the
+        handler takes (None: a subscriber callback, which takes a DeliveredMessage)."""
+        processor = self._processor_here()
+        if type(effect) is consume.Process:
+            return await processor.process(effect.message)
+        if type(effect) is consume.RunOnce:
+            ran: dict[str, Any] = {}
+
+            def call() -> object:  # inside run_sync: the handler is awaited on this loop
+                ran["value"] = await_(self._handler(cloud_event))
+                return ran["value"]
+
+            _, stored = await run_sync(processor.sync.run_once, effect.message, call)
+            return consume.Ran("value" in ran, ran.get("value"), stored)
+        if type(effect) is consume.Reject:
+            return await processor.reject(effect.message, effect.error)
+        if type(effect) is consume.Unguarded:
+            logger.warning(consume.UNGUARDED)
+            handed = _delivered(effect.message) if cloud_event is None else cloud_event
+            return await self._handler(handed)
+        assert type(effect) is consume.StartSweeper
+        if self._sweep_task is None:
+            self._sweep_task = asyncio.create_task(self._sweep(processor))
+        return None
 
     async def _sweep(self, processor: AsyncMessageProcessor) -> None:
         # Parked heads whose backoff ran out and gap timeouts happen between messages.
-        while not self._closing.is_set():
-            await asyncio.sleep(self._sweep_interval)
-            try:
-                for group in await processor.gate.groups():
-                    await processor.gate.sweep(group)
-            except Exception:
-                logger.exception("FIFO sweep failed; trying again next interval")
+        await sweep_until_async(processor.gate, self._sweep_interval, self._closing.is_set, logger)
 
     async def _drain(self, timeout: float) -> None:
         if self._sweep_task is not None:

@@ -51,7 +51,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit._guard import (  # the shared parts, also importable from here as before
     SETTING_RETRY_SECONDS,
@@ -59,14 +58,14 @@ from pubsub_toolkit._guard import (  # the shared parts, also importable from he
     Guard,
     Guarded,
     KeyFunction,
-    MissingKey,
     NackRequested,
 )
 from pubsub_toolkit._guard import delivered as _delivered
-from pubsub_toolkit.cloudevent import message_from_event_data
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.errors import ClaimInProgressError, ConfigurationError, PermanentError
-from pubsub_toolkit.message import Message
+from pubsub_toolkit.consumer._settle import sweep_until
+from pubsub_toolkit.core import consume
+from pubsub_toolkit.core.consume import MissingKey
+from pubsub_toolkit.errors import ClaimInProgressError
 
 __all__ = [
     "SETTING_RETRY_SECONDS",
@@ -139,63 +138,61 @@ class Idempotent(Guard):
         self._processor: Any = None  # MessageProcessor, built on the first delivery
         self._sweeper: threading.Thread | None = None
 
-    # --- the two call shapes -------------------------------------------------------------
+    # --- the two call shapes: the core decides (core.consume), this drives it in sync ------
 
     def __call__(self, delivery: Any) -> Any:
-        if callable(getattr(delivery, "ack", None)) and callable(getattr(delivery, "nack", None)):
+        if consume.is_subscriber_message(delivery):
             self._on_pubsub_message(delivery)
             return None
         return self._on_cloud_event(delivery)
 
     def _on_cloud_event(self, cloud_event: Any) -> Any:
         """functions-framework: returning acks, raising redelivers, 503 is a quiet retry."""
-        processor = self._get_processor()
+        self._get_processor()  # a missing setting raises here, before the event is read
+        protocol = self._event_protocol(cloud_event)
         try:
-            message = message_from_event_data(cloud_event.data)
-        except PermanentError as exc:
-            processor.reject(Message(repr(cloud_event.data).encode()), exc)
-            return None
-        keyed = self._with_key(message)
-        if keyed is None:
-            return self._handler(cloud_event) if self._run_unguarded(message, processor) else None
-        ran: dict[str, Any] = {}
-
-        def call() -> object:
-            ran["value"] = self._handler(cloud_event)
-            return ran["value"]
-
-        try:
-            with tracing.handling(keyed, processor.gate.consumer, hop="consumer"):
-                _, stored = processor.run_once(keyed, call)
+            return consume.run(protocol, lambda effect: self._perform(effect, cloud_event))
         except ClaimInProgressError:
             import flask  # functions-framework runs on Flask
 
             # Any non-2xx makes Pub/Sub deliver again; an HTTPException is answered without
             # Flask's ERROR traceback (the dedup decision log said "in_progress" at INFO).
-            flask.abort(503, description="being processed elsewhere; deliver again later")
-        return ran.get("value", stored)
+            flask.abort(503, description=consume.IN_PROGRESS)
 
     def _on_pubsub_message(self, received: Any) -> None:
         """A streaming-pull callback: ack when handled, deduplicated or dead-lettered."""
-        from pubsub_toolkit.consumer._settle import nack_after, to_message
-
         try:
-            processor = self._get_processor()
-            message = to_message(received)
-            keyed = self._with_key(message)
-            if keyed is None:
-                if self._run_unguarded(message, processor):
-                    self._handler(_delivered(message))
-            else:
-                if attr.FIFO_GROUP in keyed.attributes:
-                    self._start_sweeper(processor)
-                processor.process(keyed)
-        except ConfigurationError as exc:
-            self._hold_back(received, exc)
+            self._get_processor()
+            consume.run(self._delivery_protocol(received), lambda e: self._perform(e, None))
         except Exception as exc:
-            nack_after(received, exc)
+            self._answer(received, exc)
         else:
-            received.ack()
+            self._answer(received, None)
+
+    def _perform(self, effect: consume.Effect, cloud_event: Any) -> object:
+        """Perform one effect of a delivery's protocol; ``cloud_event``: the CloudEvent the
+        handler takes (None: a subscriber callback, which takes a DeliveredMessage)."""
+        processor = self._get_processor()
+        if type(effect) is consume.Process:
+            return processor.process(effect.message)
+        if type(effect) is consume.RunOnce:
+            ran: dict[str, Any] = {}
+
+            def call() -> object:
+                ran["value"] = self._handler(cloud_event)
+                return ran["value"]
+
+            with tracing.handling(effect.message, processor.gate.consumer, hop="consumer"):
+                _, stored = processor.run_once(effect.message, call)
+            return consume.Ran("value" in ran, ran.get("value"), stored)
+        if type(effect) is consume.Reject:
+            return processor.reject(effect.message, effect.error)
+        if type(effect) is consume.Unguarded:
+            logger.warning(consume.UNGUARDED)
+            return self._handler(_delivered(effect.message) if cloud_event is None else cloud_event)
+        assert type(effect) is consume.StartSweeper
+        self._start_sweeper(processor)
+        return None
 
     # --- wiring --------------------------------------------------------------------------
 
@@ -223,12 +220,7 @@ class Idempotent(Guard):
 
     def _sweep_loop(self, gate: Any) -> None:
         # Parked heads whose backoff ran out and gap timeouts happen between messages.
-        while not self._closing.wait(self._sweep_interval):
-            try:
-                for group in gate.groups():
-                    gate.sweep(group)
-            except Exception:
-                logger.exception("FIFO sweep failed; trying again next interval")
+        sweep_until(gate, self._sweep_interval, self._closing, logger)
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the FIFO sweeper (if one started) and give back the leases it holds."""

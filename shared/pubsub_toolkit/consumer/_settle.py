@@ -1,20 +1,26 @@
 """Settling a delivery, shared by every consumer: the sync and async ``Consumer`` and the
 decorator's subscriber callback - ack or nack as the delivery's ``settle`` span, an outcome
-told to a listener, a google-cloud-pubsub message read as our :class:`Message`.
+told to a listener, a google-cloud-pubsub message read as our :class:`Message`, and the FIFO
+sweeper's loop (a thread's and a task's, over one pass decided in
+:func:`pubsub_toolkit.core.consume.sweep_pass`).
 
 Below both consumers, so that the async one needs nothing of the sync one (which picks it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pubsub_toolkit import tracing
 from pubsub_toolkit.consumer._acks import ack
-from pubsub_toolkit.errors import TransientError
+from pubsub_toolkit.core import consume
 from pubsub_toolkit.message import Message
+from pubsub_toolkit.tracing import RECEIVE
 
 # The subscriber's logger, as before these helpers left it: logging set up for it still applies.
 logger = logging.getLogger("pubsub_toolkit.consumer.subscriber")
@@ -25,12 +31,11 @@ def nack_after(received: Any, exc: Exception) -> str:
     """Nack ``received`` after ``exc`` and return the outcome: ``retry`` for a TransientError
     (expected: one INFO line), ``error`` for anything else (logged with its traceback). Call it
     from the ``except`` block, so the traceback is the one being handled."""
-    if isinstance(exc, TransientError):
+    outcome = consume.failure_outcome(exc)
+    if outcome == "retry":
         logger.info("redelivering %s: %s", received.message_id, exc)
-        outcome = "retry"
     else:
         logger.exception("handler error on %s; redelivering", received.message_id)
-        outcome = "error"
     received.nack()
     return outcome
 
@@ -70,3 +75,78 @@ def to_message(received: Any) -> Message:
         publish_time=received.publish_time,
         ordering_key=received.ordering_key or "",
     )
+
+
+class Consumed:
+    """What :func:`consuming`'s block sets: the processor's outcome (acked)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self) -> None:
+        self.outcome = "ack"
+
+
+@contextmanager
+def consuming(
+    subscription: str, received: Any, message: Message, listener: OutcomeListener | None
+) -> Iterator[Consumed]:
+    """A consumer's handling of one delivery, around its block (which sets the processor's
+    outcome): the ``receive`` span; the ack, or after an exception the nack (see :func:`settle`;
+    the exception goes no further); the outcome told to ``listener``. One body for the sync and
+    the async consumer, whose blocks differ only by an ``await``."""
+    consumed = Consumed()
+    with tracing.handling(message, subscription, hop="consumer", operation=RECEIVE):
+        try:
+            yield consumed
+        except Exception as exc:
+            outcome = settle(subscription, received, message, exc)
+        else:
+            settle(subscription, received, message)
+            outcome = consumed.outcome
+    tell(listener, message, outcome)
+
+
+def _sweep_effect(gate: Any, effect: consume.ListGroups | consume.Sweep) -> object:
+    if isinstance(effect, consume.Sweep):
+        return gate.sweep(effect.group)
+    return gate.groups()
+
+
+async def _sweep_effect_async(gate: Any, effect: consume.ListGroups | consume.Sweep) -> object:
+    if isinstance(effect, consume.Sweep):
+        return await gate.sweep(effect.group)
+    return await gate.groups()
+
+
+def sweep_until(
+    gate: Any,
+    interval: float,
+    closing: threading.Event,
+    log: logging.Logger,
+    busy: Callable[[str], bool] = consume.never,
+) -> None:
+    """A sweeper thread: a pass over ``gate``'s groups every ``interval`` seconds until
+    ``closing`` is set; a failed pass is logged on ``log`` and tried again at the next."""
+    while not closing.wait(interval):
+        try:
+            consume.run(consume.sweep_pass(closing.is_set, busy), lambda e: _sweep_effect(gate, e))
+        except Exception:
+            log.exception(consume.SWEEP_FAILED)
+
+
+async def sweep_until_async(
+    gate: Any,
+    interval: float,
+    closing: Callable[[], bool],
+    log: logging.Logger,
+    busy: Callable[[str], bool] = consume.never,
+) -> None:
+    """:func:`sweep_until` as a task on the running loop, over an async gate."""
+    while not closing():
+        await asyncio.sleep(interval)
+        try:
+            await consume.run_async(
+                consume.sweep_pass(closing, busy), lambda e: _sweep_effect_async(gate, e)
+            )
+        except Exception:
+            log.exception(consume.SWEEP_FAILED)

@@ -1,5 +1,5 @@
 """How a consumer's stream ended: what ``Consumer.result()`` (and ``AsyncConsumer.result()``)
-returns or raises.
+returns or raises; and :func:`close_stream`, how both consumers end it.
 
 Settled once: by the consumer's ``stop()`` (a clean stop: ``result()`` returns), or by the
 stream ending on its own - a missing or forbidden subscription, bad credentials: the client's
@@ -82,3 +82,13 @@ class StreamEnd:
                 self.future.set_result(None)
             else:
                 self.future.set_exception(error)
+
+
+def close_stream(stream: Any, timeout: float) -> None:
+    """Cancel a consumer's streaming pull and wait up to ``timeout`` for it to end (it blocks:
+    the client joins its own threads). Its CancelledError is the expected end."""
+    stream.cancel()
+    try:
+        stream.result(timeout=timeout)
+    except Exception:  # the stream ends with CancelledError by design
+        logger.debug("stream closed", exc_info=True)

@@ -9,6 +9,10 @@ With ``batch`` > 1 a group's runner takes up to ``batch`` queued items with cons
 at once and hands their payloads to ``run_batch`` (the consumer's batch mode: one handler call
 and one advance of the group for them all); a lone item still runs its own ``work``.
 
+The queues themselves - number order, when a group is active, which items make a batch - are
+:class:`pubsub_toolkit.core.convoy.GroupQueues`, shared with the asyncio convoy of
+:class:`~.subscriber_async.AsyncConsumer`; this module adds the threads and the lock.
+
 Work that raises never wedges its group: the error is logged, the items it was running are
 handed back with their ``cancel`` (the consumer's nack: redelivered, never acked unhandled) and
 the group's runner goes on with its queue. (The consumer settles every delivery itself; this
@@ -18,24 +22,24 @@ nack after an ack is.)
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from pubsub_toolkit.core.convoy import GroupQueues
 
 Work = Callable[[], None]
 logger = logging.getLogger(__name__)
 
 
-@dataclass(order=True)
+@dataclass(frozen=True)
 class _Item:
     seq: int
-    order: int  # arrival order breaks ties (duplicates of one number)
-    work: Work = field(compare=False)
-    cancel: Work = field(compare=False)
-    payload: object = field(compare=False, default=None)
+    work: Work
+    cancel: Work
+    payload: object = None
 
 
 class ConvoyDispatcher:
@@ -52,9 +56,7 @@ class ConvoyDispatcher:
         self._run_batch = run_batch
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="convoy")
         self._lock = threading.Lock()
-        self._queues: dict[str, list[_Item]] = {}
-        self._active: set[str] = set()
-        self._arrivals = 0
+        self._queues: GroupQueues[_Item] = GroupQueues()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
         self._closed = False
@@ -72,24 +74,18 @@ class ConvoyDispatcher:
             if group is None:
                 self._pool.submit(self._run_single, work, cancel)
                 return
-            self._arrivals += 1
-            bisect.insort(
-                self._queues.setdefault(group, []),
-                _Item(seq, self._arrivals, work, cancel, payload),
-            )
-            if group in self._active:
+            if not self._queues.put(group, seq, _Item(seq, work, cancel, payload)):
                 return  # the group's runner will pick it up
-            self._active.add(group)
         self._pool.submit(self._run_group, group)
 
     def is_active(self, group: str) -> bool:
         """True while this process has work queued or running for ``group``."""
         with self._lock:
-            return group in self._active
+            return self._queues.active(group)
 
     def _run_single(self, work: Work, cancel: Work) -> None:
         try:
-            self._guarded(None, [_Item(0, 0, work, cancel)])
+            self._guarded(None, [_Item(0, work, cancel)])
         finally:
             self._done()
 
@@ -97,16 +93,11 @@ class ConvoyDispatcher:
         try:
             while True:
                 with self._lock:
-                    queue = self._queues.get(group)
-                    if not queue:
-                        # Deciding "empty" and leaving the active set under one lock: a submit
-                        # can never slip between them and be stranded.
-                        self._queues.pop(group, None)
-                        self._active.discard(group)
-                        return
-                    items = [queue.pop(0)]
-                    while len(items) < self._batch and queue and queue[0].seq == items[-1].seq + 1:
-                        items.append(queue.pop(0))
+                    # "Empty" frees the group in the same step, under the lock: a submit can
+                    # never slip in between and be stranded.
+                    items = [queued.item for queued in self._queues.take(group, self._batch)]
+                if not items:
+                    return
                 try:
                     self._guarded(group, items)
                 finally:
@@ -116,10 +107,9 @@ class ConvoyDispatcher:
             # Not even an Exception (the thread is going away): leave the group free and its
             # queued deliveries handed back, never active with no runner.
             with self._lock:
-                stranded = self._queues.pop(group, [])
-                self._active.discard(group)
-            for item in stranded:
-                item.cancel()
+                stranded = self._queues.forget(group)
+            for queued in stranded:
+                queued.item.cancel()
                 self._done()
             raise
 
@@ -156,12 +146,10 @@ class ConvoyDispatcher:
         """Refuse new work, cancel queued work, wait for running work; True if all finished."""
         with self._lock:
             self._closed = True
-            queued = [item for queue in self._queues.values() for item in queue]
-            for queue in self._queues.values():
-                queue.clear()
+            queued = self._queues.drain()
             self._in_flight -= len(queued)
-        for item in queued:
-            item.cancel()
+        for waiting in queued:
+            waiting.item.cancel()
         with self._lock:
             finished = self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
         self._pool.shutdown(wait=finished)

@@ -20,13 +20,12 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
 from pubsub_toolkit.consumer.gate_rules import GateResult
-from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, gate_policy
-from pubsub_toolkit.consumer.retry import RetryScheduler, SchedulerFromSettings
+from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, Wiring
+from pubsub_toolkit.consumer.retry import RetryScheduler
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.observability import DecisionLog
 
 AsyncHandler = Callable[[Message], Awaitable[object]]
 
@@ -68,36 +67,28 @@ class AsyncMessageProcessor:
     ) -> AsyncMessageProcessor:
         """Wire the async stores (one client for both; made by the stores' one factory, as the
         sync processor's: see :func:`~pubsub_toolkit.stores.factory.async_stores_from_settings`),
-        gate, dead-lettering and dedup."""
-        from pubsub_toolkit.producer.sink import PubSubSink
+        gate, dead-lettering and dedup - the parts besides the stores are the sync
+        processor's :class:`~.processor_sync.Wiring`."""
         from pubsub_toolkit.stores.factory import async_stores_from_settings
 
         stores = async_stores_from_settings(settings)
-        log = DecisionLog(consumer.consumer_id)
-        dead_letters = DeadLetterer(PubSubSink(), settings.dead_letter_topic, log)
+        wired = Wiring.of(settings, consumer)
         gate = AsyncFifoGate(
             stores.fifo,
-            consumer=consumer.consumer_id,
+            consumer=wired.consumer,
             handler=handler,
-            dead_letters=dead_letters,
-            policy=gate_policy(consumer, completed_retention=settings.dedup_ttl),
-            log=log,
+            dead_letters=wired.dead_letters,
+            policy=wired.policy,
+            log=wired.log,
         )
         dedup = AsyncIdempotentProcessor(
             stores.dedup,
-            namespace=consumer.consumer_id,
-            lease=settings.dedup_lease,
-            ttl=settings.dedup_ttl,
-            log=log,
+            namespace=wired.consumer,
+            lease=wired.lease,
+            ttl=wired.ttl,
+            log=wired.log,
         )
-        processor = cls(
-            handler=handler,
-            dedup=dedup,
-            gate=gate,
-            dead_letters=dead_letters,
-            scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
-            max_attempts=consumer.max_attempts,
-        )
+        processor = cls(handler=handler, dedup=dedup, gate=gate, **wired.processor())
         processor._clients = [] if stores.client is None else [stores.client]
         return processor
 

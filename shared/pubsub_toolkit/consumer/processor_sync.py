@@ -93,6 +93,15 @@ def fifo_address(message: Message) -> FifoAddress | None:
     return address
 
 
+def fifo_route(message: Message) -> FifoAddress | None:
+    """Where a consumer queues ``message``: its :func:`fifo_address`, or None - outside any
+    group, or an address that breaks the contract (the processor dead-letters that one)."""
+    try:
+        return fifo_address(message)
+    except PermanentError:
+        return None
+
+
 def gate_policy(
     consumer: ConsumerSettings, *, completed_retention: timedelta | None = None
 ) -> GatePolicy:
@@ -112,6 +121,50 @@ def gate_policy(
     if completed_retention is None:
         return policy
     return replace(policy, completed_retention=completed_retention)
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What a processor built from settings is made of besides its stores (which
+    :mod:`pubsub_toolkit.stores.factory` builds) - the same for the sync and the async
+    processor, so the two ``from_settings`` cannot drift: one decision log, dead letters
+    published under a ``send`` span, the gate's policy, the dedup lease and TTL, and the
+    delay path a plain message's RetryLater goes through (None without one)."""
+
+    consumer: str
+    log: DecisionLog
+    dead_letters: DeadLetterer
+    policy: GatePolicy
+    lease: timedelta
+    ttl: timedelta
+    scheduler: RetryScheduler | None
+    max_attempts: int
+
+    @classmethod
+    def of(cls, settings: Settings, consumer: ConsumerSettings) -> Wiring:
+        """The parts ``settings`` and ``consumer`` ask for (clients made once, here)."""
+        from pubsub_toolkit.producer.sink import PubSubSink
+
+        log = DecisionLog(consumer.consumer_id)
+        sink = tracing.traced(PubSubSink(), hop="consumer")
+        return cls(
+            consumer=consumer.consumer_id,
+            log=log,
+            dead_letters=DeadLetterer(sink, settings.dead_letter_topic, log),
+            policy=gate_policy(consumer, completed_retention=settings.dedup_ttl),
+            lease=settings.dedup_lease,
+            ttl=settings.dedup_ttl,
+            scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
+            max_attempts=consumer.max_attempts,
+        )
+
+    def processor(self) -> dict[str, Any]:
+        """The processor's own keyword arguments (beside its handler, dedup and gate)."""
+        return {
+            "dead_letters": self.dead_letters,
+            "scheduler": self.scheduler,
+            "max_attempts": self.max_attempts,
+        }
 
 
 class SyncMessageProcessor:
@@ -153,37 +206,27 @@ class SyncMessageProcessor:
     ) -> Self:
         """Wire the store, gate, dead-lettering and dedup from settings (clients made once) for
         a sync handler: what ``MessageProcessor.from_settings`` builds for one (see there)."""
-        from pubsub_toolkit.producer.sink import PubSubSink
         from pubsub_toolkit.stores.factory import backend_from_settings
 
         backend = backend_from_settings(settings)  # one client for both stores
-        log = DecisionLog(consumer.consumer_id)
-        sink = tracing.traced(PubSubSink(), hop="consumer")
-        dead_letters = DeadLetterer(sink, settings.dead_letter_topic, log)
+        wired = Wiring.of(settings, consumer)
         gate = FifoGate(
             backend.fifo_store(),
-            consumer=consumer.consumer_id,
+            consumer=wired.consumer,
             handler=cast(Handler, handler),
-            dead_letters=dead_letters,
-            policy=gate_policy(consumer, completed_retention=settings.dedup_ttl),
-            log=log,
+            dead_letters=wired.dead_letters,
+            policy=wired.policy,
+            log=wired.log,
             batch=batch,
         )
         dedup = IdempotentProcessor(
             backend.dedup_store(),
-            namespace=consumer.consumer_id,
-            lease=settings.dedup_lease,
-            ttl=settings.dedup_ttl,
-            log=log,
+            namespace=wired.consumer,
+            lease=wired.lease,
+            ttl=wired.ttl,
+            log=wired.log,
         )
-        return cls(
-            handler=cast(Handler, handler),
-            dedup=dedup,
-            gate=gate,
-            dead_letters=dead_letters,
-            scheduler=None if settings.delay is None else SchedulerFromSettings(settings.delay),
-            max_attempts=consumer.max_attempts,
-        )
+        return cls(handler=cast(Handler, handler), dedup=dedup, gate=gate, **wired.processor())
 
     def process(self, message: Message) -> str:
         """Handle ``message``; return the outcome (ack). Raises TransientError to nack."""

@@ -35,23 +35,23 @@ import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from pubsub_toolkit import tracing
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer._acks import ack
 from pubsub_toolkit.consumer._settle import (  # also importable from here, as before
     OutcomeListener,
+    consuming,
     nack_after,
-    settle,
+    settle,  # noqa: F401 - importable from here, as before
+    sweep_until,
     tell,
     to_message,
 )
-from pubsub_toolkit.consumer._stream_end import StreamEnd
+from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
-from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, fifo_address
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, fifo_route
+from pubsub_toolkit.core import consume
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.tracing import RECEIVE
 
 if TYPE_CHECKING:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
@@ -165,22 +165,23 @@ class Consumer:
                 if aclose is not None:
                     self._loop.run(aclose(), timeout)
                 self._loop.stop(timeout)
-        self._closing.set()
-        finished = self._dispatcher.close(timeout=timeout)
-        if self._stream is not None:
-            self._stream.cancel()
-            try:
-                self._stream.result(timeout=timeout)
-            except Exception:  # the stream ends with CancelledError by design
-                logger.debug("stream closed", exc_info=True)
-        if self._sweeper is not None:
-            self._sweeper.join(timeout=timeout)
-        gate = self._processor.gate
-        if gate is not None:
-            gate.release_held()  # another consumer runs those groups at once, not after a lease
-        if self._subscriber is not None:
+        return consume.run(consume.graceful_stop(timeout), self._stopping)
+
+    def _stopping(self, effect: consume.StopEffect) -> object:
+        """Perform one step of :func:`~pubsub_toolkit.core.consume.graceful_stop`."""
+        if isinstance(effect, consume.RefuseNew):
+            self._closing.set()
+        elif isinstance(effect, consume.Drain):
+            return self._dispatcher.close(timeout=effect.timeout)
+        elif isinstance(effect, consume.CloseStream) and self._stream is not None:
+            close_stream(self._stream, effect.timeout)
+        elif isinstance(effect, consume.StopSweeper) and self._sweeper is not None:
+            self._sweeper.join(timeout=effect.timeout)
+        elif isinstance(effect, consume.ReleaseHeld) and self._processor.gate is not None:
+            self._processor.gate.release_held()
+        elif isinstance(effect, consume.CloseClient) and self._subscriber is not None:
             self._subscriber.close()
-        return finished
+        return None
 
     def __enter__(self) -> Consumer:
         self.start()
@@ -196,10 +197,7 @@ class Consumer:
             received.nack()  # stopping: let another consumer (or our restart) take it
             return
         message = to_message(received)
-        try:
-            address = fifo_address(message)
-        except PermanentError:
-            address = None  # the processor dead-letters it
+        address = fifo_route(message)
         self._dispatcher.submit(
             address.group if address else None,
             address.seq if address else 0,
@@ -209,14 +207,8 @@ class Consumer:
         )
 
     def _process(self, received: Any, message: Message) -> None:
-        with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
-            try:
-                outcome = cast(SyncMessageProcessor, self._processor).process(message)
-            except Exception as exc:
-                outcome = settle(self.subscription, received, message, exc)
-            else:
-                settle(self.subscription, received, message)
-        tell(self._on_outcome, message, outcome)
+        with consuming(self.subscription, received, message, self._on_outcome) as consumed:
+            consumed.outcome = cast(SyncMessageProcessor, self._processor).process(message)
 
     def _process_batch(self, payloads: list[object]) -> None:
         deliveries = cast("list[tuple[Any, Message]]", payloads)
@@ -243,12 +235,4 @@ class Consumer:
 
     def _sweep_loop(self) -> None:
         gate = cast(SyncMessageProcessor, self._processor).gate
-        while not self._closing.wait(self._sweep_interval):
-            try:
-                for group in gate.groups():
-                    if self._closing.is_set():
-                        return
-                    if not self._dispatcher.is_active(group):
-                        gate.sweep(group)
-            except Exception:
-                logger.exception("FIFO sweep failed; trying again next interval")
+        sweep_until(gate, self._sweep_interval, self._closing, logger, self._dispatcher.is_active)

@@ -18,19 +18,22 @@ happens: see :mod:`._stream_end`).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from pubsub_toolkit import tracing
-from pubsub_toolkit.consumer._settle import OutcomeListener, settle, tell, to_message
-from pubsub_toolkit.consumer._stream_end import StreamEnd
+from pubsub_toolkit.consumer._settle import (
+    OutcomeListener,
+    consuming,
+    sweep_until_async,
+    to_message,
+)
+from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
-from pubsub_toolkit.consumer.processor_sync import fifo_address
-from pubsub_toolkit.errors import PermanentError
+from pubsub_toolkit.consumer.processor_sync import fifo_route
+from pubsub_toolkit.core import consume
+from pubsub_toolkit.core.convoy import GroupQueues
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.tracing import RECEIVE
 
 if TYPE_CHECKING:
     from google.cloud import pubsub_v1  # type: ignore[attr-defined]
@@ -65,9 +68,8 @@ class AsyncConsumer:
         self._on_outcome = on_outcome
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
-        self._queues: dict[str, list[tuple[int, int, Any, Message]]] = {}
+        self._queues: GroupQueues[tuple[Any, Message]] = GroupQueues()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._arrivals = 0
         self._closing = False
         self._stream: Any = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -113,34 +115,31 @@ class AsyncConsumer:
             self.end.stopped()
 
     async def _stop(self, timeout: float) -> bool:
-        self._closing = True
-        for queue in self._queues.values():
-            for *_, received, _message in queue:
+        return await consume.run_async(consume.graceful_stop(timeout), self._stopping)
+
+    async def _stopping(self, effect: consume.StopEffect) -> object:
+        """Perform one step of :func:`~pubsub_toolkit.core.consume.graceful_stop`."""
+        if isinstance(effect, consume.RefuseNew):
+            self._closing = True
+        elif isinstance(effect, consume.Drain):
+            for waiting in self._queues.drain():
+                received, _message = waiting.item
                 received.nack()
-            queue.clear()
-        finished = True
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-            finished = not pending
-        if self._sweeper is not None:
+            if self._tasks:
+                _, pending = await asyncio.wait(set(self._tasks), timeout=effect.timeout)
+                return not pending
+            return True
+        elif isinstance(effect, consume.CloseStream) and self._stream is not None:
+            # The client's shutdown blocks (it joins its own threads): not on the loop.
+            await asyncio.to_thread(close_stream, self._stream, effect.timeout)
+        elif isinstance(effect, consume.StopSweeper) and self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
-        gate = self._processor.gate
-        if gate is not None:
-            await gate.release_held()  # another consumer runs those groups at once
-        if self._stream is not None:
-            # The client's shutdown blocks (it joins its own threads): not on the loop.
-            await asyncio.to_thread(self._close_stream, timeout)
-        return finished
-
-    def _close_stream(self, timeout: float) -> None:
-        self._stream.cancel()
-        try:
-            self._stream.result(timeout=timeout)
-        except Exception:  # the stream ends with CancelledError by design
-            logger.debug("stream closed", exc_info=True)
-        if self._subscriber is not None:
-            self._subscriber.close()
+        elif isinstance(effect, consume.ReleaseHeld) and self._processor.gate is not None:
+            await self._processor.gate.release_held()
+        elif isinstance(effect, consume.CloseClient) and self._subscriber is not None:
+            await asyncio.to_thread(self._subscriber.close)
+        return None
 
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()
@@ -151,7 +150,7 @@ class AsyncConsumer:
 
     def is_active(self, group: str) -> bool:
         """True while this process has work queued or running for ``group``."""
-        return group in self._queues
+        return self._queues.active(group)
 
     # --- delivery (the client's threads hand over; everything else runs on the loop) ------
 
@@ -167,21 +166,12 @@ class AsyncConsumer:
             received.nack()  # stopping: let another consumer (or our restart) take it
             return
         message = to_message(received)
-        try:
-            address = fifo_address(message)
-        except PermanentError:
-            address = None  # the processor dead-letters it
+        address = fifo_route(message)
         if address is None:
             self._spawn(self._run_one(received, message))
             return
-        self._arrivals += 1
-        queue = self._queues.get(address.group)
-        item = (address.seq, self._arrivals, received, message)
-        if queue is not None:
-            bisect.insort(queue, item, key=lambda i: (i[0], i[1]))  # its runner picks it up
-            return
-        self._queues[address.group] = [item]
-        self._spawn(self._run_group(address.group))
+        if self._queues.put(address.group, address.seq, (received, message)):
+            self._spawn(self._run_group(address.group))  # else its runner picks it up
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -196,17 +186,17 @@ class AsyncConsumer:
     async def _run_group(self, group: str) -> None:
         """One group's convoy: its queue in sequence order, one message at a time."""
         assert self._slots is not None
-        queue = self._queues[group]
         try:
-            while queue:
-                _, _, received, message = queue.pop(0)
+            # take() frees the group when it finds it empty, in that step of the loop: no
+            # submit can slip in between.
+            while taken := self._queues.take(group):
+                received, message = taken[0].item
                 async with self._slots:
                     await self._guarded(received, message)
         finally:
-            # Empty and gone in one step of the loop: no submit can slip in between. (Were
-            # the task cancelled, what is still queued is handed back, not stranded.)
-            for *_, received, _message in self._queues.pop(group, []):
-                received.nack()
+            # Were the task cancelled, what is still queued is handed back, not stranded.
+            for waiting in self._queues.forget(group):
+                waiting.item[0].nack()
 
     async def _guarded(self, received: Any, message: Message) -> None:
         """``_process``, which settles the message itself; should it raise all the same, the
@@ -219,24 +209,14 @@ class AsyncConsumer:
             received.nack()
 
     async def _process(self, received: Any, message: Message) -> None:
-        with tracing.handling(message, self.subscription, hop="consumer", operation=RECEIVE):
-            try:
-                outcome = await self._processor.process(message)
-            except Exception as exc:
-                outcome = settle(self.subscription, received, message, exc)
-            else:
-                settle(self.subscription, received, message)
-        tell(self._on_outcome, message, outcome)
+        with consuming(self.subscription, received, message, self._on_outcome) as consumed:
+            consumed.outcome = await self._processor.process(message)
 
     async def _sweep_loop(self) -> None:
-        gate = self._processor.gate
-        while not self._closing:
-            await asyncio.sleep(self._sweep_interval)
-            try:
-                for group in await gate.groups():
-                    if self._closing:
-                        return
-                    if not self.is_active(group):
-                        await gate.sweep(group)
-            except Exception:
-                logger.exception("FIFO sweep failed; trying again next interval")
+        await sweep_until_async(
+            self._processor.gate,
+            self._sweep_interval,
+            lambda: self._closing,
+            logger,
+            self.is_active,
+        )

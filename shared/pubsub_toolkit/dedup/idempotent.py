@@ -33,9 +33,10 @@ from typing import Any
 
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.core.idempotency import Verdict, done_at, on_claim, retried_here
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupStore
+from pubsub_toolkit.stores.dedup.base import Claim, DedupStore
 
 logger = logging.getLogger(__name__)
 _COMPLETE_RETRY_DELAYS = (0.1, 0.5, 1.5)
@@ -150,17 +151,24 @@ class IdempotentProcessor:
         claim = self._store.claim(
             self.namespace, key, fingerprint, lease=self._lease, ttl=self._ttl
         )
-        if claim.status is ClaimStatus.DONE:
+        remembered = self._done.get((key, fingerprint)) if claim.owns_key else None
+        verdict = on_claim(
+            claim.status,
+            remembered_at=remembered.at if remembered is not None else None,
+            now=self._clock.now(),
+            ttl=self._ttl,
+        )
+        if verdict is Verdict.DUPLICATE:
             log(Outcome.DUPLICATE, "duplicate delivery skipped")
             result = claim.record.result if claim.record else None
             # Remember when the STORE's record was done (its TTL runs from then), not now.
-            done_at = claim.record.expire_at - self._ttl if claim.record else self._clock.now()
-            self._done.put((key, fingerprint), _Done(result, done_at, recorded=True))
+            at = done_at(claim.record.expire_at, self._ttl) if claim.record else self._clock.now()
+            self._done.put((key, fingerprint), _Done(result, at, recorded=True))
             return ProcessResult(Outcome.DUPLICATE, result)
-        remembered = self._done.get((key, fingerprint)) if claim.owns_key else None
-        if remembered is not None and self._clock.now() < remembered.at + self._ttl:
+        if verdict is Verdict.RECORD_AGAIN:
+            assert remembered is not None
             return self._record_again((key, fingerprint), claim, remembered, log)
-        if claim.status is ClaimStatus.MISMATCH:
+        if verdict is Verdict.MISMATCH:
             log(
                 Outcome.MISMATCH,
                 "ALERT: dedup key reused with different content",
@@ -170,11 +178,11 @@ class IdempotentProcessor:
                 stored_fingerprint=claim.record.fingerprint if claim.record else None,
             )
             return ProcessResult(Outcome.MISMATCH)
-        if claim.status is ClaimStatus.IN_PROGRESS:
+        if verdict is Verdict.IN_PROGRESS:
             log("in_progress", "key is being processed elsewhere; retry later")
             raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
-        if claim.status is ClaimStatus.TAKEN_OVER:
-            retry = self._released.get(key) == claim.token - 1
+        if verdict is Verdict.TAKE_OVER:
+            retry = retried_here(self._released.get(key), claim.token)
             log(
                 "taken_over",
                 "claim released here after the effect failed; running it again"

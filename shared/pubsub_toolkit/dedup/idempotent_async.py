@@ -65,10 +65,11 @@ class AsyncIdempotentProcessor:
         return self.sync.log
 
     def sibling(
-        self, namespace: str, *, log: DecisionLog | None = None
+        self, namespace: str, *, log: DecisionLog | None = None, ttl: timedelta | None = None
     ) -> AsyncIdempotentProcessor:
-        """A processor on the same store, lease and TTL for another namespace."""
-        return self._wrapping(self.sync.sibling(namespace, log=log), self.store)
+        """A processor on the same store and lease for another namespace; its records live
+        ``ttl``, by default as long as this processor's (see IdempotentProcessor.sibling)."""
+        return self._wrapping(self.sync.sibling(namespace, log=log, ttl=ttl), self.store)
 
     async def process(
         self,

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
+from pubsub_toolkit.core.idempotency import Verdict, on_claim
 from pubsub_toolkit.dedup.idempotent import Outcome, ProcessResult
 from pubsub_toolkit.errors import ClaimInProgressError, StoreUnavailableError
 from pubsub_toolkit.observability import DecisionLog
@@ -42,7 +43,6 @@ from pubsub_toolkit.stores._firestore_calls import (
     run_in_transaction,
 )
 from pubsub_toolkit.stores.dedup import rules
-from pubsub_toolkit.stores.dedup.base import ClaimStatus
 from pubsub_toolkit.stores.dedup.firestore import (
     DEFAULT_COLLECTION,
     document_id,
@@ -135,12 +135,12 @@ class TransactionalInbox:
         existing = from_document(document)
         if document.get(COMMIT_ID_FIELD) == commit_id:
             return ProcessResult(Outcome.PROCESSED, existing.result)  # ours; the reply was lost
-        status = rules.evaluate_claim(existing, fingerprint, self._clock.now())
-        if status is ClaimStatus.DONE:
+        verdict = on_claim(rules.evaluate_claim(existing, fingerprint, self._clock.now()))
+        if verdict is Verdict.DUPLICATE:
             return ProcessResult(Outcome.DUPLICATE, existing.result)
-        if status is ClaimStatus.MISMATCH:
+        if verdict is Verdict.MISMATCH:
             return ProcessResult(Outcome.MISMATCH)
-        if status is ClaimStatus.IN_PROGRESS:
+        if verdict is Verdict.IN_PROGRESS:
             # A two-phase claim from the non-transactional mode holds this key.
             raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
         return None  # expired (TTL not yet applied) or an abandoned two-phase claim
