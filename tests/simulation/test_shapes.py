@@ -36,10 +36,10 @@ BROKEN: dict[Shape, Mutation] = {
         "a failed delivery is acked",
         (
             SourceEdit(
-                "pubsub_toolkit.decorators",
-                "Idempotent._on_pubsub_message",
-                "nack_after(received, exc)",
-                "received.ack()",
+                "pubsub_toolkit.core.consume",
+                "answer",
+                "    return Answer.NACK\n",
+                "    return Answer.ACK\n",
             ),
         ),
     ),
@@ -51,7 +51,7 @@ BROKEN: dict[Shape, Mutation] = {
             SourceEdit(
                 "pubsub_toolkit.decorators",
                 "Idempotent._on_cloud_event",
-                'flask.abort(503, description="being processed elsewhere; deliver again later")',
+                "flask.abort(503, description=consume.IN_PROGRESS)",
                 "return None",
             ),
         ),
@@ -62,10 +62,10 @@ BROKEN: dict[Shape, Mutation] = {
         "a drained group is never freed",
         (
             SourceEdit(
-                "pubsub_toolkit.consumer.convoy",
-                "ConvoyDispatcher._run_group",
-                "self._queues.pop(group, None)\n" + " " * 24 + "self._active.discard(group)",
-                "self._queues.pop(group, None)",
+                "pubsub_toolkit.core.convoy",
+                "GroupQueues.take",
+                "            self._queues.pop(group, None)\n            return []\n",
+                "            return []\n",
             ),
         ),
     ),
