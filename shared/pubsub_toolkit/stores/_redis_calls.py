@@ -108,6 +108,11 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
     return StoreUnavailableError(f"Redis is unavailable: {type(exc).__name__}: {exc}")
 
 
+def text(value: bytes | str) -> str:
+    """A reply's value as str (a client made with ``decode_responses`` returns str already)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def is_cluster_client(redis_module: Any, client: object) -> bool:
     """True for a ``redis.cluster.RedisCluster`` client (it routes each key to its slot)."""
     return isinstance(client, redis_module.RedisCluster)
