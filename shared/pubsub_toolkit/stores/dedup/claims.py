@@ -20,6 +20,9 @@ A backend performs them with :func:`run` (sync) or :func:`run_async`, and takes 
 (:class:`~pubsub_toolkit.errors.StoreUnavailableError`) pass through unchanged; the loop raises
 :class:`~pubsub_toolkit.errors.StaleClaimError` itself. Fencing tokens only grow: every write
 of a new holder is a compare-and-set on the record it superseded (:func:`rules.next_token`).
+
+(About 320 lines: the primitives, the four protocols and the two bases that run them for every
+backend are one loop, each part read with the others.)
 """
 
 from __future__ import annotations
