@@ -29,7 +29,7 @@ The store fails closed: if Redis cannot be reached, or refuses the command for n
 OOM, ...: :func:`~pubsub_toolkit.stores._redis_calls.is_unavailable`), it raises
 StoreUnavailableError (transient), never "assume new".
 
-(About 420 lines: the store, its two Lua scripts and the raw call path its round trips
+(About 400 lines: the store, its two Lua scripts and the raw call path its round trips
 share are one protocol; split apart, each piece would only make sense read with the others.)
 """
 
