@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.stores._redis_calls import (
-    SOCKET_TIMEOUT,
+    TIMEOUTS,
     import_redis,
     raise_if_unavailable,
     server_in_cluster_mode,
@@ -124,10 +124,7 @@ def connect_async(url: str, *, needed_by: str) -> Any:
     redis = import_redis(needed_by)
     from redis import asyncio as aioredis
 
-    timeouts: dict[str, Any] = {
-        "socket_timeout": SOCKET_TIMEOUT,
-        "socket_connect_timeout": SOCKET_TIMEOUT,
-    }
+    timeouts: dict[str, Any] = TIMEOUTS
     probe = redis.Redis.from_url(url, **timeouts)
     try:
         cluster = server_in_cluster_mode(redis, probe)

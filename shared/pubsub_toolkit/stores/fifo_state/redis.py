@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pubsub_toolkit.errors import ConfigurationError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores._redis_calls import (
-    SOCKET_TIMEOUT,
+    TIMEOUTS,
     cluster_refusal,
     fail_closed,
     import_redis,
@@ -173,9 +173,7 @@ class RedisFifoStore(KeyLayout):
         docstring); an unreachable server is not refused here - its calls fail closed later.
         """
         redis = import_redis("the Redis FIFO gate store")
-        client = redis.Redis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-        )
+        client = redis.Redis.from_url(url, **TIMEOUTS)
         if server_in_cluster_mode(redis, client):
             client.close()
             raise ConfigurationError(
