@@ -45,7 +45,6 @@ import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -60,6 +59,7 @@ from pubsub_toolkit.stores._firestore_calls import (
     CommitUncertainError,
     bounded_retry,
     fail_closed,
+    read_all,
     run_in_transaction,
 )
 from pubsub_toolkit.stores.fifo_state.base import (
@@ -201,8 +201,7 @@ class FirestoreFifoStore(DocumentLayout):
     def groups(self, consumer: str) -> list[str]:
         """The consumer's listed groups (``base.listed``), sorted: one query whose reads are
         the groups it returns (at least one)."""
-        snapshots: list[Any] = fail_closed(partial(_streamed, self._listed(consumer)))
-        return sorted(str(s.get("group")) for s in snapshots)
+        return sorted(str(s.get("group")) for s in read_all(self._listed(consumer)))
 
     def commit_with(
         self,
@@ -310,7 +309,3 @@ class FirestoreFifoStore(DocumentLayout):
             update_time: object = snapshot.update_time
             return update_time
         return None
-
-
-def _streamed(query: Any) -> list[Any]:
-    return list(query.stream(retry=_RETRY, timeout=TIMEOUT))
