@@ -348,11 +348,6 @@ def is_reserved_attribute(name: str) -> bool:
     return name in RESERVED_NAMES or name.lower().startswith(RESERVED_PREFIX)
 
 
-def message_size(data: bytes, attributes: Mapping[str, str]) -> int:
-    """Bytes a publish request spends on this message's data and attributes."""
-    return len(data) + sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
-
-
 def _shown(raw: str) -> str:
     """``raw`` for an error detail: repr (so " 5" and "\\u0661" are visible), cut to 40 chars."""
     return repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw)} characters)"

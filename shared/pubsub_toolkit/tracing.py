@@ -219,17 +219,21 @@ class _Opened:
         "_token",
     )
 
-    def __init__(  # noqa: PLR0917 - private, five call sites, each passes all of them
+    def __init__(  # noqa: PLR0917 - private, three call sites
         self,
-        name: str,
         kind: str,
-        parent: Context | None,
-        links: list[Any],
-        fields: dict[str, Any],
+        operation: str,
+        destination: str,
+        message: Message | OutboundMessage | None,
+        hop: str,
+        extra: Mapping[str, Any],
+        parent: Context | None = None,
+        links: list[Any] | None = None,
         identity: str | None = None,
     ) -> None:
-        self._name, self._kind, self._parent = name, kind, parent
-        self._links, self._fields, self._identity = links, fields, identity
+        self._fields = _messaging(operation, destination, message, hop, extra)
+        self._name = f"{operation} {self._fields['messaging.destination.name']}"
+        self._kind, self._parent, self._links, self._identity = kind, parent, links, identity
 
     def __enter__(self) -> Span:
         trace = _state.trace
@@ -287,9 +291,9 @@ def handling(
             carried = None  # the current span is this message's: a child of it
         elif current.is_valid:
             links.append(trace.Link(current, {"pubsub_toolkit.link": "released_by"}))
-    fields = _messaging(operation, destination, message, hop, extra)
-    name = f"{operation} {fields['messaging.destination.name']}"
-    return _Opened(name, "CONSUMER", carried, links, fields, identity)
+    return _Opened(
+        "CONSUMER", operation, destination, message, hop, extra, carried, links, identity
+    )
 
 
 # The message whose CONSUMER span is current (see ``unless_current``).
@@ -314,9 +318,7 @@ def sending(
     attributes with :func:`with_context` inside it."""
     if not _state.enabled:
         return _NO_SPAN
-    fields = _messaging(operation, destination, message, hop, extra)
-    name = f"{operation} {fields['messaging.destination.name']}"
-    return _Opened(name, "PRODUCER", None, [], fields)
+    return _Opened("PRODUCER", operation, destination, message, hop, extra)
 
 
 def settling(
@@ -325,9 +327,7 @@ def settling(
     """A CLIENT span for the ack (or nack) of ``message``, child of the current span."""
     if not _state.enabled:
         return _NO_SPAN
-    fields = _messaging(SETTLE, destination, message, hop, extra)
-    name = f"{SETTLE} {fields['messaging.destination.name']}"
-    return _Opened(name, "CLIENT", None, [], fields)
+    return _Opened("CLIENT", SETTLE, destination, message, hop, extra)
 
 
 def decision_event(outcome: str, fields: Mapping[str, Any]) -> None:

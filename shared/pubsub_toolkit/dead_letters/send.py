@@ -63,8 +63,7 @@ class DeadLetterer:
             reason=reason,
             detail=detail,
             dead_letter_message_id=message_id,
-        )
-        self._log.metrics.increment(f"{DEAD_LETTERED}.{reason}")
+        )  # DecisionLog counts it, by reason too
         return message_id
 
 

@@ -46,6 +46,11 @@ def fail_closed(operation: Callable[[], T]) -> T:
         raise StoreUnavailableError(f"Firestore is unavailable: {exc}") from exc
 
 
+def read_all(query: Any) -> list[Any]:
+    """Every document ``query`` matches, read with :func:`bounded_retry`; fail closed."""
+    return fail_closed(lambda: list(query.stream(retry=bounded_retry(), timeout=TIMEOUT)))
+
+
 class CommitUncertainError(StoreUnavailableError):
     """A transaction failed outside its body - at begin, commit or rollback - so the caller
     cannot tell from the exception whether its writes applied: it must read the data.

@@ -30,6 +30,7 @@ T = TypeVar("T")
 
 # Short, so a dead Redis fails a call in seconds rather than hanging a delivery.
 SOCKET_TIMEOUT = 5.0
+TIMEOUTS = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
 
 
 def import_redis(needed_by: str) -> Any:
@@ -108,6 +109,11 @@ def unavailable(exc: Exception) -> StoreUnavailableError:
     return StoreUnavailableError(f"Redis is unavailable: {type(exc).__name__}: {exc}")
 
 
+def text(value: bytes | str) -> str:
+    """A reply's value as str (a client made with ``decode_responses`` returns str already)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def is_cluster_client(redis_module: Any, client: object) -> bool:
     """True for a ``redis.cluster.RedisCluster`` client (it routes each key to its slot)."""
     return isinstance(client, redis_module.RedisCluster)
@@ -132,15 +138,11 @@ def connect(url: str, *, needed_by: str) -> Any:
     every operation touches one key: a ``RedisCluster`` client when the server is a cluster
     node (a plain client would get MOVED for keys of other nodes), else a plain one."""
     redis = import_redis(needed_by)
-    client = redis.Redis.from_url(
-        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-    )
+    client = redis.Redis.from_url(url, **TIMEOUTS)
     if not server_in_cluster_mode(redis, client):
         return client
     client.close()
-    return redis.RedisCluster.from_url(
-        url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-    )
+    return redis.RedisCluster.from_url(url, **TIMEOUTS)
 
 
 def refuse_cluster(redis_module: Any, client: object, *, store: str, why: str) -> None:

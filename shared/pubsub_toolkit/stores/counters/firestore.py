@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 DEFAULT_COLLECTION = "pubsub_toolkit_fifo_counters"
 LAST_FIELD = "last"
 GROUP_FIELD = "group"  # the plain group name, for operators (the id is a hash)
-_TIMEOUT = TIMEOUT
 # A retried commit whose first attempt was applied leaves a gap, never a duplicate.
 
 
@@ -66,7 +65,7 @@ class FirestoreSequenceCounter:
         client: firestore.Client,
         *,
         collection: str = DEFAULT_COLLECTION,
-        timeout: float = _TIMEOUT,
+        timeout: float = TIMEOUT,
     ) -> None:
         self._client = client
         self._collection = client.collection(collection)
@@ -124,7 +123,7 @@ class FirestoreTransactionCounter:
         *,
         collection: str = DEFAULT_COLLECTION,
         max_attempts: int = 50,
-        timeout: float = _TIMEOUT,
+        timeout: float = TIMEOUT,
     ) -> None:
         self._client = client
         self._collection = client.collection(collection)

@@ -3,7 +3,7 @@
 The script increments the counter (``HINCRBY``, atomic, returns the new highest number), so a
 block of any size is one round trip with no read and no transaction: ``first = result - count
 + 1``. Concurrent callers in one process share round trips through one pipeline
-(:mod:`pubsub_toolkit.dedup.coalesce`); each keeps its own call and so its own block.
+(:mod:`pubsub_toolkit.stores._coalesce`); each keeps its own call and so its own block.
 
 Keys are ``{prefix}{group}`` (Redis keys are binary-safe, so any group name works); the prefix
 is configurable to keep deployments and tests apart. Each key is a hash ``{n: highest number,

@@ -14,10 +14,15 @@ anything itself. A generator *yields* the primitive it needs and receives the st
   Replies :class:`Stored`, :class:`Found` (what holds the key now, when the store says so in
   the same round trip) or None (lost, what holds it unknown: the loop reads again).
 
-A backend performs them with :func:`run` (sync) or :func:`run_async`. Errors of the store
+A backend performs them with :func:`run` (sync) or :func:`run_async`, and takes its
+``claim``, ``complete``, ``release`` and ``get`` from :class:`ClaimLoop` (or
+:class:`AsyncClaimLoop`), which run these generators. Errors of the store
 (:class:`~pubsub_toolkit.errors.StoreUnavailableError`) pass through unchanged; the loop raises
 :class:`~pubsub_toolkit.errors.StaleClaimError` itself. Fencing tokens only grow: every write
 of a new holder is a compare-and-set on the record it superseded (:func:`rules.next_token`).
+
+(About 320 lines: the primitives, the four protocols and the two bases that run them for every
+backend are one loop, each part read with the others.)
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import enum
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
@@ -34,6 +39,7 @@ from pubsub_toolkit.stores.dedup import rules
 from pubsub_toolkit.stores.dedup.base import Claim, ClaimStatus, DedupRecord, RecordState
 
 T = TypeVar("T")
+A = TypeVar("A")  # how a backend addresses one record: a dict key, a Redis key, a document
 
 # Compare-and-set attempts before giving up as "store unavailable, try later": each failed one
 # means another writer changed the record in between, so this many in a row is a storm of
@@ -246,3 +252,68 @@ async def run_async(protocol: Protocol[T], perform: Callable[[Op], Awaitable[Rep
     except StopIteration as stop:
         value: T = stop.value
         return value
+
+
+class ClaimLoop(Generic[A]):
+    """A :class:`~.base.DedupStore` made of the loop: ``claim``, ``complete``, ``release`` and
+    ``get`` are this module's protocols, each run by the backend's ``_drive`` on the record
+    ``_key(namespace, key)`` addresses (a dict key, a Redis key, a document). A backend
+    implements those two; the decisions stay here."""
+
+    _clock: Clock
+
+    def _key(self, namespace: str, key: str) -> A:
+        raise NotImplementedError
+
+    def _drive(self, protocol: Protocol[T], at: A) -> T:
+        raise NotImplementedError
+
+    def claim(
+        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
+    ) -> Claim:
+        protocol = claim(namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl)
+        return self._drive(protocol, self._key(namespace, key))
+
+    def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        protocol = complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
+        self._drive(protocol, self._key(namespace, key))
+
+    def release(self, namespace: str, key: str, claim: Claim) -> None:
+        protocol = release(namespace, key, claim, clock=self._clock)
+        self._drive(protocol, self._key(namespace, key))
+
+    def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return self._drive(get(self._clock), self._key(namespace, key))
+
+
+class AsyncClaimLoop(Generic[A]):
+    """:class:`ClaimLoop` for an :class:`~.base.AsyncDedupStore`: ``_drive`` awaited."""
+
+    _clock: Clock
+
+    def _key(self, namespace: str, key: str) -> A:
+        raise NotImplementedError
+
+    async def _drive(self, protocol: Protocol[T], at: A) -> T:
+        raise NotImplementedError
+
+    async def claim(
+        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
+    ) -> Claim:
+        protocol = claim(namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl)
+        return await self._drive(protocol, self._key(namespace, key))
+
+    async def complete(
+        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
+    ) -> None:
+        protocol = complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
+        await self._drive(protocol, self._key(namespace, key))
+
+    async def release(self, namespace: str, key: str, claim: Claim) -> None:
+        protocol = release(namespace, key, claim, clock=self._clock)
+        await self._drive(protocol, self._key(namespace, key))
+
+    async def get(self, namespace: str, key: str) -> DedupRecord | None:
+        return await self._drive(get(self._clock), self._key(namespace, key))

@@ -18,7 +18,6 @@ its own write, and the read finds ``done`` under the claim's token - success.
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,7 +27,7 @@ from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_retry, fail_closed
 from pubsub_toolkit.stores.dedup import claims
 from pubsub_toolkit.stores.dedup._firestore_batch import GroupCommitter
-from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord, RecordState
+from pubsub_toolkit.stores.dedup.base import DedupRecord, RecordState
 from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Found, Op, Replace, Reply, Stored
 
 if TYPE_CHECKING:
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 
 
 DEFAULT_COLLECTION = "pubsub_toolkit_dedup"
-_TIMEOUT = TIMEOUT
 _RETRY = bounded_retry()
 T = TypeVar("T")
 
@@ -59,17 +57,14 @@ def to_document(record: DedupRecord) -> dict[str, Any]:
     }
 
 
-# What complete and release change (the loop's names): the other fields (namespace, key, token,
-# fingerprint) are those of the claim's own write - the update_time precondition proves the
-# document still holds them - so a smaller update mask is less for Firestore to apply and index.
-DONE_FIELDS = claims.DONE_FIELDS
-RELEASED_FIELDS = claims.RELEASED_FIELDS
-
-
-def changed_fields(record: DedupRecord, names: tuple[str, ...]) -> dict[str, Any]:
-    """The fields ``names`` of ``record``'s document (for an update of only those)."""
+def changed_fields(record: DedupRecord, names: tuple[str, ...] | None) -> dict[str, Any]:
+    """The fields ``names`` of ``record``'s document (None: all of them), for an update of only
+    those. Complete and release name theirs (``claims.DONE_FIELDS``, ``RELEASED_FIELDS``): the
+    other fields (namespace, key, token, fingerprint) are those of the claim's own write - the
+    update_time precondition proves the document still holds them - so a smaller update mask
+    is less for Firestore to apply and index."""
     document = to_document(record)
-    return {name: document[name] for name in names}
+    return document if names is None else {name: document[name] for name in names}
 
 
 def from_document(doc: dict[str, Any]) -> DedupRecord:
@@ -85,7 +80,7 @@ def from_document(doc: dict[str, Any]) -> DedupRecord:
     )
 
 
-class FirestoreDedupStore:
+class FirestoreDedupStore(claims.ClaimLoop[Any]):
     """Two-phase dedup records in a Firestore collection."""
 
     def __init__(
@@ -98,31 +93,13 @@ class FirestoreDedupStore:
         self._client = client
         self._collection = client.collection(collection)
         self._clock = clock
-        self._writes = GroupCommitter(client, timeout=_TIMEOUT)
+        self._writes = GroupCommitter(client, timeout=TIMEOUT)
 
-    def claim(
-        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
-    ) -> Claim:
-        protocol = claims.claim(
-            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
-        )
-        return self._drive(protocol, namespace, key)
+    def _key(self, namespace: str, key: str) -> Any:
+        return self._collection.document(document_id(namespace, key))
 
-    def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
-        self._drive(protocol, namespace, key)
-
-    def release(self, namespace: str, key: str, claim: Claim) -> None:
-        self._drive(claims.release(namespace, key, claim, clock=self._clock), namespace, key)
-
-    def get(self, namespace: str, key: str) -> DedupRecord | None:
-        return self._drive(claims.get(self._clock), namespace, key)
-
-    def _drive(self, protocol: claims.Protocol[T], namespace: str, key: str) -> T:
-        """Run the claim loop's ``protocol`` on the key's document; fail closed."""
-        ref = self._collection.document(document_id(namespace, key))
+    def _drive(self, protocol: claims.Protocol[T], ref: Any) -> T:
+        """Run the claim loop's ``protocol`` on the key's document ``ref``; fail closed."""
         return fail_closed(lambda: claims.run(protocol, partial(self._perform, ref)))
 
     def _perform(self, ref: Any, op: Op) -> Reply:
@@ -132,20 +109,16 @@ class FirestoreDedupStore:
                 written = self._create(ref, to_document(op.record))
                 return Stored(written.update_time)
             except gexc.AlreadyExists:
-                return found(ref.get(retry=_RETRY, timeout=_TIMEOUT))
+                return found(ref.get(retry=_RETRY, timeout=TIMEOUT))
         if type(op) is Replace:
             if op.version is None:
                 return None  # no update_time to compare with: the loop reads first
-            document = (
-                to_document(op.record)
-                if op.fields is None
-                else changed_fields(op.record, op.fields)
-            )
+            document = changed_fields(op.record, op.fields)
             try:
                 return Stored(self._update(ref, document, op.version).update_time)
             except gexc.FailedPrecondition:
                 return None  # the document moved on: the loop reads it and decides again
-        return found(ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        return found(ref.get(retry=_RETRY, timeout=TIMEOUT))
 
     def _create(self, ref: Any, document: dict[str, Any]) -> Any:
         """Create ``ref``; AlreadyExists if it exists."""

@@ -10,16 +10,14 @@ exactly one winner, no transaction. Fails closed (StoreUnavailableError).
 
 from __future__ import annotations
 
-from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_async_retry, fail_closed_async
 from pubsub_toolkit.stores.dedup import claims
-from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord
 from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Op, Replace, Reply, Stored
 from pubsub_toolkit.stores.dedup.firestore import (
     DEFAULT_COLLECTION,
@@ -30,9 +28,10 @@ from pubsub_toolkit.stores.dedup.firestore import (
 )
 
 _RETRY = bounded_async_retry()
+T = TypeVar("T")
 
 
-class AsyncFirestoreDedupStore:
+class AsyncFirestoreDedupStore(claims.AsyncClaimLoop[Any]):
     """Two-phase dedup records in a Firestore collection, through an ``AsyncClient``."""
 
     def __init__(
@@ -42,31 +41,11 @@ class AsyncFirestoreDedupStore:
         self._collection = client.collection(collection)
         self._clock = clock
 
-    async def claim(
-        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
-    ) -> Claim:
-        protocol = claims.claim(
-            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
-        )
-        return await claims.run_async(protocol, partial(self._perform, self._ref(namespace, key)))
-
-    async def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
-        await claims.run_async(protocol, partial(self._perform, self._ref(namespace, key)))
-
-    async def release(self, namespace: str, key: str, claim: Claim) -> None:
-        protocol = claims.release(namespace, key, claim, clock=self._clock)
-        await claims.run_async(protocol, partial(self._perform, self._ref(namespace, key)))
-
-    async def get(self, namespace: str, key: str) -> DedupRecord | None:
-        return await claims.run_async(
-            claims.get(self._clock), partial(self._perform, self._ref(namespace, key))
-        )
-
-    def _ref(self, namespace: str, key: str) -> Any:
+    def _key(self, namespace: str, key: str) -> Any:
         return self._collection.document(document_id(namespace, key))
+
+    async def _drive(self, protocol: claims.Protocol[T], ref: Any) -> T:
+        return await claims.run_async(protocol, partial(self._perform, ref))
 
     async def _perform(self, ref: Any, op: Op) -> Reply:
         """One primitive of the claim loop on ``ref``, as the sync store performs it."""
@@ -81,11 +60,7 @@ class AsyncFirestoreDedupStore:
         if type(op) is Replace:
             if op.version is None:
                 return None  # no update_time to compare with: the loop reads first
-            document = (
-                to_document(op.record)
-                if op.fields is None
-                else changed_fields(op.record, op.fields)
-            )
+            document = changed_fields(op.record, op.fields)
             option = self._client.write_option(last_update_time=op.version)
             try:
                 written = await fail_closed_async(

@@ -8,9 +8,9 @@ whole record (the record itself is its version).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
+from typing import TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.stores.dedup import claims
@@ -18,9 +18,10 @@ from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord
 from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Found, Op, Replace, Reply, Stored
 
 _STORED = Stored()
+T = TypeVar("T")
 
 
-class MemoryDedupStore:
+class MemoryDedupStore(claims.ClaimLoop[tuple[str, str]]):
     """A dict behind one lock; the lock makes each primitive of the claim loop atomic."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -28,29 +29,11 @@ class MemoryDedupStore:
         self._records: dict[tuple[str, str], DedupRecord] = {}
         self._lock = threading.Lock()
 
-    def claim(
-        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
-    ) -> Claim:
-        protocol = claims.claim(
-            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
-        )
-        return claims.run(protocol, self._performer(namespace, key))
+    def _key(self, namespace: str, key: str) -> tuple[str, str]:
+        return namespace, key
 
-    def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
-        claims.run(protocol, self._performer(namespace, key))
-
-    def release(self, namespace: str, key: str, claim: Claim) -> None:
-        protocol = claims.release(namespace, key, claim, clock=self._clock)
-        claims.run(protocol, self._performer(namespace, key))
-
-    def get(self, namespace: str, key: str) -> DedupRecord | None:
-        return claims.run(claims.get(self._clock), self._performer(namespace, key))
-
-    def _performer(self, namespace: str, key: str) -> Callable[[Op], Reply]:
-        return partial(self._perform, (namespace, key))
+    def _drive(self, protocol: claims.Protocol[T], at: tuple[str, str]) -> T:
+        return claims.run(protocol, partial(self._perform, at))
 
     def _perform(self, at: tuple[str, str], op: Op) -> Reply:
         with self._lock:

@@ -29,7 +29,7 @@ The store fails closed: if Redis cannot be reached, or refuses the command for n
 OOM, ...: :func:`~pubsub_toolkit.stores._redis_calls.is_unavailable`), it raises
 StoreUnavailableError (transient), never "assume new".
 
-(About 420 lines: the store, its two Lua scripts and the raw call path its round trips
+(About 400 lines: the store, its two Lua scripts and the raw call path its round trips
 share are one protocol; split apart, each piece would only make sense read with the others.)
 """
 
@@ -178,7 +178,7 @@ class _SoloConnection:
         return replies
 
 
-class RedisDedupStore:
+class RedisDedupStore(claims.ClaimLoop[str]):
     """Dedup records as JSON strings under ``{prefix}{namespace}:{key}``."""
 
     def __init__(
@@ -213,14 +213,6 @@ class RedisDedupStore:
         gets a cluster client."""
         return cls(connect(url, needed_by="the Redis dedup store"), **kwargs)
 
-    def claim(
-        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
-    ) -> Claim:
-        protocol = claims.claim(
-            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
-        )
-        return self._drive(protocol, self._key(namespace, key))
-
     def _claim_existing(
         self,
         rkey: str,
@@ -238,19 +230,6 @@ class RedisDedupStore:
             found, namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
         )
         return self._drive(protocol, rkey)
-
-    def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
-        self._drive(protocol, self._key(namespace, key))
-
-    def release(self, namespace: str, key: str, claim: Claim) -> None:
-        protocol = claims.release(namespace, key, claim, clock=self._clock)
-        self._drive(protocol, self._key(namespace, key))
-
-    def get(self, namespace: str, key: str) -> DedupRecord | None:
-        return self._drive(claims.get(self._clock), self._key(namespace, key))
 
     def _drive(self, protocol: claims.Protocol[T], rkey: str) -> T:
         """Run the claim loop's ``protocol`` on ``rkey``; fail closed (without the store we

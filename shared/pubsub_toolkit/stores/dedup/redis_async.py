@@ -15,20 +15,20 @@ standalone Redis or a cluster (its one-key commands and scripts run on either).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.stores._redis_calls import (
-    SOCKET_TIMEOUT,
+    TIMEOUTS,
     import_redis,
     raise_if_unavailable,
     server_in_cluster_mode,
 )
 from pubsub_toolkit.stores.dedup import _codec as codec
 from pubsub_toolkit.stores.dedup import claims
-from pubsub_toolkit.stores.dedup.base import Claim, DedupRecord
+from pubsub_toolkit.stores.dedup.base import DedupRecord
 from pubsub_toolkit.stores.dedup.claims import CreateOrGet, Op, Replace, Reply, Stored
 from pubsub_toolkit.stores.dedup.redis import (
     _CLAIM_OR_GET,
@@ -41,7 +41,7 @@ from pubsub_toolkit.stores.dedup.redis import (
 T = TypeVar("T")
 
 
-class AsyncRedisDedupStore:
+class AsyncRedisDedupStore(claims.AsyncClaimLoop[str]):
     """Dedup records as JSON strings under ``{prefix}{namespace}:{key}`` (as the sync store)."""
 
     def __init__(
@@ -53,33 +53,8 @@ class AsyncRedisDedupStore:
         self._clock = clock
         self._nx_get = True  # cleared on Redis < 7.0, as in the sync store
 
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisDedupStore:
-        """A ``redis.asyncio`` client for ``url`` with short timeouts."""
-        return cls(connect_async(url, needed_by="the async Redis dedup store"), **kwargs)
-
-    async def claim(
-        self, namespace: str, key: str, fingerprint: str, *, lease: timedelta, ttl: timedelta
-    ) -> Claim:
-        protocol = claims.claim(
-            namespace, key, fingerprint, clock=self._clock, lease=lease, ttl=ttl
-        )
-        return await claims.run_async(protocol, partial(self._perform, self._key(namespace, key)))
-
-    async def complete(
-        self, namespace: str, key: str, claim: Claim, result: str | None, *, ttl: timedelta
-    ) -> None:
-        protocol = claims.complete(namespace, key, claim, result, clock=self._clock, ttl=ttl)
-        await claims.run_async(protocol, partial(self._perform, self._key(namespace, key)))
-
-    async def release(self, namespace: str, key: str, claim: Claim) -> None:
-        protocol = claims.release(namespace, key, claim, clock=self._clock)
-        await claims.run_async(protocol, partial(self._perform, self._key(namespace, key)))
-
-    async def get(self, namespace: str, key: str) -> DedupRecord | None:
-        return await claims.run_async(
-            claims.get(self._clock), partial(self._perform, self._key(namespace, key))
-        )
+    async def _drive(self, protocol: claims.Protocol[T], rkey: str) -> T:
+        return await claims.run_async(protocol, partial(self._perform, rkey))
 
     async def _perform(self, rkey: str, op: Op) -> Reply:
         """One primitive of the claim loop, as the sync store performs it: one round trip."""
@@ -149,10 +124,7 @@ def connect_async(url: str, *, needed_by: str) -> Any:
     redis = import_redis(needed_by)
     from redis import asyncio as aioredis
 
-    timeouts: dict[str, Any] = {
-        "socket_timeout": SOCKET_TIMEOUT,
-        "socket_connect_timeout": SOCKET_TIMEOUT,
-    }
+    timeouts: dict[str, Any] = TIMEOUTS
     probe = redis.Redis.from_url(url, **timeouts)
     try:
         cluster = server_in_cluster_mode(redis, probe)

@@ -45,7 +45,6 @@ import hashlib
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -60,6 +59,7 @@ from pubsub_toolkit.stores._firestore_calls import (
     CommitUncertainError,
     bounded_retry,
     fail_closed,
+    read_all,
     run_in_transaction,
 )
 from pubsub_toolkit.stores.fifo_state.base import (
@@ -79,7 +79,6 @@ EXPIRE_AT_FIELD = "expire_at"
 # it, an increasing timestamp is a write hotspot). A record written before this field existed is
 # listed again by its next write.
 LISTED_FIELD = "listed"
-_TIMEOUT = TIMEOUT
 _RETRY = bounded_retry()
 # A lost CAS answers AlreadyExists (create) or FailedPrecondition (update); NotFound if the
 # document was deleted since it was read.
@@ -98,17 +97,53 @@ def parked_id(seq: int) -> str:
     return f"{seq:020d}"
 
 
-class FirestoreFifoStore:
-    """Gate state and parked messages per ``(consumer, group)`` in a Firestore collection."""
+def state_fields(state: GroupState, write_id: str) -> dict[str, Any]:
+    """What every write of ``state`` sets (always all of it: an update leaves unnamed fields
+    as they were, so ``expire_at`` is written null while the group is open)."""
+    return {
+        "last_processed": state.last_processed,
+        STATE_FIELD: state.to_json(),
+        WRITE_ID_FIELD: write_id,
+        EXPIRE_AT_FIELD: state.expire_at,
+        LISTED_FIELD: listed(state),
+    }
 
-    def __init__(self, client: firestore.Client, *, collection: str = DEFAULT_COLLECTION) -> None:
+
+def parked_document(consumer: str, group: str, seq: int, message: Message) -> dict[str, Any]:
+    return {"consumer": consumer, "group": group, "seq": seq, "message": encode_message(message)}
+
+
+class DocumentLayout:
+    """The documents of the module docstring, for the sync and the asyncio store alike (each
+    sees the other's state)."""
+
+    def __init__(self, client: Any, *, collection: str = DEFAULT_COLLECTION) -> None:
         self._client = client
         self._collection = client.collection(collection)
+
+    def _ref(self, consumer: str, group: str) -> Any:
+        return self._collection.document(document_id(consumer, group))
+
+    def _parked_ref(self, consumer: str, group: str, seq: int) -> Any:
+        return self._ref(consumer, group).collection(PARKED_COLLECTION).document(parked_id(seq))
+
+    def _listed(self, consumer: str) -> Any:
+        """The query for the consumer's listed groups (``base.listed``): two equality filters,
+        so Firestore merges the automatic single-field indexes, no composite index needed."""
+        return (
+            self._collection.where(filter=FieldFilter("consumer", "==", consumer))
+            .where(filter=FieldFilter(LISTED_FIELD, "==", True))
+            .select(["group"])
+        )
+
+
+class FirestoreFifoStore(DocumentLayout):
+    """Gate state and parked messages per ``(consumer, group)`` in a Firestore collection."""
 
     def load(self, consumer: str, group: str) -> GroupState:
         """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
         ref = self._ref(consumer, group)
-        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=TIMEOUT))
         if not snapshot.exists:
             return GroupState()
         return GroupState.from_json(snapshot.get(STATE_FIELD), version=snapshot.update_time)
@@ -120,16 +155,7 @@ class FirestoreFifoStore:
         with its new version (the write's ``update_time``), or None if the version was stale."""
         ref = self._ref(consumer, group)
         write_id = uuid.uuid4().hex
-        document = {
-            "consumer": consumer,
-            "group": group,
-            "last_processed": state.last_processed,
-            STATE_FIELD: state.to_json(),
-            WRITE_ID_FIELD: write_id,
-            # Always written (null while open): an update leaves unnamed fields as they were.
-            EXPIRE_AT_FIELD: state.expire_at,
-            LISTED_FIELD: listed(state),
-        }
+        document = {"consumer": consumer, "group": group, **state_fields(state, write_id)}
         option = (
             None
             if expected.version is None
@@ -141,8 +167,8 @@ class FirestoreFifoStore:
             nonlocal attempts
             attempts += 1
             if option is None:
-                return ref.create(document, retry=None, timeout=_TIMEOUT)
-            return ref.update(document, option=option, retry=None, timeout=_TIMEOUT)
+                return ref.create(document, retry=None, timeout=TIMEOUT)
+            return ref.update(document, option=option, retry=None, timeout=TIMEOUT)
 
         try:
             # The retry wraps the whole attempt, so we know whether it ran more than once.
@@ -156,38 +182,26 @@ class FirestoreFifoStore:
     def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
         """Store an early arrival; ``create()`` keeps the first copy of a seq."""
         ref = self._parked_ref(consumer, group, seq)
-        document = {
-            "consumer": consumer,
-            "group": group,
-            "seq": seq,
-            "message": encode_message(message),
-        }
+        document = parked_document(consumer, group, seq, message)
         # AlreadyExists: parked before (a redelivery, or our own retried create); keep that copy.
         with contextlib.suppress(gexc.AlreadyExists):
-            fail_closed(lambda: ref.create(document, retry=_RETRY, timeout=_TIMEOUT))
+            fail_closed(lambda: ref.create(document, retry=_RETRY, timeout=TIMEOUT))
 
     def parked_message(self, consumer: str, group: str, seq: int) -> Message | None:
         """The parked message for ``seq``, or None."""
         ref = self._parked_ref(consumer, group, seq)
-        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+        snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=TIMEOUT))
         return decode_message(snapshot.get("message")) if snapshot.exists else None
 
     def unpark(self, consumer: str, group: str, seq: int) -> None:
         """Delete a parked message (deleting a missing one is fine)."""
         ref = self._parked_ref(consumer, group, seq)
-        fail_closed(lambda: ref.delete(retry=_RETRY, timeout=_TIMEOUT))
+        fail_closed(lambda: ref.delete(retry=_RETRY, timeout=TIMEOUT))
 
     def groups(self, consumer: str) -> list[str]:
         """The consumer's listed groups (``base.listed``), sorted: one query whose reads are
-        the groups it returns (at least one). Two equality filters: Firestore merges the
-        automatic single-field indexes, no composite index is needed."""
-        query = (
-            self._collection.where(filter=FieldFilter("consumer", "==", consumer))
-            .where(filter=FieldFilter(LISTED_FIELD, "==", True))
-            .select(["group"])
-        )
-        snapshots: list[Any] = fail_closed(partial(_streamed, query))
-        return sorted(str(s.get("group")) for s in snapshots)
+        the groups it returns (at least one)."""
+        return sorted(str(s.get("group")) for s in read_all(self._listed(consumer)))
 
     def commit_with(
         self,
@@ -219,7 +233,7 @@ class FirestoreFifoStore:
         """
         ref = self._ref(consumer, group)
         for _ in range(_COMMIT_ATTEMPTS):
-            snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+            snapshot = fail_closed(lambda: ref.get(retry=_RETRY, timeout=TIMEOUT))
             state = self._leased_state(snapshot, consumer, group, token)
             committed = self._commit_once(
                 ref, snapshot, state, change, writes, consumer=consumer, group=group, token=token
@@ -252,14 +266,7 @@ class FirestoreFifoStore:
         def body(transaction: firestore.Transaction) -> GroupState:
             writes(transaction)
             new = change(state)
-            document = {
-                "last_processed": new.last_processed,
-                STATE_FIELD: new.to_json(),
-                WRITE_ID_FIELD: write_id,
-                EXPIRE_AT_FIELD: new.expire_at,
-                LISTED_FIELD: listed(new),
-            }
-            transaction.update(ref, document, option=unchanged)
+            transaction.update(ref, state_fields(new, write_id), option=unchanged)
             # Its new version is the commit's, which the transaction does not hand back: the
             # gate's next change reads the record (version None = unknown).
             written.append(replace(new, version=None))
@@ -269,7 +276,7 @@ class FirestoreFifoStore:
             return run_in_transaction(self._client, body)
         except CommitUncertainError as failed:
             # The exception type says little (a failed rollback replaces it): the document does.
-            current = fail_closed(lambda: ref.get(retry=_RETRY, timeout=_TIMEOUT))
+            current = fail_closed(lambda: ref.get(retry=_RETRY, timeout=TIMEOUT))
             if current.exists and current.get(WRITE_ID_FIELD) == write_id:
                 return written[-1]  # our commit applied; its reply was lost
             self._leased_state(current, consumer, group, token)  # StaleClaimError if lost
@@ -296,19 +303,9 @@ class FirestoreFifoStore:
     def _written_by(self, ref: Any, write_id: str) -> object | None:
         """The document's version if its last write was ``write_id``, else None."""
         snapshot = fail_closed(
-            lambda: ref.get(field_paths=[WRITE_ID_FIELD], retry=_RETRY, timeout=_TIMEOUT)
+            lambda: ref.get(field_paths=[WRITE_ID_FIELD], retry=_RETRY, timeout=TIMEOUT)
         )
         if snapshot.exists and snapshot.get(WRITE_ID_FIELD) == write_id:
             update_time: object = snapshot.update_time
             return update_time
         return None
-
-    def _ref(self, consumer: str, group: str) -> Any:
-        return self._collection.document(document_id(consumer, group))
-
-    def _parked_ref(self, consumer: str, group: str, seq: int) -> Any:
-        return self._ref(consumer, group).collection(PARKED_COLLECTION).document(parked_id(seq))
-
-
-def _streamed(query: Any) -> list[Any]:
-    return list(query.stream(retry=_RETRY, timeout=_TIMEOUT))

@@ -11,40 +11,26 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import replace
-from typing import Any
 
 from google.api_core import exceptions as gexc
-from google.cloud.firestore_v1.base_query import FieldFilter
 
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_async_retry, fail_closed_async
-from pubsub_toolkit.stores.fifo_state.base import (
-    GroupState,
-    decode_message,
-    encode_message,
-    listed,
-)
+from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message
 from pubsub_toolkit.stores.fifo_state.firestore import (
     _CONFLICT,
-    DEFAULT_COLLECTION,
-    EXPIRE_AT_FIELD,
-    LISTED_FIELD,
-    PARKED_COLLECTION,
     STATE_FIELD,
     WRITE_ID_FIELD,
-    document_id,
-    parked_id,
+    DocumentLayout,
+    parked_document,
+    state_fields,
 )
 
 _RETRY = bounded_async_retry()
 
 
-class AsyncFirestoreFifoStore:
+class AsyncFirestoreFifoStore(DocumentLayout):
     """Gate state and parked messages per ``(consumer, group)``, through an ``AsyncClient``."""
-
-    def __init__(self, client: Any, *, collection: str = DEFAULT_COLLECTION) -> None:
-        self._client = client
-        self._collection = client.collection(collection)
 
     async def load(self, consumer: str, group: str) -> GroupState:
         snapshot = await fail_closed_async(
@@ -59,15 +45,7 @@ class AsyncFirestoreFifoStore:
     ) -> GroupState | None:
         ref = self._ref(consumer, group)
         write_id = uuid.uuid4().hex
-        document = {
-            "consumer": consumer,
-            "group": group,
-            "last_processed": state.last_processed,
-            STATE_FIELD: state.to_json(),
-            WRITE_ID_FIELD: write_id,
-            EXPIRE_AT_FIELD: state.expire_at,
-            LISTED_FIELD: listed(state),
-        }
+        document = {"consumer": consumer, "group": group, **state_fields(state, write_id)}
         try:
             if expected.version is None:
                 result = await fail_closed_async(
@@ -89,12 +67,7 @@ class AsyncFirestoreFifoStore:
         return replace(state, version=result.update_time)
 
     async def park(self, consumer: str, group: str, seq: int, message: Message) -> None:
-        document = {
-            "consumer": consumer,
-            "group": group,
-            "seq": seq,
-            "message": encode_message(message),
-        }
+        document = parked_document(consumer, group, seq, message)
         with contextlib.suppress(gexc.AlreadyExists):  # the first copy of a seq is kept
             await fail_closed_async(
                 self._parked_ref(consumer, group, seq).create(
@@ -114,17 +87,7 @@ class AsyncFirestoreFifoStore:
         )
 
     async def groups(self, consumer: str) -> list[str]:
-        query = (  # as the sync store: the listed groups
-            self._collection.where(filter=FieldFilter("consumer", "==", consumer))
-            .where(filter=FieldFilter(LISTED_FIELD, "==", True))
-            .select(["group"])
-        )
+        query = self._listed(consumer)  # as the sync store
         return sorted(
             [str(s.get("group")) async for s in query.stream(retry=_RETRY, timeout=TIMEOUT)]
         )
-
-    def _ref(self, consumer: str, group: str) -> Any:
-        return self._collection.document(document_id(consumer, group))
-
-    def _parked_ref(self, consumer: str, group: str, seq: int) -> Any:
-        return self._ref(consumer, group).collection(PARKED_COLLECTION).document(parked_id(seq))

@@ -56,12 +56,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pubsub_toolkit.errors import ConfigurationError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores._redis_calls import (
-    SOCKET_TIMEOUT,
+    TIMEOUTS,
     cluster_refusal,
     fail_closed,
     import_redis,
     refuse_cluster,
     server_in_cluster_mode,
+    text,
 )
 from pubsub_toolkit.stores.fifo_state.base import (
     GroupState,
@@ -112,7 +113,45 @@ return 1
 """
 
 
-class RedisFifoStore:
+class KeyLayout:
+    """The keys of the module docstring, for the sync and the asyncio store alike (each sees
+    the other's state)."""
+
+    _prefix: str
+
+    def _state_key(self, consumer: str, group: str) -> str:
+        return f"{self._prefix}s:{len(consumer)}:{consumer}:{group}"
+
+    def _parked_key(self, consumer: str, group: str) -> str:
+        return f"{self._prefix}p:{len(consumer)}:{consumer}:{group}"
+
+    def _groups_key(self, consumer: str) -> str:
+        return f"{self._prefix}g:{len(consumer)}:{consumer}"
+
+    def _save_keys(self, consumer: str, group: str) -> list[str]:
+        """:data:`_SAVE_IF_VERSION`'s KEYS."""
+        return [
+            self._state_key(consumer, group),
+            self._groups_key(consumer),
+            self._parked_key(consumer, group),
+        ]
+
+
+def save_args(state: GroupState, expected_version: str, write_id: str, group: str) -> list[str]:
+    """:data:`_SAVE_IF_VERSION`'s ARGV for writing ``state`` over ``expected_version``."""
+    expire_ms = "" if state.expire_at is None else str(_unix_ms(state.expire_at))
+    listed = "1" if needs_attention(state) else "0"
+    return [expected_version, state.to_json(), write_id, group, expire_ms, listed]
+
+
+def loaded(raw: Any, write_id: Any) -> GroupState:
+    """The state an ``HMGET s w`` read, versioned by its write id; a fresh one if none."""
+    if raw is None or write_id is None:
+        return GroupState()
+    return GroupState.from_json(raw, version=text(write_id))
+
+
+class RedisFifoStore(KeyLayout):
     """Gate state and parked messages per ``(consumer, group)`` in Redis hashes."""
 
     def __init__(self, client: redis_lib.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
@@ -134,9 +173,7 @@ class RedisFifoStore:
         docstring); an unreachable server is not refused here - its calls fail closed later.
         """
         redis = import_redis("the Redis FIFO gate store")
-        client = redis.Redis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-        )
+        client = redis.Redis.from_url(url, **TIMEOUTS)
         if server_in_cluster_mode(redis, client):
             client.close()
             raise ConfigurationError(
@@ -151,11 +188,7 @@ class RedisFifoStore:
         """The group's state; a fresh ``GroupState()`` (version None) if there is none."""
         key = self._state_key(consumer, group)
         # One HMGET: the version and the state it belongs to are read atomically.
-        raw, write_id = self._call(lambda: self._client.hmget(key, ["s", "w"]))
-        if raw is None or write_id is None:
-            return GroupState()
-        version = write_id.decode() if isinstance(write_id, bytes) else str(write_id)
-        return GroupState.from_json(raw, version=version)
+        return loaded(*self._call(lambda: self._client.hmget(key, ["s", "w"])))
 
     def save(
         self, consumer: str, group: str, state: GroupState, expected: GroupState
@@ -164,14 +197,8 @@ class RedisFifoStore:
         with its new version, or None if the expected version was stale."""
         expected_version = "" if expected.version is None else str(expected.version)
         write_id = uuid.uuid4().hex
-        keys = [
-            self._state_key(consumer, group),
-            self._groups_key(consumer),
-            self._parked_key(consumer, group),
-        ]
-        expire_ms = "" if state.expire_at is None else str(_unix_ms(state.expire_at))
-        listed = "1" if needs_attention(state) else "0"
-        args = [expected_version, state.to_json(), write_id, group, expire_ms, listed]
+        keys = self._save_keys(consumer, group)
+        args = save_args(state, expected_version, write_id, group)
         if not self._call(lambda: self._save_script(keys=keys, args=args)):
             return None
         return replace(state, version=write_id)
@@ -196,16 +223,7 @@ class RedisFifoStore:
         """The consumer's listed groups (``base.listed``), sorted: one SMEMBERS."""
         key = self._groups_key(consumer)
         members = self._call(lambda: self._client.smembers(key))
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
-
-    def _state_key(self, consumer: str, group: str) -> str:
-        return f"{self._prefix}s:{len(consumer)}:{consumer}:{group}"
-
-    def _parked_key(self, consumer: str, group: str) -> str:
-        return f"{self._prefix}p:{len(consumer)}:{consumer}:{group}"
-
-    def _groups_key(self, consumer: str) -> str:
-        return f"{self._prefix}g:{len(consumer)}:{consumer}"
+        return sorted(text(m) for m in members)
 
     def _call(self, operation: Callable[[], T]) -> T:
         # Fail closed: without the store the gate cannot know the group's position.

@@ -13,23 +13,20 @@ from typing import Any
 
 from pubsub_toolkit.errors import ConfigurationError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores._redis_calls import cluster_refusal, import_redis
-from pubsub_toolkit.stores.dedup.redis_async import connect_async, fail_closed_async
-from pubsub_toolkit.stores.fifo_state.base import (
-    GroupState,
-    decode_message,
-    encode_message,
-    needs_attention,
-)
+from pubsub_toolkit.stores._redis_calls import cluster_refusal, import_redis, text
+from pubsub_toolkit.stores.dedup.redis_async import fail_closed_async
+from pubsub_toolkit.stores.fifo_state.base import GroupState, decode_message, encode_message
 from pubsub_toolkit.stores.fifo_state.redis import (
     _CLUSTER_WHY,
     _SAVE_IF_VERSION,
     DEFAULT_PREFIX,
-    _unix_ms,
+    KeyLayout,
+    loaded,
+    save_args,
 )
 
 
-class AsyncRedisFifoStore:
+class AsyncRedisFifoStore(KeyLayout):
     """Gate state and parked messages per ``(consumer, group)`` in Redis hashes."""
 
     def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX) -> None:
@@ -41,31 +38,17 @@ class AsyncRedisFifoStore:
         # An AsyncScript: EVALSHA, loading the script itself after a NOSCRIPT answer.
         self._save_script = client.register_script(_SAVE_IF_VERSION)
 
-    @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> AsyncRedisFifoStore:
-        return cls(connect_async(url, needed_by="the async Redis FIFO gate store"), **kwargs)
-
     async def load(self, consumer: str, group: str) -> GroupState:
         key = self._state_key(consumer, group)
-        raw, write_id = await self._call(self._client.hmget(key, ["s", "w"]))
-        if raw is None or write_id is None:
-            return GroupState()
-        version = write_id.decode() if isinstance(write_id, bytes) else str(write_id)
-        return GroupState.from_json(raw, version=version)
+        return loaded(*await self._call(self._client.hmget(key, ["s", "w"])))
 
     async def save(
         self, consumer: str, group: str, state: GroupState, expected: GroupState
     ) -> GroupState | None:
         expected_version = "" if expected.version is None else str(expected.version)
         write_id = uuid.uuid4().hex
-        keys = [
-            self._state_key(consumer, group),
-            self._groups_key(consumer),
-            self._parked_key(consumer, group),
-        ]
-        expire_ms = "" if state.expire_at is None else str(_unix_ms(state.expire_at))
-        listed = "1" if needs_attention(state) else "0"
-        args = [expected_version, state.to_json(), write_id, group, expire_ms, listed]
+        keys = self._save_keys(consumer, group)
+        args = save_args(state, expected_version, write_id, group)
         if not await self._call(self._save_script(keys=keys, args=args)):
             return None
         return replace(state, version=write_id)
@@ -83,17 +66,7 @@ class AsyncRedisFifoStore:
 
     async def groups(self, consumer: str) -> list[str]:
         members = await self._call(self._client.smembers(self._groups_key(consumer)))
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
-
-    # The sync store's key layout (a test checks that both see each other's state).
-    def _state_key(self, consumer: str, group: str) -> str:
-        return f"{self._prefix}s:{len(consumer)}:{consumer}:{group}"
-
-    def _parked_key(self, consumer: str, group: str) -> str:
-        return f"{self._prefix}p:{len(consumer)}:{consumer}:{group}"
-
-    def _groups_key(self, consumer: str) -> str:
-        return f"{self._prefix}g:{len(consumer)}:{consumer}"
+        return sorted(text(m) for m in members)
 
     async def _call(self, operation: Any) -> Any:
         return await fail_closed_async(self._redis_module, operation)

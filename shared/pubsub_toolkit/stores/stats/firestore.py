@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_retry, fail_closed
+from pubsub_toolkit.stores._firestore_calls import TIMEOUT, bounded_retry, fail_closed, read_all
 from pubsub_toolkit.stores.stats.base import (
     INGRESS_SCOPE,
     SERIES_RETENTION,
@@ -110,9 +110,7 @@ class FirestoreStatsStore:
             filter=_field_filter("scope", "==", self.scope)
         )
         sums: Counter[str] = Counter()
-        for snapshot in fail_closed(
-            lambda: list(query.stream(retry=bounded_retry(), timeout=TIMEOUT))
-        ):
+        for snapshot in read_all(query):
             counts = (snapshot.to_dict() or {}).get("counts", {})
             sums.update({str(k): int(v) for k, v in counts.items()})
         return dict(sums)
@@ -124,9 +122,7 @@ class FirestoreStatsStore:
             .where(filter=_field_filter("minute", "<=", minute_of(until)))
         )
         sums: dict[datetime, Counter[str]] = {}
-        for snapshot in fail_closed(
-            lambda: list(query.stream(retry=bounded_retry(), timeout=TIMEOUT))
-        ):
+        for snapshot in read_all(query):
             data = snapshot.to_dict() or {}
             start = minute_of(data["minute"])
             counts = data.get("counts", {})

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pubsub_toolkit.stores._redis_calls import fail_closed, import_redis
+from pubsub_toolkit.stores._redis_calls import fail_closed, import_redis, text
 from pubsub_toolkit.stores.stats.base import (
     INGRESS_SCOPE,
     SERIES_RETENTION,
@@ -78,7 +78,7 @@ class RedisStatsStore:
         raw: dict[Any, Any] = fail_closed(
             self._redis_module, lambda: self._client.hgetall(self.key)
         )
-        return {_text(k): int(v) for k, v in raw.items()}
+        return {text(k): int(v) for k, v in raw.items()}
 
     def minutes(self, since: datetime, until: datetime) -> dict[datetime, dict[str, int]]:
         wanted = minutes_between(since, until)
@@ -91,11 +91,7 @@ class RedisStatsStore:
 
         raw = fail_closed(self._redis_module, read)
         return {
-            minute: {_text(k): int(v) for k, v in counts.items()}
+            minute: {text(k): int(v) for k, v in counts.items()}
             for minute, counts in zip(wanted, raw, strict=True)
             if counts
         }
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
