@@ -25,9 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
-from pubsub_toolkit.dead_letters.replay import is_minted, mint, never_replayed
+from pubsub_toolkit.dead_letters.replay import is_minted, mint
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit_cli.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
+from pubsub_toolkit_cli.dead_letters.replay import never_replayed
 from tests.simulation.components import CONSUMER_ID, ORIGIN, TTL, build_gate
 from tests.simulation.ledger import OperatorAction
 from tests.simulation.process import Process

@@ -1,4 +1,4 @@
-"""Replaying dead letters, and the tokens that make a replay unforgeable.
+"""Replaying dead letters (``dlq replay``): back to origin, in FIFO order, never forged.
 
 ``replay`` re-publishes the selected letters to the origin topic - original data and attributes,
 minus the ``error_*`` ones, plus ``replay_id`` - sorted by FIFO group and number, one at a time
@@ -6,63 +6,39 @@ and with the group as ordering key, so a group's messages go back in order; only
 acked on the dead-letter subscription. A letter carrying ``fifo_filler`` is never replayed: it
 stands for a FIFO number that carries no new message, and without its marker it would run its
 data as a message of its own. Nor is an *unreadable* letter (see
-:func:`~pubsub_toolkit.dead_letters.listing.read_letter`): what it would replay is not known.
+:func:`~pubsub_toolkit_cli.dead_letters.listing.read_letter`): what it would replay is not known.
 Both stay on the dead-letter topic, and ``on_kept`` hears of each. Letters another reader holds
 at that moment are not seen and stay on the dead-letter topic for the next run.
 
-Ingress deduplicates a replay under ``dedup_key#replay:replay_id``: the original key is already
-recorded (as dead-lettered), and without this the replay would be dropped as a duplicate. A
-replay of a replay is itself deduplicated, and the final topic still carries the original
-``dedup_key`` for consumers.
-
-Replay ids are unforgeable: before it publishes a replay, ``replay`` *mints* its id in the dedup
-store ingress reads (:func:`mint`, naming the dedup key), and ingress dead-letters a
-``replay_id`` it finds no mint for (``forged_replay_id``, :func:`is_minted`) - a producer
-setting ``replay_id`` itself cannot push a delivered key through ingress dedup again. A letter
-whose original had no ``dedup_key`` (ingress used its message id) is replayed with that id as
-its ``dedup_key``, so the mint, ingress's claim and a second run of the same replay agree on it.
+Ingress deduplicates a replay under ``dedup_key#replay:replay_id``; a replay of a replay is
+itself deduplicated, and the final topic still carries the original ``dedup_key`` for
+consumers. Before it publishes a replay, ``replay`` *mints* its id in the dedup store ingress
+reads, with the library's :func:`pubsub_toolkit.dead_letters.replay.mint` - the mark ingress
+checks (a ``replay_id`` nobody minted is dead-lettered ``forged_replay_id``). A letter whose
+original had no ``dedup_key`` (ingress used its message id) is replayed with that id as its
+``dedup_key``, so the mint, ingress's claim and a second run of the same replay agree on it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dead_letters.listing import (
+from pubsub_toolkit.dead_letters.replay import is_minted, mint
+from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit.producer.sink import MessageSink
+from pubsub_toolkit.stores.dedup.base import DedupStore
+from pubsub_toolkit_cli.dead_letters.listing import (
     REASON_FORWARDED,
     DeadLetter,
     pull_letters,
     release_letters,
 )
-from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit.message import OutboundMessage
-from pubsub_toolkit.producer.sink import MessageSink
-from pubsub_toolkit.stores.dedup.base import DedupStore, RecordState
 
 logger = logging.getLogger("pubsub_toolkit.dlq")
-
-REPLAY_NAMESPACE = "replays"
-REASON_FORGED_REPLAY = "forged_replay_id"
-# Long enough for a replay to reach ingress through any backlog (Pub/Sub keeps 7 days).
-MINT_TTL = timedelta(days=8)
-
-
-def mint(store: DedupStore, replay_id: str, dedup_key: str, *, ttl: timedelta = MINT_TTL) -> None:
-    """Record that ``replay_id`` is a genuine replay of ``dedup_key`` (idempotent)."""
-    claim = store.claim(REPLAY_NAMESPACE, replay_id, dedup_key, lease=timedelta(minutes=1), ttl=ttl)
-    if claim.owns_key:
-        store.complete(REPLAY_NAMESPACE, replay_id, claim, dedup_key, ttl=ttl)
-
-
-def is_minted(store: DedupStore, replay_id: str, dedup_key: str) -> bool:
-    """True when ``replay_id`` was minted for ``dedup_key`` by the replay path."""
-    record = store.get(REPLAY_NAMESPACE, replay_id)
-    return (
-        record is not None and record.state is RecordState.DONE and record.fingerprint == dedup_key
-    )
 
 
 def replay(
