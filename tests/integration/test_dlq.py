@@ -7,12 +7,12 @@ import pytest
 from google.cloud import pubsub_v1
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dead_letters.listing import DeadLetter, list_dead_letters
-from pubsub_toolkit.dead_letters.replay import replay
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
 from pubsub_toolkit_cli.cli.operations import PassedNumbers
+from pubsub_toolkit_cli.dead_letters.listing import DeadLetter, list_dead_letters
+from pubsub_toolkit_cli.dead_letters.replay import replay
 
 
 def letter(**attributes: str) -> DeadLetter:

@@ -29,10 +29,10 @@ from google.pubsub_v1.types import DeadLetterPolicy
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.core.ingress import IngressOutcome
-from pubsub_toolkit.dead_letters.listing import DeadLetter, list_dead_letters
 from pubsub_toolkit.dead_letters.send import DLQ_WRAPPED, dead_letter_copy
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
+from pubsub_toolkit_cli.dead_letters.listing import DeadLetter, list_dead_letters
 from pubsub_toolkit_local.topology import Topology, create_topology, drain
 from tests.support.waiting import wait_until
 

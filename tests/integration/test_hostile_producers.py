@@ -34,13 +34,14 @@ from flask.testing import FlaskClient
 from google.cloud import firestore, pubsub_v1
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, mint, replay
+from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, mint
 from pubsub_toolkit.delay.auth import AppEngineQueueAuthenticator
 from pubsub_toolkit.delay.payload import REASON_MALFORMED_TASK, DelayedMessage
 from pubsub_toolkit.delay.relay import Relay
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.sink import PubSubSink
 from pubsub_toolkit.stores.dedup.firestore import FirestoreDedupStore
+from pubsub_toolkit_cli.dead_letters.replay import replay
 from pubsub_toolkit_local.topology import Topology, create_topology, drain
 from tests.conftest import repo_root
 

@@ -14,8 +14,6 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
 from pubsub_toolkit.consumer.gate_rules import REASON_POISON
 from pubsub_toolkit.core.ingress import IngressOutcome
-from pubsub_toolkit.dead_letters.listing import list_dead_letters
-from pubsub_toolkit.dead_letters.replay import replay
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.producer.publisher import Publisher
@@ -24,6 +22,8 @@ from pubsub_toolkit.stores.counters.firestore import FirestoreSequenceCounter
 from pubsub_toolkit.stores.factory import dedup_store_from_settings
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 from pubsub_toolkit.stores.fifo_state.firestore import FirestoreFifoStore
+from pubsub_toolkit_cli.dead_letters.listing import list_dead_letters
+from pubsub_toolkit_cli.dead_letters.replay import replay
 from pubsub_toolkit_local.stack import LocalStack
 from pubsub_toolkit_local.topology import drain
 from tests.ops.conftest import StackFactory, cli, recording_consumer

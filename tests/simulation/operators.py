@@ -1,8 +1,8 @@
 """The operator: after the faults stop, acts on what the alerts and the dead letters say.
 
 An operator reads ALERTs and the dead-letter topic, never the simulation's ledger: the letters
-are read with the library's own tooling (``dead_letters.listing.read_letter``, what
-``pubsub-toolkit dlq list`` shows: the original message, its group and number, the reason).
+are read with the operator's own tooling (the CLI's ``dead_letters.listing.read_letter``,
+what ``pubsub-toolkit dlq list`` shows: the original message, its group and number, the reason).
 For each group that has not reached its last published number, once the system is quiet:
 
 * a group **blocked** on poison (an ALERT said so): ``FifoGate.replay`` it once (the cause may
@@ -25,9 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
-from pubsub_toolkit.dead_letters.replay import is_minted, mint, never_replayed
+from pubsub_toolkit.dead_letters.replay import is_minted, mint
 from pubsub_toolkit.message import OutboundMessage
+from pubsub_toolkit_cli.dead_letters.listing import REASON_FORWARDED, DeadLetter, read_letter
+from pubsub_toolkit_cli.dead_letters.replay import never_replayed
 from tests.simulation.components import CONSUMER_ID, ORIGIN, TTL, build_gate
 from tests.simulation.ledger import OperatorAction
 from tests.simulation.process import Process
@@ -141,7 +142,7 @@ class Operator:
         return self._replay_letter(None, None, letter)
 
     def _replay_letter(self, group: str | None, head: int | None, letter: DeadLetter) -> bool:
-        """``dlq replay`` of one letter, as ``dead_letters.replay`` does it: a letter the tool
+        """``dlq replay`` of one letter, as the CLI's ``dead_letters.replay`` does it: a letter the tool
         keeps (``never_replayed``) stays; else mint the replay id in ingress's store, then
         publish the original to origin with it."""
         w = self._w

@@ -24,7 +24,6 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.dead_letters.replay import replay
 from pubsub_toolkit.delay.cancel import RELAY_NAMESPACE, CancelResult, cancel
 from pubsub_toolkit.delay.payload import DelayedMessage
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome
@@ -33,6 +32,7 @@ from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.stores.dedup.base import DedupRecord
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore
+from pubsub_toolkit_cli.dead_letters.replay import replay
 from tests.support.sinks import RecordingSink
 
 FINAL, DLQ, ORIGIN = "projects/p/topics/final", "projects/p/topics/dlq", "projects/p/topics/in"

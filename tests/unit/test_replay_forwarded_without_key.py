@@ -5,9 +5,9 @@ was a new message everywhere and ran a second time a message that had run (its a
 
 from __future__ import annotations
 
-from pubsub_toolkit.dead_letters.listing import REASON_FORWARDED, DeadLetter
-from pubsub_toolkit.dead_letters.replay import never_replayed
 from pubsub_toolkit.message import Message
+from pubsub_toolkit_cli.dead_letters.listing import REASON_FORWARDED, DeadLetter
+from pubsub_toolkit_cli.dead_letters.replay import never_replayed
 
 
 def _forwarded(attributes: dict[str, str]) -> DeadLetter:

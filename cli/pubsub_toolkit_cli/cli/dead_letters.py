@@ -12,13 +12,13 @@ from pubsub_toolkit_cli._text_table import format_table
 from pubsub_toolkit_cli.cli.common import full_subscription, require_emulator_if_local
 
 if TYPE_CHECKING:
-    from pubsub_toolkit.dead_letters.listing import DeadLetter
+    from pubsub_toolkit_cli.dead_letters.listing import DeadLetter
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:
     """List what waits on the dead-letter subscription (nothing is consumed)."""
     from pubsub_toolkit.clock import SYSTEM_CLOCK
-    from pubsub_toolkit.dead_letters.listing import list_dead_letters
+    from pubsub_toolkit_cli.dead_letters.listing import list_dead_letters
     from pubsub_toolkit_cli.emulator import subscriber_client
 
     require_emulator_if_local()

@@ -17,11 +17,11 @@ from pubsub_toolkit_cli.cli.exits import UsageError
 
 if TYPE_CHECKING:
     from pubsub_toolkit.consumer.gate import FifoGate
-    from pubsub_toolkit.dead_letters.listing import DeadLetter
     from pubsub_toolkit.stores.counters.base import SequenceCounter
     from pubsub_toolkit.stores.dedup.base import DedupStore
     from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
     from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot
+    from pubsub_toolkit_cli.dead_letters.listing import DeadLetter
 
 
 def gate_and_counter(
@@ -133,8 +133,8 @@ def dead_letter_subscription(args: argparse.Namespace) -> str:
 
 
 def cmd_dlq_replay(args: argparse.Namespace) -> int:
-    from pubsub_toolkit.dead_letters.replay import replay
     from pubsub_toolkit.producer.sink import PubSubSink
+    from pubsub_toolkit_cli.dead_letters.replay import replay
     from pubsub_toolkit_cli.emulator import subscriber_client
 
     require_emulator_if_local()

@@ -188,7 +188,7 @@ class LiveStatusSource:
     def dead_letters(self, now: datetime) -> DeadLetterCounts:
         from google.api_core import exceptions as gexc
 
-        from pubsub_toolkit.dead_letters.listing import list_dead_letters
+        from pubsub_toolkit_cli.dead_letters.listing import list_dead_letters
 
         name = self._dead_letter_subscription
         try:

@@ -1,2 +1,3 @@
-"""Dead letters: :mod:`.send` (with a reason, nothing lost), :mod:`.listing` (what is there and
-why) and :mod:`.replay` (back to origin, in FIFO order, with unforgeable replay ids)."""
+"""Dead letters at run time: :mod:`.send` (with a reason, nothing lost) and :mod:`.replay` (the
+mark that makes a replay id unforgeable, which ingress checks). Listing and replaying the
+dead-letter topic are the operator's, in the CLI distribution."""

@@ -6,7 +6,7 @@ straight back. A reader running at the same moment (another ``list``, the status
 ``replay``) may briefly hold some messages; each simply does not see those.
 
 :func:`pull_letters` and :func:`release_letters` are the two halves, shared with
-:mod:`~pubsub_toolkit.dead_letters.replay`.
+:mod:`~pubsub_toolkit_cli.dead_letters.replay` (``dlq replay``).
 
 A letter's description of itself is trusted only where the toolkit wrote it
 (:func:`read_letter`): one Pub/Sub's dead-letter policy forwarded (``CloudPubSubDeadLetter*``)
