@@ -21,5 +21,5 @@ def test_an_async_sibling_keeps_its_records_as_long_as_it_is_told() -> None:
     )
     sibling = processor.sibling("orders-released", ttl=timedelta(days=30))
     assert sibling.namespace == "orders-released"
-    assert sibling.sync._ttl == timedelta(days=30)
-    assert processor.sibling("orders-rejected").sync._ttl == timedelta(days=8)
+    assert sibling._ttl == timedelta(days=30)
+    assert processor.sibling("orders-rejected")._ttl == timedelta(days=8)

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pubsub_toolkit._bridge import awaiting, run_sync
+from pubsub_toolkit._bridge import SyncDedupStore, awaiting, loop_clock, run_sync
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
@@ -53,7 +53,7 @@ class AsyncMessageProcessor:
         #: The sync processor this one drives (usable only inside ``run_sync``).
         self.sync = SyncMessageProcessor(
             handler=awaiting(handler),
-            dedup=dedup.sync,
+            dedup=dedup.driving(SyncDedupStore(dedup.store), loop_clock(dedup.clock)),
             gate=gate.sync,
             dead_letters=dead_letters,
             scheduler=scheduler,

@@ -17,55 +17,32 @@ outage, alerted then as ``complete_failed`` - nothing was lost: the redelivery w
 ``recorded_late``, normally without a second alert.) An effect that
 writes to Firestore can commit with the marker in one transaction instead: see
 :mod:`.inbox`.
+
+The algorithm is written once, without I/O, in :mod:`pubsub_toolkit.core.idempotent_run`;
+this processor performs its effects (the store's calls, the effect, a pause) as they come, and
+:class:`~.idempotent_async.AsyncIdempotentProcessor` awaits them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import enum
-import logging
-import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, assert_never
 
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.core.idempotency import Verdict, done_at, on_claim, retried_here
-from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.core import idempotent_run as protocol
+from pubsub_toolkit.core.idempotent_run import Outcome, ProcessResult
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.stores.dedup.base import Claim, DedupStore
+from pubsub_toolkit.stores.dedup.base import DedupStore
 
-logger = logging.getLogger(__name__)
-_COMPLETE_RETRY_DELAYS = (0.1, 0.5, 1.5)
-
-
-class Outcome(enum.StrEnum):
-    """What happened to one delivery."""
-
-    PROCESSED = "processed"
-    DUPLICATE = "duplicate"
-    MISMATCH = "mismatch"
+__all__ = ["IdempotentProcessor", "Outcome", "ProcessResult", "fresh_memory"]
 
 
-@dataclass(frozen=True)
-class _Done:
-    """What this process remembers of an effect it ran (or found done): its result, when,
-    and whether the store acknowledged the ``done`` record - then its absence is a loss."""
-
-    result: str | None
-    at: datetime
-    recorded: bool
-
-
-@dataclass(frozen=True)
-class ProcessResult:
-    """The outcome and the effect's stored result (for duplicates: the first run's result)."""
-
-    outcome: Outcome
-    result: str | None = None
+def fresh_memory() -> protocol.Memory:
+    """A processor's memory across deliveries: bounded witnesses of what it saw done and of
+    the claims it released (see :class:`~pubsub_toolkit.core.idempotent_run.Memory`)."""
+    return protocol.Memory(done=Witness(), released=Witness())
 
 
 class IdempotentProcessor:
@@ -80,21 +57,18 @@ class IdempotentProcessor:
         ttl: timedelta,
         log: DecisionLog | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        memory: protocol.Memory | None = None,
     ) -> None:
+        """``memory``: what this process remembers of the namespace's keys - another
+        driver's of the same processor (:meth:`AsyncIdempotentProcessor.driving`), else its
+        own."""
         self._store = store
         self._clock = clock
         self.namespace = namespace
         self._lease = lease
         self._ttl = ttl
         self.log = log or DecisionLog(namespace)
-        # (key, fingerprint) -> what this process saw done (by content too: an impostor under
-        # the same key must not hide the original).
-        self._done: Witness[tuple[str, str], _Done] = Witness()
-        # key -> the token of the claim this process released after its effect failed: the
-        # redelivery that takes that very claim over is a retry, not a lost worker.
-        self._released: Witness[str, int] = Witness()
-        self._running: set[str] = set()
-        self._running_lock = threading.Lock()
+        self._memory = memory if memory is not None else fresh_memory()
 
     def sibling(
         self, namespace: str, *, log: DecisionLog | None = None, ttl: timedelta | None = None
@@ -124,157 +98,30 @@ class IdempotentProcessor:
         ``context`` (e.g. the delivery's ``message_id``) is added to every decision logged, so
         each log line can be traced to the delivery that caused it.
         """
-
-        def log(outcome: str, text: str, **fields: Any) -> None:
-            self.log.decision(outcome, text, dedup_key=key, **{**(context or {}), **fields})
-
-        # Two deliveries of one key in this very process never run at once, whatever the
-        # store says (it may have lost the first one's claim).
-        with self._running_lock:
-            if key in self._running:
-                log("in_progress", "key is being processed by this process; retry later")
-                raise ClaimInProgressError(f"{self.namespace}/{key} is running here")
-            self._running.add(key)
-        try:
-            return self._process_claimed(key, fingerprint, effect, log)
-        finally:
-            with self._running_lock:
-                self._running.discard(key)
-
-    def _process_claimed(
-        self,
-        key: str,
-        fingerprint: str,
-        effect: Callable[[], str | None],
-        log: Callable[..., None],
-    ) -> ProcessResult:
-        claim = self._store.claim(
-            self.namespace, key, fingerprint, lease=self._lease, ttl=self._ttl
+        scope = protocol.Scope(
+            self.namespace, self._lease, self._ttl, self._clock, self._memory, self.log
         )
-        remembered = self._done.get((key, fingerprint)) if claim.owns_key else None
-        verdict = on_claim(
-            claim.status,
-            remembered_at=remembered.at if remembered is not None else None,
-            now=self._clock.now(),
-            ttl=self._ttl,
+        return protocol.run(
+            protocol.process(scope, key, fingerprint, context),
+            lambda effect_: self._perform(effect_, effect),
         )
-        if verdict is Verdict.DUPLICATE:
-            log(Outcome.DUPLICATE, "duplicate delivery skipped")
-            result = claim.record.result if claim.record else None
-            # Remember when the STORE's record was done (its TTL runs from then), not now.
-            at = done_at(claim.record.expire_at, self._ttl) if claim.record else self._clock.now()
-            self._done.put((key, fingerprint), _Done(result, at, recorded=True))
-            return ProcessResult(Outcome.DUPLICATE, result)
-        if verdict is Verdict.RECORD_AGAIN:
-            assert remembered is not None
-            return self._record_again((key, fingerprint), claim, remembered, log)
-        if verdict is Verdict.MISMATCH:
-            log(
-                Outcome.MISMATCH,
-                "ALERT: dedup key reused with different content",
-                level=logging.ERROR,
-                alert="fingerprint_mismatch",
-                fingerprint=fingerprint,
-                stored_fingerprint=claim.record.fingerprint if claim.record else None,
-            )
-            return ProcessResult(Outcome.MISMATCH)
-        if verdict is Verdict.IN_PROGRESS:
-            log("in_progress", "key is being processed elsewhere; retry later")
-            raise ClaimInProgressError(f"{self.namespace}/{key} is claimed by a live worker")
-        if verdict is Verdict.TAKE_OVER:
-            retry = retried_here(self._released.get(key), claim.token)
-            log(
-                "taken_over",
-                "claim released here after the effect failed; running it again"
-                if retry
-                else "previous holder's claim ended (its lease expired, or it released the key "
-                "after a failure); taking over",
-                level=logging.INFO if retry else logging.WARNING,
-                token=claim.token,
-            )
-        try:
-            result = effect()
-        except BaseException:
-            self._release_after_failure(key, claim)
-            raise
-        # Remembered before the store is told: if recording fails (or the store loses it),
-        # this process still knows the effect happened and will not run it again.
-        done = _Done(result, self._clock.now(), recorded=False)
-        self._done.put((key, fingerprint), done)
-        try:
-            self._complete(key, claim, result)
-            self._done.put((key, fingerprint), dataclasses.replace(done, recorded=True))
-        except StaleClaimError:
-            log(
-                "fenced",
-                "ALERT: effect ran after our lease expired and another worker took over",
-                level=logging.ERROR,
-                token=claim.token,
-            )
-            raise
-        log(Outcome.PROCESSED, "processed")
-        return ProcessResult(Outcome.PROCESSED, result)
 
-    def _record_again(
-        self, remembered: tuple[str, str], claim: Claim, done: _Done, log: Callable[..., None]
-    ) -> ProcessResult:
-        """The store has no ``done`` record for an effect this process ran: write it (again),
-        never rerun. Lost writes if the store had acknowledged it; else its ``complete`` failed
-        (an outage, said then as ``complete_failed``) and this is, most likely, the late write
-        (a write applied just before its timeout, then lost, is indistinguishable from it)."""
-        key = remembered[0]
-        if done.recorded:
-            log(
-                "store_rollback",
-                "ALERT: the store lost this key's done record; not run again",
-                level=logging.ERROR,
-                alert="store_rollback",
+    def _perform(self, effect: protocol.Effect, call: Callable[[], str | None]) -> object:
+        if isinstance(effect, protocol.ClaimKey):
+            return self._store.claim(
+                effect.namespace, effect.key, effect.fingerprint, lease=effect.lease, ttl=effect.ttl
             )
-        else:
-            log(
-                "recorded_late",
-                "effect ran here before its done record could be written; recording it now, "
-                "not run again",
-                level=logging.WARNING,
+        if isinstance(effect, protocol.Complete):
+            self._store.complete(
+                effect.namespace, effect.key, effect.claim, effect.result, ttl=effect.ttl
             )
-        # Someone else may hold it by now: they find it done, or run it under a newer lease.
-        with contextlib.suppress(StaleClaimError):
-            self._complete(key, claim, done.result)
-            # Acknowledged now: should the store lose it later, that is a loss to alert on.
-            self._done.put(remembered, dataclasses.replace(done, recorded=True))
-        return ProcessResult(Outcome.DUPLICATE, done.result)
-
-    def _complete(self, key: str, claim: Claim, result: str | None) -> None:
-        # The effect has happened: losing the "done" write now would let a redelivery run it
-        # again once the lease expires, so a store hiccup is worth a few quick retries.
-        for delay in (*_COMPLETE_RETRY_DELAYS, None):
-            try:
-                self._store.complete(self.namespace, key, claim, result, ttl=self._ttl)
-                return
-            except StoreUnavailableError:
-                if delay is None:
-                    self.log.decision(
-                        "complete_failed",
-                        "ALERT: effect done but not recorded; a redelivery after the lease "
-                        "may repeat it",
-                        dedup_key=key,
-                        level=logging.ERROR,
-                    )
-                    raise
-                self._clock.sleep(delay)
-
-    def _release_after_failure(self, key: str, claim: Claim) -> None:
-        # Never let a failing release hide the effect's own exception.
-        try:
-            self._store.release(self.namespace, key, claim)
-            self._released.put(key, claim.token)
-        except Exception:
-            logger.exception(
-                "could not release %s/%s; it frees when the lease ends", self.namespace, key
-            )
-        self.log.decision(
-            "effect_failed",
-            "effect raised; claim released for redelivery",
-            dedup_key=key,
-            level=logging.WARNING,
-        )
+            return None
+        if isinstance(effect, protocol.Release):
+            self._store.release(effect.namespace, effect.key, effect.claim)
+            return None
+        if isinstance(effect, protocol.RunEffect):
+            return call()
+        if isinstance(effect, protocol.Sleep):
+            self._clock.sleep(effect.seconds)
+            return None
+        assert_never(effect)

@@ -3,23 +3,28 @@
 The same pattern and semantics as :class:`~pubsub_toolkit.dedup.idempotent.IdempotentProcessor`
 (claim; a duplicate returns the stored result; a different fingerprint is a MISMATCH; a live
 claim elsewhere raises ClaimInProgressError; a failing effect releases the claim; ``complete``
-is retried; this process's witness catches a store that lost a ``done`` record) - because it
-*is* that processor's code: it runs on the event loop in a greenlet (:mod:`pubsub_toolkit._bridge`)
-over an :class:`~pubsub_toolkit.stores.dedup.base.AsyncDedupStore`, awaiting the store and the
-``async def`` effect. No thread is involved and the two cannot diverge.
+is retried; this process's witness catches a store that lost a ``done`` record) - because both
+drive the one protocol of :mod:`pubsub_toolkit.core.idempotent_run`: this one awaits each effect
+it yields (the :class:`~pubsub_toolkit.stores.dedup.base.AsyncDedupStore`'s calls, the
+``async def`` effect, a pause) in the caller's task. No thread and no greenlet are involved,
+and the two cannot diverge.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
-from pubsub_toolkit._bridge import SyncDedupStore, await_, loop_clock, run_sync
-from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, ProcessResult
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
+from pubsub_toolkit.core import idempotent_run as protocol
+from pubsub_toolkit.core.idempotent_run import ProcessResult
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, fresh_memory
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.stores.dedup.base import AsyncDedupStore
+from pubsub_toolkit.stores.dedup.base import AsyncDedupStore, DedupStore
+
+__all__ = ["AsyncEffect", "AsyncIdempotentProcessor", "ProcessResult"]
 
 AsyncEffect = Callable[[], Awaitable[str | None]]
 
@@ -38,38 +43,40 @@ class AsyncIdempotentProcessor:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
-        #: The sync processor this one drives (usable only inside ``run_sync``).
-        self.sync = IdempotentProcessor(
-            SyncDedupStore(store),
-            namespace=namespace,
-            lease=lease,
-            ttl=ttl,
-            log=log,
-            clock=loop_clock(clock),
-        )
-
-    @classmethod
-    def _wrapping(
-        cls, sync: IdempotentProcessor, store: AsyncDedupStore
-    ) -> AsyncIdempotentProcessor:
-        self = cls.__new__(cls)
-        self.store, self.sync = store, sync
-        return self
-
-    @property
-    def namespace(self) -> str:
-        return self.sync.namespace
-
-    @property
-    def log(self) -> DecisionLog:
-        return self.sync.log
+        self.clock = clock
+        self.namespace = namespace
+        self._lease = lease
+        self._ttl = ttl
+        self.log = log or DecisionLog(namespace)
+        self._memory = fresh_memory()
 
     def sibling(
         self, namespace: str, *, log: DecisionLog | None = None, ttl: timedelta | None = None
     ) -> AsyncIdempotentProcessor:
         """A processor on the same store and lease for another namespace; its records live
         ``ttl``, by default as long as this processor's (see IdempotentProcessor.sibling)."""
-        return self._wrapping(self.sync.sibling(namespace, log=log, ttl=ttl), self.store)
+        return AsyncIdempotentProcessor(
+            self.store,
+            namespace=namespace,
+            lease=self._lease,
+            ttl=self._ttl if ttl is None else ttl,
+            log=log or DecisionLog(namespace, self.log.metrics),
+            clock=self.clock,
+        )
+
+    def driving(self, store: DedupStore, clock: Clock) -> IdempotentProcessor:
+        """This processor as a sync :class:`IdempotentProcessor` over ``store``, a sync view of
+        :attr:`store` (e.g. the greenlet bridge's, for orchestration still written sync):
+        the same namespace, lease, TTL and log, and the same memory of the keys it ran."""
+        return IdempotentProcessor(
+            store,
+            namespace=self.namespace,
+            lease=self._lease,
+            ttl=self._ttl,
+            log=self.log,
+            clock=clock,
+            memory=self._memory,
+        )
 
     async def process(
         self,
@@ -80,6 +87,34 @@ class AsyncIdempotentProcessor:
         context: Mapping[str, Any] | None = None,
     ) -> ProcessResult:
         """Await ``effect()`` unless ``key`` was already processed (see IdempotentProcessor)."""
-        return await run_sync(
-            self.sync.process, key, fingerprint, lambda: await_(effect()), context=context
+        scope = protocol.Scope(
+            self.namespace, self._lease, self._ttl, self.clock, self._memory, self.log
         )
+        return await protocol.run_async(
+            protocol.process(scope, key, fingerprint, context),
+            lambda effect_: self._perform(effect_, effect),
+        )
+
+    async def _perform(self, effect: protocol.Effect, call: AsyncEffect) -> object:
+        if isinstance(effect, protocol.ClaimKey):
+            return await self.store.claim(
+                effect.namespace, effect.key, effect.fingerprint, lease=effect.lease, ttl=effect.ttl
+            )
+        if isinstance(effect, protocol.Complete):
+            await self.store.complete(
+                effect.namespace, effect.key, effect.claim, effect.result, ttl=effect.ttl
+            )
+            return None
+        if isinstance(effect, protocol.Release):
+            await self.store.release(effect.namespace, effect.key, effect.claim)
+            return None
+        if isinstance(effect, protocol.RunEffect):
+            return await call()
+        if isinstance(effect, protocol.Sleep):
+            # The loop keeps running other deliveries; a test's manual clock just moves.
+            if isinstance(self.clock, SystemClock):
+                await asyncio.sleep(effect.seconds)
+            else:
+                self.clock.sleep(effect.seconds)
+            return None
+        assert_never(effect)

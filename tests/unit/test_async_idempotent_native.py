@@ -1,0 +1,66 @@
+"""``AsyncIdempotentProcessor`` drives the core's protocol on asyncio itself: it awaits the
+async store and the ``async def`` effect in the caller's task, never through the greenlet
+bridge (issue 26: "one async delivery crosses nine objects and a greenlet bridge")."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import sys
+from datetime import UTC, datetime, timedelta
+
+from pubsub_toolkit import _bridge
+from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.dedup import idempotent_async
+from pubsub_toolkit.dedup.idempotent import Outcome
+from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
+from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
+
+
+def test_the_async_processor_module_imports_no_bridge_and_no_greenlet() -> None:
+    tree = ast.parse(inspect.getsource(idempotent_async))
+    imported = {
+        node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert not {name for name in imported if "_bridge" in name or "greenlet" in name}
+
+
+def _under_the_bridge() -> bool:
+    """True when the bridge runs the caller (its ``run_sync`` awaits on the caller's behalf, so
+    its frame is below the effect's on the stack) or the caller runs in its greenlet."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _bridge.run_sync.__code__:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return _bridge.in_bridge()
+
+
+def test_the_effect_is_awaited_in_the_callers_task_outside_the_bridge() -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    processor = AsyncIdempotentProcessor(
+        AsyncMemoryDedupStore(clock),
+        namespace="orders",
+        lease=timedelta(seconds=60),
+        ttl=timedelta(days=1),
+        clock=clock,
+    )
+    seen: list[tuple[asyncio.Task[object] | None, bool]] = []
+
+    async def effect() -> str:
+        seen.append((asyncio.current_task(), _under_the_bridge()))
+        return "charged"
+
+    async def main() -> tuple[asyncio.Task[object] | None, object]:
+        result = await processor.process("k", "fp", effect)
+        return asyncio.current_task(), result
+
+    caller, result = asyncio.run(main())
+    assert seen == [(caller, False)]
+    assert result == idempotent_async.ProcessResult(Outcome.PROCESSED, "charged")
