@@ -434,7 +434,10 @@ def issue_11() -> tuple[Mutation, ...]:
             "a done record whose write failed is alerted as lost when written late",
             (
                 SourceEdit(
-                    idem, "IdempotentProcessor._record_again", "if done.recorded:", "if True:"
+                    "pubsub_toolkit.core.idempotent_run",
+                    "record_again",
+                    "if done.recorded:",
+                    "if True:",
                 ),
             ),
         ),
