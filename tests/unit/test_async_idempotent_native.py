@@ -10,6 +10,8 @@ import inspect
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from pubsub_toolkit import _bridge
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup import idempotent_async
@@ -64,3 +66,31 @@ def test_the_effect_is_awaited_in_the_callers_task_outside_the_bridge() -> None:
     caller, result = asyncio.run(main())
     assert seen == [(caller, False)]
     assert result == idempotent_async.ProcessResult(Outcome.PROCESSED, "charged")
+
+
+def test_a_cancelled_effect_releases_its_claim_for_the_redelivery() -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    store = AsyncMemoryDedupStore(clock)
+    processor = AsyncIdempotentProcessor(
+        store, namespace="orders", lease=timedelta(seconds=60), ttl=timedelta(days=1), clock=clock
+    )
+    started = asyncio.Event()
+
+    async def hangs() -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    async def again() -> str:
+        return "second"
+
+    async def main() -> object:
+        task = asyncio.create_task(processor.process("k", "fp", hangs))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # released, not left to its lease: the redelivery runs at once, as a retry
+        return await processor.process("k", "fp", again)
+
+    assert asyncio.run(main()) == idempotent_async.ProcessResult(Outcome.PROCESSED, "second")

@@ -1,7 +1,7 @@
 """What the idempotent consumer does with a claim's answer, decided once.
 
-:class:`~pubsub_toolkit.dedup.idempotent.IdempotentProcessor` (the two-phase claim; the
-asyncio processor runs the same code) and :class:`~pubsub_toolkit.dedup.inbox.TransactionalInbox`
+The idempotent processor's protocol (:mod:`.idempotent_run`: the two-phase claim, which the
+sync and the asyncio processors drive) and :class:`~pubsub_toolkit.dedup.inbox.TransactionalInbox`
 (the marker read after a failed commit) both map a :class:`ClaimStatus` to what happens to the
 delivery. They used to write that mapping each in its own words; :func:`on_claim` is it, once:
 

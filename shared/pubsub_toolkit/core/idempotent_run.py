@@ -42,7 +42,7 @@ from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUn
 from pubsub_toolkit.stores.dedup.base import Claim
 
 T = TypeVar("T")
-K = TypeVar("K", contravariant=True)  # keys are only passed in
+K_contra = TypeVar("K_contra", contravariant=True)  # keys are only passed in
 V = TypeVar("V")
 
 # The processor's own logger (its name is what operators filter on), not this module's.
@@ -129,12 +129,12 @@ Run = Generator[Effect, object, T]
 # --- what the protocol is handed ----------------------------------------------------------------
 
 
-class Remembers(Protocol[K, V]):
+class Remembers(Protocol[K_contra, V]):
     """A bounded, thread-safe memory (:class:`pubsub_toolkit._witness.Witness`)."""
 
-    def get(self, key: K) -> V | None: ...
+    def get(self, key: K_contra) -> V | None: ...
 
-    def put(self, key: K, value: V) -> None: ...
+    def put(self, key: K_contra, value: V) -> None: ...
 
 
 class Decisions(Protocol):
