@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import subprocess
 import sys
+import textwrap
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -94,3 +96,31 @@ def test_a_cancelled_effect_releases_its_claim_for_the_redelivery() -> None:
         return await processor.process("k", "fp", again)
 
     assert asyncio.run(main()) == idempotent_async.ProcessResult(Outcome.PROCESSED, "second")
+
+
+def test_the_async_processor_runs_without_greenlet_installed() -> None:
+    # A fresh interpreter where importing greenlet fails, as without the ``asyncio`` extra.
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from datetime import timedelta
+        sys.modules["greenlet"] = None  # import greenlet -> ImportError
+        from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
+        from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
+
+        async def effect():
+            return "ok"
+
+        processor = AsyncIdempotentProcessor(
+            AsyncMemoryDedupStore(), namespace="n", lease=timedelta(seconds=5), ttl=timedelta(1)
+        )
+        first = asyncio.run(processor.process("k", "fp", effect))
+        again = asyncio.run(processor.process("k", "fp", effect))
+        print(first.outcome, first.result, again.outcome, again.result)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["processed", "ok", "duplicate", "ok"]
