@@ -12,7 +12,7 @@ from google.cloud import firestore, pubsub_v1
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.consumer.gate_rules import REASON_POISON
+from pubsub_toolkit.core.fifo_policy import REASON_POISON
 from pubsub_toolkit.dead_letters.listing import list_dead_letters
 from pubsub_toolkit.dead_letters.replay import replay
 from pubsub_toolkit.ingress.outcomes import IngressOutcome

@@ -47,8 +47,8 @@ from pubsub_toolkit.consumer._settle import (  # also importable from here, as b
 )
 from pubsub_toolkit.consumer._stream_end import StreamEnd
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
-from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, fifo_address
+from pubsub_toolkit.core.fifo_policy import STREAMING_LEASE_HOLD
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.tracing import RECEIVE

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from pubsub_toolkit import tracing
 from pubsub_toolkit.consumer._settle import OutcomeListener, settle, tell, to_message
 from pubsub_toolkit.consumer._stream_end import StreamEnd
-from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import fifo_address
+from pubsub_toolkit.core.fifo_policy import STREAMING_LEASE_HOLD
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.tracing import RECEIVE
