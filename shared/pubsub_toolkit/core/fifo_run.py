@@ -274,7 +274,7 @@ class FifoRun(FifoAdvance):
                 level=logging.INFO if asked else logging.WARNING,
             )
             if not from_park:
-                (yield from self._seen.park_run(group, seq, message))  # kept for the sweeper
+                yield from self._seen.park_run(group, seq, message)  # kept for the sweeper
             digest = key_digest(message_key(message))
             yield from self._update(
                 group, token, lambda s: rules.retry_later(s, seq, digest, at=retry_at)

@@ -316,9 +316,8 @@ class SeenStore:
         yield from self._keep_lost_sequence(group, seen, state, past_end, orphaned)
         repaired = self._date(repaired)
         if not (yield Save(self._consumer, group, repaired, state)):
-            yield from self._unpark_own(
-                group, restored
-            )  # no state lists them: they would be strays
+            # No state lists them: they would be strays.
+            yield from self._unpark_own(group, restored)
             return False  # someone wrote meanwhile: look again
         if kept is not None:
             self._moved_leases.put((group, kept), repaired.lease_token)
@@ -345,9 +344,8 @@ class SeenStore:
             if self._kept.get(once):
                 continue
             if after_end:
-                yield from self._keep_past_end(
-                    copy, group, seq, seen
-                )  # hands it over itself if it must
+                # (It hands the copy over itself, if it must.)
+                yield from self._keep_past_end(copy, group, seq, seen)
             else:
                 yield from self._keep_ended(copy, group, seq, seen, state)
             self._kept.put(once, True)
