@@ -6,8 +6,7 @@ running elsewhere), or the head to run now (under a held lease or a new one).
 For a delivery of ``(group, seq)`` against the group's last-processed counter ``last``:
 ``seq <= last`` is a duplicate (ack); ``seq == last + 1`` takes the lease, runs the handler and
 advances; ``seq > last + 1`` is parked and acked (``park=False``: nacked). No I/O: the effects
-are yielded (:mod:`.fifo_effects`). (About 300 lines: the delivery's one decision loop, and the
-batch's, which falls back to it.)
+are yielded (:mod:`.fifo_effects`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ handler and record the advance), :mod:`.fifo_run` (the run loop, failures, the g
 :mod:`.fifo_deliver` (a delivery, or a batch of them), :mod:`.fifo_gate` (the sweep, the
 operator's skip and replay: :class:`~.fifo_gate.FifoCore`, what a driver holds).
 
-(About 360 lines: the parts' wiring, and every step that more than one operation takes.)
+(About 300 lines: the parts' wiring, and every step that more than one operation takes.)
 """
 
 from __future__ import annotations
