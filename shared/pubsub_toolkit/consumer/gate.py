@@ -298,9 +298,13 @@ class FifoGate:
             )
 
         if effect.once is None or self.rejections is None:
-            send()
+            self._publish(send)
             return
-        self.rejections.process(effect.once, effect.digest, send)
+        self.rejections.process(effect.once, effect.digest, lambda: self._publish(send))
+
+    def _publish(self, send: Callable[[], str]) -> str:
+        """The dead-letter publish itself (the asyncio gate's view runs it off the loop)."""
+        return send()
 
     def _decision(
         self,

@@ -11,7 +11,10 @@ thread. So the two gates cannot drift apart, and nothing here blocks the event l
 
 :attr:`AsyncFifoGate.sync` is the same gate - the same core, so the same memory of the store
 and the same held leases - for the asyncio message processor, which runs the sync processor's
-routing in a greenlet (:mod:`pubsub_toolkit._bridge`) and calls the gate from there.
+routing in a greenlet (:mod:`pubsub_toolkit._bridge`) and calls the gate from there: that view
+performs the effects through the bridge (each awaited on the loop, the dead-letter publish in a
+thread). The bridge stays only for that caller and its rejection records (sync ones over a
+bridged store); the gate's own operations (sweeps, skips, a delivery made here) await natively.
 
 Not async: the transactional mode (``commit_with``, sync Firestore only).
 """
@@ -25,7 +28,7 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pubsub_toolkit._bridge import SyncFifoStore, awaiting, loop_clock, run_sync
+from pubsub_toolkit._bridge import SyncFifoStore, await_, awaiting, loop_clock, run_sync
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
 from pubsub_toolkit.consumer.gate import FifoGate, span_of
 from pubsub_toolkit.core import fifo_effects as fx
@@ -61,7 +64,7 @@ class AsyncFifoGate:
         self._clock = clock
         #: The same gate for the sync processor's greenlet (its methods work only inside
         #: ``run_sync``): it shares this gate's core.
-        self.sync = FifoGate(
+        self.sync = _GreenletGate(
             SyncFifoStore(store),
             consumer=consumer,
             handler=awaiting(handler),
@@ -178,7 +181,20 @@ class AsyncFifoGate:
         if effect.once is None or rejections is None:
             await _off_loop(send)
             return
-        await run_sync(rejections.process, effect.once, effect.digest, send)
+        # The asyncio processor's rejection records are sync ones over its bridged store.
+        await run_sync(rejections.process, effect.once, effect.digest, self.sync.publish(send))
+
+
+class _GreenletGate(FifoGate):
+    """:class:`FifoGate` for the asyncio processor's greenlet (inside ``run_sync``): its store
+    and handler bridged to the loop, and the dead-letter publish awaited off the loop."""
+
+    def publish(self, send: Callable[[], str]) -> Callable[[], str]:
+        """``send``, run off the loop when called inside the greenlet."""
+        return lambda: self._publish(send)
+
+    def _publish(self, send: Callable[[], str]) -> str:
+        return await_(_off_loop(send))
 
 
 async def _off_loop(call: Callable[[], T]) -> T:
