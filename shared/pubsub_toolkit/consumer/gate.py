@@ -61,7 +61,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, assert_never
 
 from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
@@ -238,41 +238,43 @@ class FifoGate:
 
     def _effect(self, effect: fx.Effect, spans: list[AbstractContextManager[object]]) -> Any:
         store = self._store
+        # The most frequent first: a class pattern is an isinstance check.
         match effect:
             case fx.Load(consumer, group):
                 return store.load(consumer, group)
             case fx.Save(consumer, group, state, expected):
                 return store.save(consumer, group, state, expected)
-            case fx.Park(consumer, group, seq, message):
-                return store.park(consumer, group, seq, message)
-            case fx.ParkedMessage(consumer, group, seq):
-                return store.parked_message(consumer, group, seq)
-            case fx.Unpark(consumer, group, seq):
-                return store.unpark(consumer, group, seq)
-            case fx.Groups(consumer):
-                return store.groups(consumer)
-            case fx.Handle(taken):
-                started = time.perf_counter()
-                self._handler(taken)
-                self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
-                return None
-            case fx.CommitWith():
-                return self._commit_with(effect)
-            case fx.DeadLetter():
-                return self._dead_letter(effect)
-            case fx.Sleep(seconds):
-                return self._clock.sleep(seconds)
             case fx.SpanStart(message):
                 span = span_of(message, self.consumer)
                 span.__enter__()
                 spans.append(span)
+                return None
+            case fx.Handle(taken):
+                started = time.perf_counter()
+                self._handler(taken)
+                self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
                 return None
             case fx.SpanEnd(error):
                 closing = spans.pop()
                 if error is None:
                     return closing.__exit__(None, None, None)
                 return closing.__exit__(type(error), error, error.__traceback__)
-        raise TypeError(f"not an effect of the FIFO gate: {effect!r}")  # pragma: no cover
+            case fx.ParkedMessage(consumer, group, seq):
+                return store.parked_message(consumer, group, seq)
+            case fx.Park(consumer, group, seq, message):
+                return store.park(consumer, group, seq, message)
+            case fx.Unpark(consumer, group, seq):
+                return store.unpark(consumer, group, seq)
+            case fx.Groups(consumer):
+                return store.groups(consumer)
+            case fx.DeadLetter():
+                return self._dead_letter(effect)
+            case fx.Sleep(seconds):
+                return self._clock.sleep(seconds)
+            case fx.CommitWith():
+                return self._commit_with(effect)
+            case _:
+                assert_never(effect)
 
     def _commit_with(self, effect: fx.CommitWith) -> GroupState:
         """Transactional mode: the handler's writes and the change in one transaction."""

@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from pubsub_toolkit._bridge import SyncFifoStore, await_, awaiting, loop_clock, run_sync
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
@@ -128,43 +128,45 @@ class AsyncFifoGate:
 
     async def _effect(self, effect: fx.Effect, spans: list[AbstractContextManager[object]]) -> Any:
         store = self.store
+        # The most frequent first: a class pattern is an isinstance check.
         match effect:
             case fx.Load(consumer, group):
                 return await store.load(consumer, group)
             case fx.Save(consumer, group, state, expected):
                 return await store.save(consumer, group, state, expected)
-            case fx.Park(consumer, group, seq, message):
-                return await store.park(consumer, group, seq, message)
-            case fx.ParkedMessage(consumer, group, seq):
-                return await store.parked_message(consumer, group, seq)
-            case fx.Unpark(consumer, group, seq):
-                return await store.unpark(consumer, group, seq)
-            case fx.Groups(consumer):
-                return await store.groups(consumer)
-            case fx.Handle(taken):
-                started = time.perf_counter()
-                await self._handler(taken)
-                self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
-                return None
-            case fx.CommitWith():
-                raise TypeError("the asyncio gate has no transactional mode")
-            case fx.DeadLetter():
-                return await self._dead_letter(effect)
-            case fx.Sleep(seconds):
-                if isinstance(self._clock, SystemClock):
-                    return await asyncio.sleep(seconds)
-                return self._clock.sleep(seconds)  # a test's clock: it just moves
             case fx.SpanStart(message):
                 span = span_of(message, self.consumer)
                 span.__enter__()
                 spans.append(span)
+                return None
+            case fx.Handle(taken):
+                started = time.perf_counter()
+                await self._handler(taken)
+                self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
                 return None
             case fx.SpanEnd(error):
                 closing = spans.pop()
                 if error is None:
                     return closing.__exit__(None, None, None)
                 return closing.__exit__(type(error), error, error.__traceback__)
-        raise TypeError(f"not an effect of the FIFO gate: {effect!r}")  # pragma: no cover
+            case fx.ParkedMessage(consumer, group, seq):
+                return await store.parked_message(consumer, group, seq)
+            case fx.Park(consumer, group, seq, message):
+                return await store.park(consumer, group, seq, message)
+            case fx.Unpark(consumer, group, seq):
+                return await store.unpark(consumer, group, seq)
+            case fx.Groups(consumer):
+                return await store.groups(consumer)
+            case fx.DeadLetter():
+                return await self._dead_letter(effect)
+            case fx.Sleep(seconds):
+                if isinstance(self._clock, SystemClock):
+                    return await asyncio.sleep(seconds)
+                return self._clock.sleep(seconds)  # a test's clock: it just moves
+            case fx.CommitWith():
+                raise TypeError("the asyncio gate has no transactional mode")
+            case _:
+                assert_never(effect)
 
     async def _dead_letter(self, effect: fx.DeadLetter) -> None:
         """Publish to the dead-letter topic off the loop - once per ``effect.once`` with the
