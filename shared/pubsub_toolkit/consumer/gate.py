@@ -50,7 +50,7 @@ generators that yield effects (:mod:`pubsub_toolkit.core.fifo_effects`) and perf
 :class:`FifoGate` performs each against the sync :class:`~pubsub_toolkit.stores.fifo_state.base.
 FifoStore`, the handler and the :class:`~pubsub_toolkit.dead_letters.send.DeadLetterer`, and
 sends the result back (or throws the exception in); the asyncio driver
-(:mod:`.gate_async`) performs the same generators, awaiting. (About 320 lines: most of them the
+(:mod:`.gate_async`) performs the same generators, awaiting. (About 330 lines: most of them the
 gate's behaviour, described here for its public API; the driver is one branch per effect.)
 """
 
