@@ -44,7 +44,7 @@ import pubsub_toolkit
 assert pubsub_toolkit.__file__.startswith(sys.argv[1]), pubsub_toolkit.__file__
 from bench.counting import CountingFifoStore
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GatePolicy
+from pubsub_toolkit.core.fifo_policy import GatePolicy
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 

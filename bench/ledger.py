@@ -25,7 +25,7 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from bench.mix import POISON_ATTRIBUTE, Kind, Publish
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.consumer.gate_rules import REASON_POISON
+from pubsub_toolkit.core.fifo_policy import REASON_POISON
 from pubsub_toolkit.message import Message
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pubsub_toolkit import attributes as attr
-from pubsub_toolkit.consumer.gate_rules import REASON_POISON
+from pubsub_toolkit.core.fifo_policy import REASON_POISON
 from pubsub_toolkit.stores.counters.base import SequenceCounter
 
 POISON_ATTRIBUTE = "workload_poison"  # a business attribute: the handler fails on it, by design

@@ -47,9 +47,9 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer.gate_rules import REASON_SEQUENCE_RESTARTED
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.core.fifo_policy import REASON_SEQUENCE_RESTARTED
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.publisher import Publisher

@@ -26,8 +26,8 @@ from typing import TypeVar
 import pytest
 
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.fifo_policy import GateOutcome
 from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor

@@ -24,11 +24,11 @@ from google.cloud import pubsub_v1
 
 from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
-from pubsub_toolkit.consumer.gate_rules import GatePolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
 from pubsub_toolkit.consumer.subscriber_async import AsyncConsumer
+from pubsub_toolkit.core.fifo_policy import GatePolicy
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 from pubsub_toolkit.errors import StoreUnavailableError

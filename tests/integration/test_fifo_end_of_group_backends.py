@@ -20,9 +20,9 @@ import pytest
 from google.cloud import firestore
 
 from pubsub_toolkit.clock import SYSTEM_CLOCK
-from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import REASON_AFTER_END, GateOutcome, GatePolicy
+from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core.fifo_policy import REASON_AFTER_END, GateOutcome, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog

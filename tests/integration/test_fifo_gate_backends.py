@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pytest
 
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
+from pubsub_toolkit.core.fifo_policy import GateOutcome
 from pubsub_toolkit.errors import StaleClaimError, TransientError
 from pubsub_toolkit.message import Message
 from tests.integration.test_fifo_store_contract import Backend, fifo_store_factory

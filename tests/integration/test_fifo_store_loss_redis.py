@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.message import Message

@@ -20,7 +20,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
 
 from pubsub_toolkit.consumer.gate import FifoGate, HandlerFailedError
-from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy
 from pubsub_toolkit.errors import StaleClaimError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import GroupState

@@ -12,7 +12,7 @@ from google.cloud import firestore, pubsub_v1
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import Settings
-from pubsub_toolkit.consumer.gate_rules import REASON_POISON
+from pubsub_toolkit.core.fifo_policy import REASON_POISON
 from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.ingress.pipeline import Ingress
 from pubsub_toolkit.message import Message

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
+from pubsub_toolkit.core.fifo_policy import GateOutcome
 from pubsub_toolkit.errors import RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot

@@ -313,8 +313,8 @@ def issue_11() -> tuple[Mutation, ...]:
     """Issue 11's fixes reverted (and the later ones of that series): found by schedules."""
     from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 
-    gate, idem = "pubsub_toolkit.consumer.gate", "pubsub_toolkit.dedup.idempotent"
-    rules = "pubsub_toolkit.consumer.gate_rules"
+    idem = "pubsub_toolkit.dedup.idempotent"
+    policy = "pubsub_toolkit.core.fifo_policy"
     return (
         Mutation(
             "1",
@@ -334,10 +334,10 @@ def issue_11() -> tuple[Mutation, ...]:
             "3",
             "no backoff, and a TransientError from the handler counts as a failure",
             (
-                Replacement(rules, "GatePolicy.backoff", lambda self, failures: timedelta(0)),
+                Replacement(policy, "GatePolicy.backoff", lambda self, failures: timedelta(0)),
                 SourceEdit(
-                    gate,
-                    "FifoGate._on_failure",
+                    "pubsub_toolkit.core.fifo_run",
+                    "FifoRun._on_failure",
                     "counts = rules.counts_as_attempt(exc)",
                     "counts = True",
                 ),
@@ -348,13 +348,13 @@ def issue_11() -> tuple[Mutation, ...]:
             "without a dead-letter topic, poison is skipped with a log line",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate._on_failure",
-                    "if self._dead_letters is not None and self.policy.poison is PoisonPolicy.SKIP"
-                    ":\n"
-                    "            self._dead_letters.send(",
+                    "pubsub_toolkit.core.fifo_run",
+                    "FifoRun._on_failure",
+                    "if self.dead_letters and self.policy.poison is PoisonPolicy.SKIP:\n"
+                    "            yield DeadLetter(",
                     "if self.policy.poison is PoisonPolicy.SKIP:\n"
-                    "            self._dead_letters and self._dead_letters.send(",
+                    "            if self.dead_letters:  # else skipped with a log line\n"
+                    "                yield DeadLetter(",
                 ),
             ),
         ),
@@ -408,8 +408,8 @@ def issue_11() -> tuple[Mutation, ...]:
             "the gate ignores which key a number belongs to",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate.deliver",
+                    "pubsub_toolkit.core.fifo_deliver",
+                    "FifoDeliver.deliver",
                     "if state.key_of(seq) is not None and not state.records(seq, digest):",
                     "if False:",
                 ),
@@ -420,11 +420,11 @@ def issue_11() -> tuple[Mutation, ...]:
             "a read is compared with what this process saw after it (a sibling's write: a loss)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._gate_store",
+                    "pubsub_toolkit.core.fifo_seen",
                     "SeenStore.load",
                     "seen = self._witness.get(group)\n"
-                    "            state = self._store.load(self._consumer, group)\n",
-                    "state = self._store.load(self._consumer, group)\n"
+                    "            state: GroupState = yield Load(self._consumer, group)\n",
+                    "state: GroupState = yield Load(self._consumer, group)\n"
                     "            seen = self._witness.get(group)\n",
                 ),
             ),
@@ -450,7 +450,6 @@ def issue_24() -> tuple[Mutation, ...]:
     relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
     handover = "pubsub_toolkit.core.handover"
     subscriber = "pubsub_toolkit.consumer.subscriber"
-    gate = "pubsub_toolkit.consumer.gate"
     integration = "tests/integration/"
     return (
         Mutation(
@@ -655,7 +654,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "the gate ignores a message's counter epoch (a restarted counter's numbers look old)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._sequences",
+                    "pubsub_toolkit.core.fifo_epochs",
                     "Sequences.meet",
                     "epoch = rules.message_epoch(message)",
                     "epoch = None",
@@ -672,7 +671,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "a process that saw a group before its epoch takes a later restart for a loss",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer.gate_rules",
+                    "pubsub_toolkit.core.fifo_rules",
                     "other_sequence",
                     "return state.epoch != seen.epoch and bool(seen.epoch or state.prior)",
                     "return bool(seen.epoch) and state.epoch != seen.epoch",
@@ -690,10 +689,9 @@ def issue_24() -> tuple[Mutation, ...]:
             "a failed run's parked copy does not replace a stray copy left at its number",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._gate_store",
+                    "pubsub_toolkit.core.fifo_seen",
                     "SeenStore.park_run",
-                    "if stored is not None and rules.message_key(stored) != "
-                    "rules.message_key(message):",
+                    "if stored is not None and message_key(stored) != message_key(message):",
                     "if False:",
                 ),
             ),
@@ -707,8 +705,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "the repair fences this process's own running lease (the in-flight run reruns)",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate._update",
+                    "pubsub_toolkit.core.fifo_parts",
+                    "FifoParts._update",
                     "token = self._seen.lease_now(group, token)",
                     "token = token",
                 ),
@@ -756,8 +754,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "a batch handler's RetryLater runs the batch again at once, one by one",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate._run_batch",
+                    "pubsub_toolkit.core.fifo_run",
+                    "FifoRun._run_batch",
                     "        except RetryLater as exc:\n",
                     "        except ZeroDivisionError as exc:\n",
                 ),
@@ -816,8 +814,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "process_batch raises a store failure after part of the batch was settled",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate.deliver_batch",
+                    "pubsub_toolkit.core.fifo_deliver",
+                    "FifoDeliver.deliver_batch",
                     "                except Exception as exc:\n                    if not results:",
                     "                except ZeroDivisionError as exc:\n"
                     "                    if not results:",
@@ -833,8 +831,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "a run that outlived its lease and was taken over is not an ALERT naming it",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate._outlived",
+                    "pubsub_toolkit.core.fifo_run",
+                    "FifoRun._outlived",
                     "for seq, message in steps if isinstance(exc, StaleClaimError) else ():",
                     "for seq, message in ():",
                 ),
@@ -853,7 +851,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "a process takes over its own run still under way past the lease",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._held_leases",
+                    "pubsub_toolkit.core.fifo_held",
                     "HeldLeases.busy",
                     "return group in self._running",
                     "return False",
@@ -909,15 +907,15 @@ def issue_24() -> tuple[Mutation, ...]:
             "a counter restart drops the old sequence's parked head instead of running it first",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._sequences",
+                    "pubsub_toolkit.core.fifo_epochs",
                     "Sequences._restart",
                     "if state.head in state.parked and state.blocked_at is None:",
                     "if False:",
                 ),
                 SourceEdit(
-                    "pubsub_toolkit.consumer._sequences",
+                    "pubsub_toolkit.core.fifo_epochs",
                     "Sequences._settle_and_restart",
-                    "self._wait(group, seq, state)",
+                    "yield from self._wait(group, seq, state)",
                     "pass",
                 ),
             ),
@@ -931,8 +929,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "a process runs again a key it ran, renumbered beyond the state's 64 keys",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate._run_number",
+                    "pubsub_toolkit.core.fifo_run",
+                    "FifoRun._run_number",
                     "ran_before = self._seen.ran.earlier(group, state, seq, message)",
                     "ran_before = None",
                 ),
@@ -946,8 +944,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "another message at a number beyond the state's keys is acked as a duplicate",
             (
                 SourceEdit(
-                    gate,
-                    "FifoGate.deliver",
+                    "pubsub_toolkit.core.fifo_deliver",
+                    "FifoDeliver.deliver",
                     "if self._seen.ran.reused(group, state, seq, digest):",
                     "if False:",
                 ),
@@ -962,16 +960,15 @@ def issue_24() -> tuple[Mutation, ...]:
             "a stray copy at a parked number runs in place of the listed message",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._gate_store",
+                    "pubsub_toolkit.core.fifo_seen",
                     "SeenStore.parked",
-                    "if stored is not None and listed in (None, "
-                    "key_digest(rules.message_key(stored))):",
+                    "if stored is not None and listed in (None, key_digest(message_key(stored))):",
                     "if stored is not None:",
                 ),
                 SourceEdit(
-                    "pubsub_toolkit.consumer._gate_store",
+                    "pubsub_toolkit.core.fifo_seen",
                     "SeenStore._repair",
-                    "self._unpark_own(group, restored)",
+                    "yield from self._unpark_own(group, restored)",
                     "pass",
                 ),
             ),
@@ -982,7 +979,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "a copy settled past the group's end by another process reads as a lost write",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer.gate_rules",
+                    "pubsub_toolkit.core.fifo_rules",
                     "went_back",
                     "and s not in state.parked and not settled_past_end(state, s)\n",
                     "and s not in state.parked\n",
@@ -1032,7 +1029,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "is taken for settled (lost silently)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer.gate_rules",
+                    "pubsub_toolkit.core.fifo_rules",
                     "without_after_end",
                     "skipped=merge_ranges(state.skipped, tuple(sorted(gone))),",
                     "skipped=state.skipped,",
@@ -1048,7 +1045,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "a late message of the old sequence at a number another key took is a duplicate",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._sequences",
+                    "pubsub_toolkit.core.fifo_epochs",
                     "Sequences._older",
                     "if rules.taken_in_prior(state, epoch, seq, message):",
                     "if False:",
@@ -1061,7 +1058,7 @@ def issue_24() -> tuple[Mutation, ...]:
             "a handler's own nack() is not counted toward poison (a FIFO group retries for ever)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer.gate_rules",
+                    "pubsub_toolkit.core.fifo_rules",
                     "counts_as_attempt",
                     "isinstance(exc, RetryLater | RedeliveryRequested)",
                     "isinstance(exc, RetryLater)",
@@ -1118,8 +1115,8 @@ def hand_made() -> tuple[Mutation, ...]:
             "the FIFO gate's state write no longer checks that it still holds the lease",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer.gate",
-                    "FifoGate._update",
+                    "pubsub_toolkit.core.fifo_parts",
+                    "FifoParts._update",
                     "if state.lease_token != token:",
                     "if False:",
                 ),
@@ -1223,9 +1220,9 @@ def hand_made() -> tuple[Mutation, ...]:
             "letter)",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer._gate_store",
+                    "pubsub_toolkit.core.fifo_seen",
                     "SeenStore._repair",
-                    "                self._keep_reissued(copy, group, seq, repaired)\n",
+                    "                yield from self._keep_reissued(copy, group, seq, repaired)\n",
                     "                pass  # the ALERT names them\n",
                 ),
             ),
@@ -1239,7 +1236,7 @@ def hand_made() -> tuple[Mutation, ...]:
             "a group with parked copies is dated to expire like an idle one",
             (
                 SourceEdit(
-                    "pubsub_toolkit.consumer.gate_rules",
+                    "pubsub_toolkit.core.fifo_rules",
                     "dated",
                     "expire_at=None if needs_attention(state) else now + retention",
                     "expire_at=None if state.blocked_at is not None else now + retention",

@@ -142,9 +142,9 @@ class Operator:
         return self._replay_letter(None, None, letter)
 
     def _replay_letter(self, group: str | None, head: int | None, letter: DeadLetter) -> bool:
-        """``dlq replay`` of one letter, as the CLI's ``dead_letters.replay`` does it: a letter the tool
-        keeps (``never_replayed``) stays; else mint the replay id in ingress's store, then
-        publish the original to origin with it."""
+        """``dlq replay`` of one letter, as the CLI's ``dead_letters.replay`` does it: a letter
+        the tool keeps (``never_replayed``) stays; else mint the replay id in ingress's store,
+        then publish the original to origin with it."""
         w = self._w
         kept = never_replayed(letter)
         if kept:

@@ -64,5 +64,6 @@ class AsyncGateAsSync:
         if name == "_handler":  # a test swapping the handler: swap in its async twin
             from pubsub_toolkit._bridge import awaiting
 
-            value = awaiting(as_async(value))
+            self._gate._handler = as_async(value)  # the gate's own (native) path
+            value = awaiting(as_async(value))  # and its sync view's, the processor's
         setattr(self._gate.sync, name, value)

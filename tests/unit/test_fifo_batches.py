@@ -12,8 +12,8 @@ from bench.counting import CountingFifoStore
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import REASON_POISON, GateOutcome, GatePolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.fifo_policy import REASON_POISON, GateOutcome, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.message import Message

@@ -25,13 +25,9 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import (
-    REASON_AFTER_END,
-    REASON_SEQUENCE_RESTARTED,
-    GateOutcome,
-)
+from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core.fifo_policy import REASON_AFTER_END, REASON_SEQUENCE_RESTARTED, GateOutcome
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.dedup.memory import MemoryDedupStore

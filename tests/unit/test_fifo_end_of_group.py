@@ -16,16 +16,12 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.consumer import gate_rules as rules
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import (
-    REASON_AFTER_END,
-    EndVerdict,
-    GateOutcome,
-    GatePolicy,
-    PoisonPolicy,
-)
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core import fifo_policy
+from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core.fifo_policy import REASON_AFTER_END, GateOutcome, GatePolicy, PoisonPolicy
+from pubsub_toolkit.core.fifo_rules import EndVerdict
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.message import Message
@@ -268,7 +264,7 @@ def test_duplicates_fillers_and_late_skips_up_to_the_end_behave_as_before(
     assert deliver(gate, filler(2)) is GateOutcome.DUPLICATE
     # A different message at a number already taken is still a reused number, not after_end.
     assert deliver(gate, keyed(1, "other")) is GateOutcome.DEAD_LETTERED
-    assert dead_letters(sink) == [("1", rules.REASON_SEQUENCE_REUSED)]
+    assert dead_letters(sink) == [("1", fifo_policy.REASON_SEQUENCE_REUSED)]
     assert handler.seen == [1, 3]
 
 
@@ -358,7 +354,7 @@ def test_a_poison_end_is_dead_lettered_and_still_ends_the_group(
     assert deliver(gate, keyed(2, end=True)) is GateOutcome.DEAD_LETTERED
     assert store.load(CONSUMER, "g").end_seq == 2
     assert deliver(gate, keyed(3)) is GateOutcome.DEAD_LETTERED
-    assert dead_letters(sink) == [("2", rules.REASON_POISON), ("3", REASON_AFTER_END)]
+    assert dead_letters(sink) == [("2", fifo_policy.REASON_POISON), ("3", REASON_AFTER_END)]
 
 
 def test_an_operator_skipping_a_blocked_end_completes_the_group(
@@ -370,7 +366,7 @@ def test_an_operator_skipping_a_blocked_end_completes_the_group(
     assert deliver(gate, keyed(2)) is GateOutcome.BLOCKED  # parked behind the blocked end
     state = gate.skip("g", 1)
     assert state.end_seq == 1 and state.parked == ()
-    assert dead_letters(sink) == [("1", rules.REASON_POISON), ("2", REASON_AFTER_END)]
+    assert dead_letters(sink) == [("1", fifo_policy.REASON_POISON), ("2", REASON_AFTER_END)]
     with pytest.raises(ValueError, match="complete"):
         gate.skip("g", 2)
 

@@ -17,7 +17,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import DecisionLog

@@ -12,8 +12,8 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import EarlyArrivalError, FifoGate, HandlerFailedError
-from pubsub_toolkit.consumer.gate_rules import GapPolicy, GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.fifo_policy import GapPolicy, GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError

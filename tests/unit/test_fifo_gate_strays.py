@@ -11,7 +11,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import HandlerFailedError
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
+from pubsub_toolkit.core.fifo_policy import GateOutcome
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink
 from tests.unit.test_fifo_gate import DLQ, Recorder, keyed, make_gate

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
+from pubsub_toolkit.core.fifo_policy import GateOutcome
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 from tests.support.sinks import RecordingSink

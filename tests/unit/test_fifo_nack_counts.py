@@ -12,7 +12,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate, HandlerFailedError
-from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy, PoisonPolicy
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.decorators import DeliveredMessage
 from pubsub_toolkit.message import Message

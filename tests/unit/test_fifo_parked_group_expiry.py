@@ -1,7 +1,7 @@
 """A group with a copy parked is not idle: its record must not expire with the idle groups'.
 
 The gate dates an idle group's record (nothing parked, not blocked) to expire a retention after
-its last change (``gate_rules.dated``), so groups that stop do not keep state for good. A group
+its last change (``fifo_rules.dated``), so groups that stop do not keep state for good. A group
 waiting for a missing number with the next one parked is not idle: if its record expired, the
 parked copy - acked when it was parked - would go with it, and the missing number, arriving
 late, would start the group again without it. (Hand-made bug H7 of issue 24's review,
@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
 

@@ -11,7 +11,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GapPolicy, GatePolicy
+from pubsub_toolkit.core.fifo_policy import GapPolicy, GatePolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.errors import TransientError
 from pubsub_toolkit.message import Message, OutboundMessage

@@ -21,7 +21,7 @@ import pytest
 
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome
+from pubsub_toolkit.core.fifo_policy import GateOutcome
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.delay.last_attempt import REASON_STORE_UNAVAILABLE
 from pubsub_toolkit.delay.payload import DelayedMessage

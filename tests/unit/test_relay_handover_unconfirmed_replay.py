@@ -25,8 +25,8 @@ import pytest
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GatePolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.fifo_policy import GatePolicy
 from pubsub_toolkit.core.ingress import IngressOutcome
 from pubsub_toolkit.dead_letters.replay import mint
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor

@@ -17,8 +17,8 @@ import pytest
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.consumer.processor import MessageProcessor
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.delay.relay import Relay, RelayOutcome

@@ -240,7 +240,7 @@ def unblock_replayed_poison(replayed: list[DeadLetter], consumer_id: str | None)
     runs the message - the parked original or the replayed copy, whichever comes first; the
     other is then a duplicate of a processed number.
     """
-    from pubsub_toolkit.consumer.gate_rules import REASON_POISON
+    from pubsub_toolkit.core.fifo_policy import REASON_POISON
 
     poison = [d for d in replayed if d.reason == REASON_POISON and d.group and d.seq is not None]
     if not poison:

@@ -4,7 +4,7 @@
 * :mod:`.processor` - :class:`~.processor.MessageProcessor`, the guarantees for one message
   (also what the consumer Cloud Function runs);
 * :mod:`.convoy` - each FIFO group serially, different groups in parallel;
-* :mod:`.gate` - :class:`~.gate.FifoGate`, each group in ``fifo_seq`` order, once: the
-  orchestration and I/O, over :mod:`.gate_rules` (its pure state transitions, policies and
-  outcomes) and ``_gate_store`` (the store as this process has seen it).
+* :mod:`.gate` - :class:`~.gate.FifoGate`, each group in ``fifo_seq`` order, once: the sync
+  driver of :mod:`pubsub_toolkit.core.fifo_gate` (every decision, as generators of effects);
+  :mod:`.gate_async` its asyncio driver.
 """

@@ -1,35 +1,46 @@
 """The FIFO gate for asyncio: :class:`AsyncFifoGate`, over an ``AsyncFifoStore``, with an
 ``async def`` handler.
 
-It is :class:`~pubsub_toolkit.consumer.gate.FifoGate` itself - every decision from
-:mod:`.gate_rules`, every step of the orchestration (deliver, sweep, skip, replay, the run loop,
-failures, the advance, a group's end, the repair of a store that lost writes) from :mod:`.gate`
-- run on the event loop in a greenlet (:mod:`pubsub_toolkit._bridge`): each store call and the
-handler are awaited there, waits are ``asyncio.sleep``. So the two gates cannot drift apart,
-and a change to the sync gate is a change to this one.
+It drives the very generators the sync :class:`~pubsub_toolkit.consumer.gate.FifoGate` drives -
+:class:`~pubsub_toolkit.core.fifo_gate.FifoCore`'s operations, every decision and every step of
+the orchestration (deliver, sweep, skip, replay, the run loop, failures, the advance, a group's
+end, the repair of a store that lost writes) - and performs their effects
+(:mod:`pubsub_toolkit.core.fifo_effects`) natively: each store call and the handler awaited,
+waits ``asyncio.sleep``, the dead-letter publish (a blocking client) run off the loop in a
+thread. So the two gates cannot drift apart, and nothing here blocks the event loop.
 
-Not (yet) async: the transactional mode (``commit_with``, sync Firestore only), and the
-dead-letter publish, which goes through the ``DeadLetterer``'s sink as in the sync gate (a
-rare path: one publish on the loop's thread per poison or refused message).
+:attr:`AsyncFifoGate.sync` is the same gate - the same core, so the same memory of the store
+and the same held leases - for the asyncio message processor, which runs the sync processor's
+routing in a greenlet (:mod:`pubsub_toolkit._bridge`) and calls the gate from there: that view
+performs the effects through the bridge (each awaited on the loop, the dead-letter publish in a
+thread). The bridge stays only for that caller and its rejection records (sync ones over a
+bridged store); the gate's own operations (sweeps, skips, a delivery made here) await natively.
+
+Not async: the transactional mode (``commit_with``, sync Firestore only).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
-from pubsub_toolkit._bridge import SyncFifoStore, awaiting, loop_clock, run_sync
-from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GatePolicy, GateResult
+from pubsub_toolkit._bridge import SyncFifoStore, await_, awaiting, loop_clock, run_sync
+from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
+from pubsub_toolkit.consumer.gate import FifoGate, span_of
+from pubsub_toolkit.core import fifo_effects as fx
+from pubsub_toolkit.core.fifo_policy import GatePolicy, GateResult
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.observability import HANDLER_DURATION, DecisionLog
 from pubsub_toolkit.stores.fifo_state.base import AsyncFifoStore, GroupState
 
 if TYPE_CHECKING:
     from pubsub_toolkit.dead_letters.send import DeadLetterer
 
+T = TypeVar("T")
 AsyncHandler = Callable[[Message], Awaitable[object]]
 
 
@@ -48,8 +59,12 @@ class AsyncFifoGate:
         log: DecisionLog | None = None,
     ) -> None:
         self.store = store
-        #: The sync gate this one drives (its methods work only inside ``run_sync``).
-        self.sync = FifoGate(
+        self._handler = handler
+        self._dead_letters = dead_letters
+        self._clock = clock
+        #: The same gate for the sync processor's greenlet (its methods work only inside
+        #: ``run_sync``): it shares this gate's core.
+        self.sync = _GreenletGate(
             SyncFifoStore(store),
             consumer=consumer,
             handler=awaiting(handler),
@@ -58,14 +73,15 @@ class AsyncFifoGate:
             clock=loop_clock(clock),
             log=log,
         )
+        self.core = self.sync.core
 
     @property
     def consumer(self) -> str:
-        return self.sync.consumer
+        return self.core.consumer
 
     @property
     def policy(self) -> GatePolicy:
-        return self.sync.policy
+        return self.core.policy
 
     @property
     def log(self) -> DecisionLog:
@@ -73,28 +89,122 @@ class AsyncFifoGate:
 
     async def deliver(self, message: Message, group: str, seq: int) -> GateResult:
         """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
-        return await run_sync(self.sync.deliver, message, group, seq)
+        return await self._perform(self.core.deliver(message, group, seq))
 
     async def sweep(self, group: str) -> GateResult:
         """Periodic work for one group: run a parked head, act on an expired gap."""
-        return await run_sync(self.sync.sweep, group)
+        return await self._perform(self.core.sweep(group))
 
     async def skip(self, group: str, seq: int, *, run: bool = True) -> GroupState:
         """An operator's skip of ``seq`` (see FifoGate.skip)."""
-        return await run_sync(self.sync.skip, group, seq, run=run)
+        return await self._perform(self.core.skip(group, seq, run=run))
 
     async def replay(self, group: str, *, run: bool = True) -> GateResult:
         """An operator's replay of a blocked group (see FifoGate.replay)."""
-        return await run_sync(self.sync.replay, group, run=run)
+        return await self._perform(self.core.replay(group, run=run))
 
     async def groups(self) -> list[str]:
         """The groups a sweep visits (see FifoGate.groups)."""
-        return await run_sync(self.sync.groups)
+        return await self._perform(self.core.groups())
 
     def use_lease_hold(self, hold: timedelta) -> None:
         """See FifoGate.use_lease_hold (called before the consumer starts)."""
-        self.sync.use_lease_hold(hold)
+        self.core.use_lease_hold(hold)
 
     async def release_held(self) -> None:
         """Give back the leases this process holds between deliveries (see FifoGate)."""
-        await run_sync(self.sync.release_held)
+        await self._perform(self.core.release_held())
+
+    # --- the driver ----------------------------------------------------------------------
+
+    async def _perform(self, op: fx.Op[T]) -> T:
+        """Run one operation of the core on the loop: each effect awaited here, in order."""
+        spans: list[AbstractContextManager[object]] = []
+
+        async def perform(effect: fx.Effect) -> Any:
+            return await self._effect(effect, spans)
+
+        return await fx.run_async(op, perform)
+
+    async def _effect(self, effect: fx.Effect, spans: list[AbstractContextManager[object]]) -> Any:
+        store = self.store
+        # The most frequent first: a class pattern is an isinstance check.
+        match effect:
+            case fx.Load(consumer, group):
+                return await store.load(consumer, group)
+            case fx.Save(consumer, group, state, expected):
+                return await store.save(consumer, group, state, expected)
+            case fx.SpanStart(message):
+                span = span_of(message, self.consumer)
+                span.__enter__()
+                spans.append(span)
+                return None
+            case fx.Handle(taken):
+                started = time.perf_counter()
+                await self._handler(taken)
+                self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
+                return None
+            case fx.SpanEnd(error):
+                closing = spans.pop()
+                if error is None:
+                    return closing.__exit__(None, None, None)
+                return closing.__exit__(type(error), error, error.__traceback__)
+            case fx.ParkedMessage(consumer, group, seq):
+                return await store.parked_message(consumer, group, seq)
+            case fx.Park(consumer, group, seq, message):
+                return await store.park(consumer, group, seq, message)
+            case fx.Unpark(consumer, group, seq):
+                return await store.unpark(consumer, group, seq)
+            case fx.Groups(consumer):
+                return await store.groups(consumer)
+            case fx.DeadLetter():
+                return await self._dead_letter(effect)
+            case fx.Sleep(seconds):
+                if isinstance(self._clock, SystemClock):
+                    return await asyncio.sleep(seconds)
+                return self._clock.sleep(seconds)  # a test's clock: it just moves
+            case fx.CommitWith():
+                raise TypeError("the asyncio gate has no transactional mode")
+            case _:
+                assert_never(effect)
+
+    async def _dead_letter(self, effect: fx.DeadLetter) -> None:
+        """Publish to the dead-letter topic off the loop - once per ``effect.once`` with the
+        rejection records the asyncio processor gave the gate (bridged sync records)."""
+        dead_letters = self._dead_letters
+        assert dead_letters is not None  # the core asks only with a dead-letter topic
+
+        def send() -> str:
+            return dead_letters.send(
+                effect.message, effect.reason, effect.detail, dedup_key=effect.dedup_key
+            )
+
+        rejections = self.sync.rejections
+        if effect.once is None or rejections is None:
+            await _off_loop(send)
+            return
+        # The asyncio processor's rejection records are sync ones over its bridged store.
+        await run_sync(rejections.process, effect.once, effect.digest, self.sync.publish(send))
+
+
+class _GreenletGate(FifoGate):
+    """:class:`FifoGate` for the asyncio processor's greenlet (inside ``run_sync``): its store
+    and handler bridged to the loop, and the dead-letter publish awaited off the loop."""
+
+    def publish(self, send: Callable[[], str]) -> Callable[[], str]:
+        """``send``, run off the loop when called inside the greenlet."""
+        return lambda: self._publish(send)
+
+    def _publish(self, send: Callable[[], str]) -> str:
+        return await_(_off_loop(send))
+
+
+async def _off_loop(call: Callable[[], T]) -> T:
+    """``call()`` in a worker thread, so a blocking publish never stalls the event loop - or
+    right here when no loop runs (a caller driving the coroutine by hand, as the simulation
+    does: there is no loop to stall)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return call()
+    return await asyncio.to_thread(call)

@@ -19,9 +19,9 @@ from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
-from pubsub_toolkit.consumer.gate_rules import GateResult
 from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, Wiring
 from pubsub_toolkit.consumer.retry import RetryScheduler
+from pubsub_toolkit.core.fifo_policy import GateResult
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 from pubsub_toolkit.errors import PermanentError

@@ -45,7 +45,6 @@ from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.gate_rules import GapPolicy, GatePolicy, PoisonPolicy
 from pubsub_toolkit.consumer.retry import (
     REASON_RETRY_LIMIT,
     RETRY_SCHEDULED,
@@ -54,6 +53,7 @@ from pubsub_toolkit.consumer.retry import (
     retry_attempt,
     retry_copy,
 )
+from pubsub_toolkit.core.fifo_policy import GapPolicy, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
 from pubsub_toolkit.envelope import check_delivered, check_publishable

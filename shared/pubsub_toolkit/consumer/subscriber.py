@@ -48,9 +48,9 @@ from pubsub_toolkit.consumer._settle import (  # also importable from here, as b
 )
 from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
-from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import SyncMessageProcessor, fifo_route
 from pubsub_toolkit.core import consume
+from pubsub_toolkit.core.fifo_policy import STREAMING_LEASE_HOLD
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:

@@ -29,10 +29,10 @@ from pubsub_toolkit.consumer._settle import (
     to_message,
 )
 from pubsub_toolkit.consumer._stream_end import StreamEnd, close_stream
-from pubsub_toolkit.consumer.gate_rules import STREAMING_LEASE_HOLD
 from pubsub_toolkit.consumer.processor_sync import fifo_route
 from pubsub_toolkit.core import consume
 from pubsub_toolkit.core.convoy import GroupQueues
+from pubsub_toolkit.core.fifo_policy import STREAMING_LEASE_HOLD
 from pubsub_toolkit.message import Message
 
 if TYPE_CHECKING:

@@ -1,11 +1,11 @@
-"""What a store-loss repair (:mod:`._gate_store`) says: its ``store_rollback`` ALERT, and a
+"""What a store-loss repair (:mod:`.fifo_seen`) says: its ``store_rollback`` ALERT, and a
 parked copy it can neither run nor keep, handed to the operator whole.
 
 A copy parked at a number the store gave again (a store that lost writes) can never run; it was
 acked when parked, so it is dead-lettered ``fifo_sequence_reused`` - and with no dead-letter
 topic, its data and attributes go to the operator in a ``reissued_unkept`` ALERT instead (store-
 loss docs: "publish it again as a new message, or drop it"). A copy parked past a group's end
-(:mod:`._group_end`) goes the same way, as ``after_end_dropped``; so does one parked in a
+(:mod:`.fifo_end`) goes the same way, as ``after_end_dropped``; so does one parked in a
 sequence the store lost (its counter restarted with it), as ``restarted_unkept``.
 """
 
@@ -15,7 +15,7 @@ import base64
 import logging
 from collections.abc import Callable
 
-from pubsub_toolkit.consumer.gate_rules import (
+from pubsub_toolkit.core.fifo_policy import (
     REASON_SEQUENCE_RESTARTED,
     REASON_SEQUENCE_REUSED,
     message_key,

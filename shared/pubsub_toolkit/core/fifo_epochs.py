@@ -8,7 +8,7 @@ judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
 
 * none, or the group's own: the usual rules decide (a record without an epoch - new, or from
   before epochs - adopts the message's and keeps its position);
-* newer: the group's sequence starts again (:func:`~.gate_rules.restarted`) - once no number of
+* newer: the group's sequence starts again (:func:`~.fifo_rules.restarted`) - once no number of
   the old one is running, nor waits parked at its head (that run goes first: it was published
   before the new counter began); copies parked behind a gap in the old one can never run now,
   so each is dead-lettered ``fifo_sequence_restarted`` first, under a lease this worker takes
@@ -31,20 +31,18 @@ from typing import NoReturn
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.clock import Clock
-from pubsub_toolkit.consumer import gate_rules as rules
-from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
-from pubsub_toolkit.consumer.gate_rules import (
+from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, Decide, Op, ParkedMessage, Unpark
+from pubsub_toolkit.core.fifo_policy import (
     REASON_SEQUENCE_RESTARTED,
     REASON_SEQUENCE_REUSED,
     GateOutcome,
     GateResult,
 )
+from pubsub_toolkit.core.fifo_seen import DeadLetter, SeenStore
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
-
-# (message, group, seq, reason, detail): the gate's dead-lettering, once per copy.
-DeadLetter = Callable[[Message, str, int, str, str], None]
+from pubsub_toolkit.stores.fifo_state.base import GroupState
 
 
 class Sequences:
@@ -53,7 +51,6 @@ class Sequences:
     def __init__(  # noqa: PLR0917 - the gate's own parts, one call site
         self,
         seen: SeenStore,
-        store: FifoStore,
         consumer: str,
         clock: Clock,
         decide: Decide,
@@ -66,7 +63,6 @@ class Sequences:
         deliveries (no run of the old sequence is under way then); ``busy(group)``: whether
         this process is running one of the group's numbers now (past its lease, too)."""
         self._seen = seen
-        self._store = store
         self._consumer = consumer
         self._clock = clock
         self._decide = decide
@@ -77,7 +73,7 @@ class Sequences:
 
     def meet(
         self, group: str, state: GroupState, message: Message, seq: int
-    ) -> GroupState | GateResult | None:
+    ) -> Op[GroupState | GateResult | None]:
         """The state to judge ``message`` against, a GateResult if it is settled here, or None
         when the group's record moved meanwhile (read it again). Raises TransientError while a
         number of the old sequence is running (the new one waits for it)."""
@@ -101,12 +97,12 @@ class Sequences:
             # (Written with the record's next change.)
             return replace(state, epoch=epoch)
         if epoch > state.epoch:
-            return self._restart(group, state, epoch)
-        return self._older(group, state, message, seq, epoch)
+            return (yield from self._restart(group, state, epoch))
+        return (yield from self._older(group, state, message, seq, epoch))
 
     def _older(
         self, group: str, state: GroupState, message: Message, seq: int, epoch: int
-    ) -> GateResult:
+    ) -> Op[GateResult]:
         if attr.is_filler(message):
             return self._duplicate(group, seq, epoch)
         if rules.ran_in_prior(state, epoch, seq):
@@ -114,14 +110,14 @@ class Sequences:
                 # Another key ran at this number (a producer reused it): this message never
                 # ran, so it is kept with the reason, as in the group's current sequence -
                 # acking it as a redelivery would lose it silently (seed 10205).
-                return self._taken(group, state, message, seq, epoch)
+                return (yield from self._taken(group, state, message, seq, epoch))
             return self._duplicate(group, seq, epoch)
         detail = (
             f"{group}#{seq} belongs to an earlier sequence of the group (epoch {epoch}); its "
             f"counter started again (epoch {state.epoch}) before this number ran"
         )
         self._decide("sequence_ended", group, seq, f"ALERT: {detail}", level=logging.ERROR)
-        self._dead_letter(message, group, seq, REASON_SEQUENCE_RESTARTED, detail)
+        yield from self._dead_letter(message, group, seq, REASON_SEQUENCE_RESTARTED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
     def _duplicate(self, group: str, seq: int, epoch: int) -> GateResult:
@@ -135,17 +131,17 @@ class Sequences:
 
     def _taken(
         self, group: str, state: GroupState, message: Message, seq: int, epoch: int
-    ) -> GateResult:
+    ) -> Op[GateResult]:
         detail = (
             f"{group}#{seq} of an earlier sequence of the group (epoch {epoch}) already belongs "
             f"to another dedup key (that sequence ended at {state.prior[0][1]}): a producer "
             "reused the number, or the counter's store lost writes"
         )
         self._decide("sequence_reused", group, seq, f"ALERT: {detail}", level=logging.ERROR)
-        self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
+        yield from self._dead_letter(message, group, seq, REASON_SEQUENCE_REUSED, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
-    def _restart(self, group: str, state: GroupState, epoch: int) -> GroupState | None:
+    def _restart(self, group: str, state: GroupState, epoch: int) -> Op[GroupState | None]:
         now = self._clock.now()
         # A run under way here - even one that outlived its lease - finishes first: a restart
         # now would refuse its advance and dead-letter its redelivery although it ran.
@@ -178,16 +174,18 @@ class Sequences:
             fenced = replace(
                 state, lease_token=state.lease_token + 1, lease_until=now + self._lease
             )
-            state_or_none = self._seen.save(group, fenced, state)
+            state_or_none = yield from self._seen.save(group, fenced, state)
             if state_or_none is None:
                 return None
-            return self._settle_and_restart(group, state_or_none, epoch)
-        new = self._seen.save(group, rules.restarted(state, epoch), state)
+            return (yield from self._settle_and_restart(group, state_or_none, epoch))
+        new = yield from self._seen.save(group, rules.restarted(state, epoch), state)
         if new is not None:
             self._said(group, state, epoch, [])
         return new
 
-    def _settle_and_restart(self, group: str, fenced: GroupState, epoch: int) -> GroupState | None:
+    def _settle_and_restart(
+        self, group: str, fenced: GroupState, epoch: int
+    ) -> Op[GroupState | None]:
         """Under this worker's lease: every copy parked in the old sequence dead-lettered and
         unparked, then the new sequence written. With no dead-letter topic to keep them they
         are never dropped: the lease is given back and the new sequence waits (see
@@ -197,19 +195,19 @@ class Sequences:
             if state.lease_token != fenced.lease_token:
                 return None  # fenced in turn (a store-loss repair): decide again
             for seq in sorted(set(state.parked) - set(settled)):
-                copy = self._store.parked_message(self._consumer, group, seq)
-                if copy is not None and not self._keep(copy, group, seq, state):
-                    self._wait(group, seq, state)
-                self._store.unpark(self._consumer, group, seq)
+                copy = yield ParkedMessage(self._consumer, group, seq)
+                if copy is not None and not (yield from self._keep(copy, group, seq, state)):
+                    yield from self._wait(group, seq, state)
+                yield Unpark(self._consumer, group, seq)
                 settled.append(seq)
-            new = self._seen.save(group, rules.restarted(state, epoch), state)
+            new = yield from self._seen.save(group, rules.restarted(state, epoch), state)
             if new is not None:
                 self._said(group, state, epoch, settled)
                 return new
-            state = self._seen.load(group)  # a copy parked meanwhile: settle it too
+            state = yield from self._seen.load(group)  # a copy parked meanwhile: settle it too
         raise TransientError(f"{group}: the state kept changing while its sequence restarted")
 
-    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> bool:
+    def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> Op[bool]:
         """Dead-letter ``copy``; False when there is no dead-letter topic to keep it."""
         detail = (
             f"{group}#{seq} was parked in the group's sequence of epoch {state.epoch}, which "
@@ -217,18 +215,18 @@ class Sequences:
             "never come"
         )
         try:
-            self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
+            yield from self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
         except PermanentError:
             return False
         return True
 
-    def _wait(self, group: str, seq: int, fenced: GroupState) -> NoReturn:
+    def _wait(self, group: str, seq: int, fenced: GroupState) -> Op[NoReturn]:
         """No dead-letter topic: a copy parked in the old sequence (acked when parked) cannot
         be kept, so it is not dropped - the old sequence goes on as it would have (poison
         blocks until an operator skips or replays it; a gap waits for its number, or for
         its policy or an operator to skip it) and the new sequence waits for it: the lease
         taken to settle it is given back, and this delivery is nacked."""
-        self._seen.save(group, replace(fenced, lease_until=None), fenced)
+        yield from self._seen.save(group, replace(fenced, lease_until=None), fenced)
         why = "blocked as poison" if seq == fenced.blocked_at else "parked"
         self._decide(
             "sequence_waits",

@@ -3,29 +3,22 @@ of a complete group, and the copies parked past the end before it ran.
 
 A number past the end is dead-lettered ``fifo_after_end`` (never parked for ever) - unless it
 is a copy of a message that already ran (a renumbered retry: a duplicate) or a filler (nothing
-to keep). The gate (:mod:`.gate`) decides when; this is what each verdict does.
+to keep). The gate's core (:mod:`.fifo_deliver`) decides when; this is what each verdict does.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from pubsub_toolkit.consumer import gate_rules as rules
-from pubsub_toolkit.consumer._gate_store import MAX_CAS_ROUNDS, Decide, SeenStore
-from pubsub_toolkit.consumer._repair_alerts import hand_over
-from pubsub_toolkit.consumer.gate_rules import (
-    REASON_AFTER_END,
-    EndVerdict,
-    GateOutcome,
-    GateResult,
-)
+from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core.fifo_alerts import hand_over
+from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, Decide, Op, ParkedMessage, Unpark
+from pubsub_toolkit.core.fifo_policy import REASON_AFTER_END, GateOutcome, GateResult
+from pubsub_toolkit.core.fifo_rules import EndVerdict
+from pubsub_toolkit.core.fifo_seen import DeadLetter, SeenStore
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import FifoStore, GroupState
-
-# The gate's dead-lettering: (message, group, seq, reason, detail), once per copy.
-DeadLetter = Callable[[Message, str, int, str, str], None]
+from pubsub_toolkit.stores.fifo_state.base import GroupState
 
 
 class GroupEnd:
@@ -33,13 +26,11 @@ class GroupEnd:
 
     def __init__(
         self,
-        store: FifoStore,
         seen: SeenStore,
         consumer: str,
         decide: Decide,
         dead_letter: DeadLetter,
     ) -> None:
-        self._store = store
         self._seen = seen
         self._consumer = consumer
         self._decide = decide
@@ -50,7 +41,7 @@ class GroupEnd:
 
     def after_end(
         self, message: Message, group: str, seq: int, state: GroupState, verdict: EndVerdict
-    ) -> GateResult:
+    ) -> Op[GateResult]:
         """A delivery numbered past the end of a complete group (``verdict`` says which kind)."""
         end = state.last_processed
         if verdict is EndVerdict.DUPLICATE:
@@ -67,15 +58,15 @@ class GroupEnd:
             return GateResult(GateOutcome.FILLED, group, seq)
         detail = f"{group}#{seq} arrived after the group had ended at {end} (fifo_end)"
         self._decide("after_end", group, seq, detail, level=logging.WARNING)
-        self._dead_letter(message, group, seq, REASON_AFTER_END, detail)
+        yield from self._dead_letter(message, group, seq, REASON_AFTER_END, detail)
         return GateResult(GateOutcome.DEAD_LETTERED, group, seq)
 
-    def settle_copy(self, copy: Message, group: str, seq: int, state: GroupState) -> None:
+    def settle_copy(self, copy: Message, group: str, seq: int, state: GroupState) -> Op[None]:
         """``copy``, parked at ``seq`` past the end of complete ``state`` (and acked then), judged
         as a delivery would be: dead-lettered ``fifo_after_end`` (once per copy), or dropped as
         a duplicate or a filler - or, with no dead-letter topic, handed to the operator whole."""
         try:
-            self.after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
+            yield from self.after_end(copy, group, seq, state, rules.after_end(state, seq, copy))
         except PermanentError:
             # No dead-letter topic, and the copy was acked when parked: hand it to the operator
             # whole (seed 91788 lost one with a bare ALERT).
@@ -90,7 +81,7 @@ class GroupEnd:
                 then="publish it again in a new group or as a plain message, or drop it",
             )
 
-    def settle(self, group: str, state: GroupState) -> None:
+    def settle(self, group: str, state: GroupState) -> Op[None]:
         """The copies parked past a complete group's end: each judged as a delivery would be
         (dead-lettered, or dropped as a duplicate or a filler), then unlisted.
 
@@ -102,12 +93,16 @@ class GroupEnd:
         if not pending:
             return
         for seq in pending:
-            copy = self._store.parked_message(self._consumer, group, seq)
+            copy = yield ParkedMessage(self._consumer, group, seq)
             if copy is not None:
-                self.settle_copy(copy, group, seq, state)
-            self._store.unpark(self._consumer, group, seq)
+                yield from self.settle_copy(copy, group, seq, state)
+            yield Unpark(self._consumer, group, seq)
         for _ in range(MAX_CAS_ROUNDS):
-            current = self._seen.load(group)
-            if self._seen.save(group, rules.without_after_end(current, pending), current):
+            current = yield from self._seen.load(group)
+            if (
+                yield from self._seen.save(
+                    group, rules.without_after_end(current, pending), current
+                )
+            ):
                 return
         raise TransientError(f"{group}: the state kept changing; settled again at the next sweep")

@@ -4,10 +4,11 @@ wrote, and a group the store handed back older repaired (see :mod:`pubsub_toolki
 A store can lose acknowledged writes (a Redis failover, a restored backup): ``last_processed``
 going back would run messages twice. :class:`SeenStore` remembers the newest state this process
 read or wrote per group, and the messages it parked; when a read goes back
-(:func:`~.gate_rules.went_back`) it writes the group back where it was
-(:func:`~.gate_rules.repaired`), parks again the copies it still has, says with an ALERT what
+(:func:`~.fifo_rules.went_back`) it writes the group back where it was
+(:func:`~.fifo_rules.repaired`), parks again the copies it still has, says with an ALERT what
 it could not restore, and keeps - as reused numbers - copies parked at numbers the group had
-already passed. The gate (:mod:`.gate`) reads and writes only through it.
+already passed. The gate's core (:mod:`.fifo_gate`) reads and writes only through it, by the
+effects it yields (:mod:`.fifo_effects`): this module performs no I/O.
 
 A copy parked in a sequence the store lost altogether (its counter restarted with it, and a new
 sequence began on the empty record) can never run: it is kept as ``fifo_after_end`` when this
@@ -22,7 +23,7 @@ lease_now`), so its advance is recorded, not refused, and the message does not r
 
 (About 380 lines: the repair and what it does with each kind of lost copy belong together, so
 that one module shows every way a store loss is answered; the decisions themselves are pure
-functions in :mod:`.gate_rules`.)
+functions in :mod:`.fifo_rules`.)
 """
 
 from __future__ import annotations
@@ -30,57 +31,52 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
 
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.clock import Clock
-from pubsub_toolkit.consumer import gate_rules as rules
-from pubsub_toolkit.consumer._ran_keys import RanKeys
-from pubsub_toolkit.consumer._repair_alerts import hand_over, rollback_text
+from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core.fifo_alerts import hand_over, rollback_text
+from pubsub_toolkit.core.fifo_effects import (
+    MAX_CAS_ROUNDS,
+    Decide,
+    Groups,
+    Load,
+    Op,
+    Park,
+    ParkedMessage,
+    Save,
+    Unpark,
+)
+from pubsub_toolkit.core.fifo_policy import REASON_SEQUENCE_RESTARTED, message_key
+from pubsub_toolkit.core.fifo_ran_keys import RanKeys
 from pubsub_toolkit.errors import PermanentError, TransientError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import (
-    FifoStore,
-    GroupState,
-    key_digest,
-    needs_attention,
-)
+from pubsub_toolkit.stores.fifo_state.base import GroupState, key_digest, needs_attention
 
 PARKED_COPIES = 1_000  # parked messages remembered per gate, to re-park after a store loss
-MAX_CAS_ROUNDS = 100  # compare-and-set retries before giving up transiently (bounded loops)
-
-
-class Decide(Protocol):
-    """The gate's decision log: one structured line per outcome."""
-
-    def __call__(
-        self,
-        outcome: str,
-        group: str,
-        seq: int,
-        text: str,
-        *,
-        level: int = ...,
-        dedup_key: str | None = ...,
-        **fields: object,
-    ) -> None: ...
-
 
 # A copy parked at a number the group already passed: the gate dead-letters it as reused.
-KeepReissued = Callable[[Message, str, int, GroupState], object]
+KeepReissued = Callable[[Message, str, int, GroupState], Op[object]]
 # A copy parked past the end of a complete group (the state given): settled as after the end.
-KeepPastEnd = Callable[[Message, str, int, GroupState], object]
+KeepPastEnd = Callable[[Message, str, int, GroupState], Op[None]]
 # The gate's dead-lettering: (message, group, seq, reason, detail), once per copy.
-DeadLetter = Callable[[Message, str, int, str, str], None]
+DeadLetter = Callable[[Message, str, int, str, str], Op[None]]
+
+
+def _no_keep(copy: Message, group: str, seq: int, state: GroupState) -> Op[None]:
+    """Until :meth:`SeenStore.on_past_end` names the handler: nothing to do."""
+    return
+    yield  # a generator
 
 
 class SeenStore:
-    """``store`` for one consumer, with this process's memory of each group."""
+    """The store of one consumer as this process has seen it: its memory of each group, and
+    the generators that read and write the store through it (they yield the store's effects,
+    :mod:`.fifo_effects`)."""
 
     def __init__(
         self,
-        store: FifoStore,
         consumer: str,
         clock: Clock,
         *,
@@ -94,7 +90,6 @@ class SeenStore:
         ``held``: this process holds a group's lease idle (no run under it: a repair fences it)."""
         self._date = date
         self._held = held
-        self._store = store
         self._consumer = consumer
         self._clock = clock
         self._decide = decide
@@ -111,63 +106,64 @@ class SeenStore:
         self._own_leases: Witness[str, int] = Witness()
         self._moved_leases: Witness[tuple[str, int], int] = Witness()
         self.ran = RanKeys()  # keys seen processed, beyond the state's window
-        self._keep_past_end: KeepPastEnd = keep_reissued  # until on_past_end names the handler
+        self._keep_past_end: KeepPastEnd = _no_keep  # until on_past_end names the handler
 
     def on_past_end(self, keep: KeepPastEnd) -> None:
         """How a repair keeps a copy parked past the end of the complete group this process saw,
         when the store's new sequence began on a record that had lost it (the group's end
-        handler, :mod:`._group_end`: ``fifo_after_end``, not a number given again)."""
+        handler, :mod:`.fifo_end`: ``fifo_after_end``, not a number given again)."""
         self._keep_past_end = keep
 
-    def groups(self) -> list[str]:
+    def groups(self) -> Op[list[str]]:
         """The groups the store lists (those needing attention) - and those this process saw
         needing attention, so a group the store lost altogether is still swept (and so
         repaired, see :meth:`load`). Idle groups are not visited: a sweep costs O(groups with
         work), and a lost idle group is repaired by its next delivery's read."""
         now = self._clock.now()
+        listed: list[str] = yield Groups(self._consumer)
         remembered = (
             group
             for group, seen in self._witness.items()
             if needs_attention(seen) and not seen.expired(now)
         )
-        return sorted({*self._store.groups(self._consumer), *remembered})
+        return sorted({*listed, *remembered})
 
     def remember_parked(self, group: str, seq: int, message: Message) -> None:
         self._parked_copies.put((group, seq), message)
 
-    def park_run(self, group: str, seq: int, message: Message) -> None:
+    def park_run(self, group: str, seq: int, message: Message) -> Op[None]:
         """Park a copy whose run under ``seq``'s lease failed: the state names it there, so any
         other copy kept there is a stray (seed 843: a repair's re-park) - it would run instead."""
-        self._store.park(self._consumer, group, seq, message)
-        stored = self._store.parked_message(self._consumer, group, seq)
-        if stored is not None and rules.message_key(stored) != rules.message_key(message):
-            self._store.unpark(self._consumer, group, seq)
-            self._store.park(self._consumer, group, seq, message)
+        yield Park(self._consumer, group, seq, message)
+        stored = yield ParkedMessage(self._consumer, group, seq)
+        if stored is not None and message_key(stored) != message_key(message):
+            yield Unpark(self._consumer, group, seq)
+            yield Park(self._consumer, group, seq, message)
         self.remember_parked(group, seq, message)
 
-    def parked(self, group: str, state: GroupState, seq: int) -> Message | None:
+    def parked(self, group: str, state: GroupState, seq: int) -> Op[Message | None]:
         """The copy to run at ``seq``: the stored one if it is the message ``state`` lists there,
         else this process's own copy of that one, parked again (the store lost it, or a stray -
         a crash before an unpark - holds the number); else None (a stray is unparked)."""
         listed = state.key_of(seq)
-        stored = self._store.parked_message(self._consumer, group, seq)
-        if stored is not None and listed in (None, key_digest(rules.message_key(stored))):
+        stored: Message | None = yield ParkedMessage(self._consumer, group, seq)
+        if stored is not None and listed in (None, key_digest(message_key(stored))):
             return stored
         if stored is not None:
-            self._store.unpark(self._consumer, group, seq)
+            yield Unpark(self._consumer, group, seq)
         copy = self._parked_copies.get((group, seq))
-        if copy is None or listed not in (None, key_digest(rules.message_key(copy))):
+        if copy is None or listed not in (None, key_digest(message_key(copy))):
             return None
-        self._store.park(self._consumer, group, seq, copy)
+        yield Park(self._consumer, group, seq, copy)
         return copy
 
-    def load(self, group: str) -> GroupState:
+    def load(self, group: str) -> Op[GroupState]:
         """The group's state; one older than this process saw is repaired first."""
         for _ in range(MAX_CAS_ROUNDS):
             # What this process had seen BEFORE the read: another thread of it may write (and
             # remember) a newer state while this read is under way, which is no loss...
             seen = self._witness.get(group)
-            state = self._store.load(self._consumer, group)
+            state: GroupState = yield Load(self._consumer, group)
             now = self._clock.now()
             if seen is not None and seen.expired(now):
                 # A complete group's tombstone, gone by design after its retention: whatever the
@@ -195,12 +191,12 @@ class SeenStore:
             # Repaired or not, read again - and check that read too: the store may lose the
             # repair itself (another loss right after it), and an unchecked re-read would then
             # hand the gate the old position (a number run twice on this very process).
-            self._repair(group, seen, state)
+            yield from self._repair(group, seen, state)
         raise TransientError(f"{self._consumer}/{group}: could not repair the group's state")
 
-    def save(self, group: str, state: GroupState, expected: GroupState) -> GroupState | None:
+    def save(self, group: str, state: GroupState, expected: GroupState) -> Op[GroupState | None]:
         """``state`` as stored (with its new version), or None if ``expected`` was stale."""
-        stored = self._store.save(self._consumer, group, self._date(state), expected)
+        stored = yield Save(self._consumer, group, self._date(state), expected)
         if stored is None:
             return None
         if stored.lease_token != expected.lease_token and stored.lease_until is not None:
@@ -230,17 +226,13 @@ class SeenStore:
                 self._witness.put(group, state)
         return state
 
-    def _unpark_own(self, group: str, copies: dict[int, Message]) -> None:
+    def _unpark_own(self, group: str, copies: dict[int, Message]) -> Op[None]:
         """Unpark what a refused repair parked, where the record (as it is now) lists nothing."""
-        listed = self._store.load(self._consumer, group).parked
+        listed = (yield Load(self._consumer, group)).parked
         for seq, copy in copies.items():
-            stored = self._store.parked_message(self._consumer, group, seq)
-            if (
-                seq not in listed
-                and stored
-                and rules.message_key(stored) == rules.message_key(copy)
-            ):
-                self._store.unpark(self._consumer, group, seq)
+            stored = yield ParkedMessage(self._consumer, group, seq)
+            if seq not in listed and stored and message_key(stored) == message_key(copy):
+                yield Unpark(self._consumer, group, seq)
 
     def _keep_own_lease(
         self, group: str, seen: GroupState, repaired: GroupState
@@ -254,7 +246,7 @@ class SeenStore:
             return repaired, None  # held idle, no run under it: fenced like any other
         return replace(repaired, lease_until=seen.lease_until), own
 
-    def _repair(self, group: str, seen: GroupState, state: GroupState) -> bool:
+    def _repair(self, group: str, seen: GroupState, state: GroupState) -> Op[bool]:
         """The store handed back an older state than this process wrote: put the group back
         where it was, fence every lease, and say what could not be restored."""
         last = max(seen.last_processed, state.last_processed)
@@ -272,7 +264,7 @@ class SeenStore:
             elif copy is not None and ended:
                 orphaned.append((seq, copy))
             elif copy is not None:
-                self._store.park(self._consumer, group, seq, copy)
+                yield Park(self._consumer, group, seq, copy)
                 restored[seq] = copy
         kept_copies = {*restored, *dict(reissued), *dict(past_end), *dict(orphaned)}
         lost = [s for s in lost if s not in kept_copies]
@@ -287,8 +279,8 @@ class SeenStore:
         passed = [s for s in sorted(state.parked) if not same or state.last_processed < s <= last]
         passed = [] if ended else passed
         for seq in passed:
-            copy = self._store.parked_message(self._consumer, group, seq)
-            digest = None if copy is None else key_digest(rules.message_key(copy))
+            copy = yield ParkedMessage(self._consumer, group, seq)
+            digest = None if copy is None else key_digest(message_key(copy))
             if copy is not None and not (same and seen.records(seq, str(digest))):
                 reissued.append((seq, copy))
         repaired, kept = self._keep_own_lease(group, seen, repaired)
@@ -317,21 +309,22 @@ class SeenStore:
             if self._kept.get(once):
                 continue
             try:
-                self._keep_reissued(copy, group, seq, repaired)
+                yield from self._keep_reissued(copy, group, seq, repaired)
             except PermanentError:
                 hand_over(self._decide, group, seq, copy)
             self._kept.put(once, True)
-        self._keep_lost_sequence(group, seen, state, past_end, orphaned)
+        yield from self._keep_lost_sequence(group, seen, state, past_end, orphaned)
         repaired = self._date(repaired)
-        if not self._store.save(self._consumer, group, repaired, state):
-            self._unpark_own(group, restored)  # no state lists them: they would be strays
+        if not (yield Save(self._consumer, group, repaired, state)):
+            # No state lists them: they would be strays.
+            yield from self._unpark_own(group, restored)
             return False  # someone wrote meanwhile: look again
         if kept is not None:
             self._moved_leases.put((group, kept), repaired.lease_token)
             self._own_leases.put(group, repaired.lease_token)
         self._witness.put(group, repaired)
         for seq in passed:
-            self._store.unpark(self._consumer, group, seq)
+            yield Unpark(self._consumer, group, seq)
         return True
 
     def _keep_lost_sequence(
@@ -341,7 +334,7 @@ class SeenStore:
         state: GroupState,
         past_end: list[tuple[int, Message]],
         orphaned: list[tuple[int, Message]],
-    ) -> None:
+    ) -> Op[None]:
         """Keep, once each, the copies parked in the sequence ``seen`` that the store lost:
         ``past_end`` (past the end this process saw) as after the end, ``orphaned`` (this
         process saw no end before them) as numbers of a sequence that started again."""
@@ -351,14 +344,15 @@ class SeenStore:
             if self._kept.get(once):
                 continue
             if after_end:
-                self._keep_past_end(copy, group, seq, seen)  # hands it over itself if it must
+                # (It hands the copy over itself, if it must.)
+                yield from self._keep_past_end(copy, group, seq, seen)
             else:
-                self._keep_ended(copy, group, seq, seen, state)
+                yield from self._keep_ended(copy, group, seq, seen, state)
             self._kept.put(once, True)
 
     def _keep_ended(
         self, copy: Message, group: str, seq: int, seen: GroupState, state: GroupState
-    ) -> None:
+    ) -> Op[None]:
         """``copy``, parked at ``seq`` in the sequence ``seen`` that the store lost (``state``'s
         new one began on the empty record), can never run. This process never saw that sequence
         end before it, and cannot know more: another process may have run it, or ended the group
@@ -371,7 +365,7 @@ class SeenStore:
             f"{state.epoch}, began): this number will never run"
         )
         try:
-            self._dead_letter(copy, group, seq, rules.REASON_SEQUENCE_RESTARTED, detail)
+            yield from self._dead_letter(copy, group, seq, REASON_SEQUENCE_RESTARTED, detail)
         except PermanentError:
             hand_over(
                 self._decide,
@@ -389,4 +383,4 @@ class SeenStore:
 def _copy_of(group: str, seq: int, copy: Message) -> tuple[str, int, str]:
     """A parked copy's identity: its number, its sequence (epoch) and its message."""
     epoch = copy.attributes.get(FIFO_EPOCH, "")
-    return group, seq, f"{epoch}:{key_digest(rules.message_key(copy))}"
+    return group, seq, f"{epoch}:{key_digest(message_key(copy))}"

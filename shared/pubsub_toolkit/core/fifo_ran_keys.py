@@ -7,7 +7,7 @@ the gate as a new message, and the key would run a second time - on the very pro
 it first, which the store-loss guarantee rules out ("a process that survived the loss runs
 nothing twice": :mod:`pubsub_toolkit._witness`). So the gate process remembers, bounded, every
 key it saw processed per group (from each state it read or wrote) and takes a later copy of one
-for a filler, as it does within the window (:func:`~.gate_rules.ran_earlier`). It also
+for a filler, as it does within the window (:func:`~.fifo_rules.ran_earlier`). It also
 remembers which keys it saw at each passed number: a different message at a number the state
 has forgotten (a producer reusing it, a counter its store rolled back) is a reused number on
 that process - dead-lettered - not a redelivery acked as a duplicate.
@@ -19,7 +19,7 @@ import threading
 
 from pubsub_toolkit._witness import Witness
 from pubsub_toolkit.attributes import is_filler
-from pubsub_toolkit.consumer.gate_rules import message_key
+from pubsub_toolkit.core.fifo_policy import message_key
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import FILLER_MARK, GroupState, key_digest, plain_digest
 

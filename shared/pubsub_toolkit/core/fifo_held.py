@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from pubsub_toolkit.clock import Clock
-from pubsub_toolkit.consumer.gate_rules import GatePolicy
+from pubsub_toolkit.core.fifo_policy import GatePolicy
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 
 PRUNE_EVERY = 1024  # holds between two passes that forget expired leases (bounds the map)
