@@ -34,7 +34,7 @@ import threading
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.core.idempotency import Verdict, done_at, on_claim, retried_here
@@ -123,7 +123,8 @@ class Sleep:
 
 
 Effect = ClaimKey | Complete | Release | RunEffect | Sleep
-Run = Generator[Effect, object, T]
+# A reply's type is the effect's (ClaimKey: a Claim, RunEffect: the result, ...).
+Run = Generator[Effect, Any, T]
 
 
 # --- what the protocol is handed ----------------------------------------------------------------
@@ -213,9 +214,8 @@ def process(
 
 def claimed(scope: Scope, key: str, fingerprint: str, say: Say) -> Run[ProcessResult]:
     """Claim ``key``, then do what the claim's answer says (:func:`.idempotency.on_claim`)."""
-    claim = cast(
-        Claim,
-        (yield ClaimKey(scope.namespace, key, fingerprint, lease=scope.lease, ttl=scope.ttl)),
+    claim: Claim = yield ClaimKey(
+        scope.namespace, key, fingerprint, lease=scope.lease, ttl=scope.ttl
     )
     remembered = scope.memory.done.get((key, fingerprint)) if claim.owns_key else None
     verdict = on_claim(
@@ -226,11 +226,11 @@ def claimed(scope: Scope, key: str, fingerprint: str, say: Say) -> Run[ProcessRe
     )
     if verdict is Verdict.DUPLICATE:
         say(Outcome.DUPLICATE, "duplicate delivery skipped")
-        result = claim.record.result if claim.record else None
+        stored = claim.record.result if claim.record else None
         # Remember when the STORE's record was done (its TTL runs from then), not now.
         at = done_at(claim.record.expire_at, scope.ttl) if claim.record else scope.clock.now()
-        scope.memory.done.put((key, fingerprint), Done(result, at, recorded=True))
-        return ProcessResult(Outcome.DUPLICATE, result)
+        scope.memory.done.put((key, fingerprint), Done(stored, at, recorded=True))
+        return ProcessResult(Outcome.DUPLICATE, stored)
     if verdict is Verdict.RECORD_AGAIN:
         assert remembered is not None
         return (yield from record_again(scope, (key, fingerprint), claim, remembered, say))
@@ -259,7 +259,7 @@ def claimed(scope: Scope, key: str, fingerprint: str, say: Say) -> Run[ProcessRe
             token=claim.token,
         )
     try:
-        result = cast("str | None", (yield RunEffect()))
+        result: str | None = yield RunEffect()
     except GeneratorExit:
         raise  # the driver went away: nothing can be yielded now (the lease frees the key)
     except BaseException:

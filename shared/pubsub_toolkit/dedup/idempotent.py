@@ -67,8 +67,21 @@ class IdempotentProcessor:
         self.namespace = namespace
         self._lease = lease
         self._ttl = ttl
-        self.log = log or DecisionLog(namespace)
         self._memory = memory if memory is not None else fresh_memory()
+        self.log = log or DecisionLog(namespace)  # (also makes the protocol's scope)
+
+    @property
+    def log(self) -> DecisionLog:
+        """Where this processor's decisions are logged."""
+        return self._log
+
+    @log.setter
+    def log(self, log: DecisionLog) -> None:
+        self._log = log
+        # Made once, not per delivery: the protocol's view of this processor.
+        self._scope = protocol.Scope(
+            self.namespace, self._lease, self._ttl, self._clock, self._memory, log
+        )
 
     def sibling(
         self, namespace: str, *, log: DecisionLog | None = None, ttl: timedelta | None = None
@@ -98,11 +111,8 @@ class IdempotentProcessor:
         ``context`` (e.g. the delivery's ``message_id``) is added to every decision logged, so
         each log line can be traced to the delivery that caused it.
         """
-        scope = protocol.Scope(
-            self.namespace, self._lease, self._ttl, self._clock, self._memory, self.log
-        )
         return protocol.run(
-            protocol.process(scope, key, fingerprint, context),
+            protocol.process(self._scope, key, fingerprint, context),
             lambda effect_: self._perform(effect_, effect),
         )
 

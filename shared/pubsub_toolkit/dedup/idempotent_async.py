@@ -47,8 +47,21 @@ class AsyncIdempotentProcessor:
         self.namespace = namespace
         self._lease = lease
         self._ttl = ttl
-        self.log = log or DecisionLog(namespace)
         self._memory = fresh_memory()
+        self.log = log or DecisionLog(namespace)  # (also makes the protocol's scope)
+
+    @property
+    def log(self) -> DecisionLog:
+        """Where this processor's decisions are logged."""
+        return self._log
+
+    @log.setter
+    def log(self, log: DecisionLog) -> None:
+        self._log = log
+        # Made once, not per delivery: the protocol's view of this processor.
+        self._scope = protocol.Scope(
+            self.namespace, self._lease, self._ttl, self.clock, self._memory, log
+        )
 
     def sibling(
         self, namespace: str, *, log: DecisionLog | None = None, ttl: timedelta | None = None
@@ -87,11 +100,8 @@ class AsyncIdempotentProcessor:
         context: Mapping[str, Any] | None = None,
     ) -> ProcessResult:
         """Await ``effect()`` unless ``key`` was already processed (see IdempotentProcessor)."""
-        scope = protocol.Scope(
-            self.namespace, self._lease, self._ttl, self.clock, self._memory, self.log
-        )
         return await protocol.run_async(
-            protocol.process(scope, key, fingerprint, context),
+            protocol.process(self._scope, key, fingerprint, context),
             lambda effect_: self._perform(effect_, effect),
         )
 
