@@ -15,8 +15,8 @@ client side while the real code runs against the real local servers.
   the writes of a commit that failed, e.g. a ``create`` that met ALREADY_EXISTS, are counted
   apart as ``firestore.writes_failed``).
 * **Redis**: every command through redis-py's connection, by name, and round trips - the
-  technique (and code) of :class:`bench.compare.StoreCounter`; connection set-up commands are
-  counted apart.
+  technique (and code) of :class:`bench.compare_workloads.StoreCounter`; connection set-up
+  commands are counted apart.
 * **Cloud Tasks**: ``CloudTasksClient`` calls by method; a ``create_task`` is
   ``ceil(body / 32 KB)`` billable operations (Cloud Tasks chunks tasks at 32 KB).
 * **Invocations**: :func:`wrap_entry` counts calls into an entry point (the ingress function,
@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
-from bench.compare import StoreCounter
+from bench.compare_workloads import StoreCounter
 
 PUBSUB_MIN_BYTES = 1000  # Pub/Sub bills at least 1000 bytes per publish, push or pull request
 TASK_CHUNK_BYTES = 32 * 1024  # Cloud Tasks counts a task as one operation per 32 KB chunk

@@ -29,8 +29,9 @@ What it does (``python -m bench.peer`` or ``make bench-peer``):
     time until all 8 have their answer, mean over the races of the round. Exactly one winner
     is checked every race.
 
-* Then, with the clients' send paths wrapped (``bench.compare.StoreCounter`` for redis-py and
-  Firestore, a wrapper of the Datastore client's RPCs here), it counts per cycle on 1 thread:
+* Then, with the clients' send paths wrapped (``bench.compare_workloads.StoreCounter`` for
+  redis-py and Firestore, a wrapper of the Datastore client's RPCs here), it counts per cycle
+  on 1 thread:
   Redis round trips and commands by name, Firestore/Datastore RPCs; and per race: Redis round
   trips. These do not depend on the machine's speed.
 
@@ -299,7 +300,7 @@ def measure_counts(
     race_threads: Racers,
     items: int,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    from bench.compare import StoreCounter
+    from bench.compare_workloads import StoreCounter
 
     counter = StoreCounter()
     counter.install()
