@@ -122,6 +122,8 @@ class Sleep:
     seconds: float
 
 
+RUN_EFFECT = RunEffect()  # it carries nothing: one instance for every delivery
+
 Effect = ClaimKey | Complete | Release | RunEffect | Sleep
 # A reply's type is the effect's (ClaimKey: a Claim, RunEffect: the result, ...).
 Run = Generator[Effect, Any, T]
@@ -221,7 +223,8 @@ def claimed(scope: Scope, key: str, fingerprint: str, say: Say) -> Run[ProcessRe
     verdict = on_claim(
         claim.status,
         remembered_at=remembered.at if remembered is not None else None,
-        now=scope.clock.now(),
+        # the clock is read only when a remembered run is to be weighed (not on every claim)
+        now=scope.clock.now() if remembered is not None else None,
         ttl=scope.ttl,
     )
     if verdict is Verdict.DUPLICATE:
@@ -259,7 +262,7 @@ def claimed(scope: Scope, key: str, fingerprint: str, say: Say) -> Run[ProcessRe
             token=claim.token,
         )
     try:
-        result: str | None = yield RunEffect()
+        result: str | None = yield RUN_EFFECT
     except GeneratorExit:
         raise  # the driver went away: nothing can be yielded now (the lease frees the key)
     except BaseException:
@@ -359,20 +362,18 @@ def release_after_failure(scope: Scope, key: str, claim: Claim) -> Run[None]:
 def run(protocol: Run[T], perform: Callable[[Effect], object]) -> T:
     """Drive ``protocol`` synchronously: each effect performed by ``perform``, whose error is
     thrown back into the protocol where it yielded the effect."""
-    reply: object = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = protocol.send(reply) if error is None else protocol.throw(error)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        finally:
-            error = None  # no reference cycle through the traceback
-        try:
-            reply = perform(effect)
-        except BaseException as exc:
-            reply, error = None, exc
+    try:
+        effect = next(protocol)
+        while True:
+            try:
+                reply = perform(effect)
+            except BaseException as exc:
+                effect = protocol.throw(exc)
+            else:
+                effect = protocol.send(reply)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
 
 
 async def run_async(protocol: Run[T], perform: Callable[[Effect], Awaitable[object]]) -> T:

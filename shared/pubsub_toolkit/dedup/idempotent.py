@@ -121,6 +121,8 @@ class IdempotentProcessor:
             return self._store.claim(
                 effect.namespace, effect.key, effect.fingerprint, lease=effect.lease, ttl=effect.ttl
             )
+        if isinstance(effect, protocol.RunEffect):
+            return call()
         if isinstance(effect, protocol.Complete):
             self._store.complete(
                 effect.namespace, effect.key, effect.claim, effect.result, ttl=effect.ttl
@@ -129,8 +131,6 @@ class IdempotentProcessor:
         if isinstance(effect, protocol.Release):
             self._store.release(effect.namespace, effect.key, effect.claim)
             return None
-        if isinstance(effect, protocol.RunEffect):
-            return call()
         if isinstance(effect, protocol.Sleep):
             self._clock.sleep(effect.seconds)
             return None
