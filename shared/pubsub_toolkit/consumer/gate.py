@@ -159,6 +159,16 @@ class FifoGate:
             transactional=transactional_handler is not None,
             batch=batch,
         )
+        # The frequent effects by type, each one bound method: a dict lookup per effect instead
+        # of a class pattern per case in turn (the per-delivery overhead of issue 26).
+        self._fast: dict[type, Callable[[Any], Any]] = {
+            fx.Load: self._load,
+            fx.Save: self._save,
+            fx.Handle: self._handle,
+            fx.ParkedMessage: self._parked_message,
+            fx.Park: self._park,
+            fx.Unpark: self._unpark,
+        }
 
     @property
     def store(self) -> FifoStore:
@@ -234,37 +244,49 @@ class FifoGate:
     def _perform(self, op: fx.Op[T]) -> T:
         """Run one operation of the core: each effect performed here, in order."""
         spans: list[AbstractContextManager[object]] = []
-        return fx.run(op, lambda effect: self._effect(effect, spans))
+        fast = self._fast
+
+        def perform(effect: fx.Effect) -> Any:
+            do = fast.get(type(effect))
+            return do(effect) if do is not None else self._effect(effect, spans)
+
+        return fx.run(op, perform)
+
+    def _load(self, effect: fx.Load) -> GroupState:
+        return self._store.load(effect.consumer, effect.group)
+
+    def _save(self, effect: fx.Save) -> GroupState | None:
+        return self._store.save(effect.consumer, effect.group, effect.state, effect.expected)
+
+    def _handle(self, effect: fx.Handle) -> None:
+        started = time.perf_counter()
+        self._handler(effect.taken)
+        self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
+
+    def _parked_message(self, effect: fx.ParkedMessage) -> Message | None:
+        return self._store.parked_message(effect.consumer, effect.group, effect.seq)
+
+    def _park(self, effect: fx.Park) -> None:
+        self._store.park(effect.consumer, effect.group, effect.seq, effect.message)
+
+    def _unpark(self, effect: fx.Unpark) -> None:
+        self._store.unpark(effect.consumer, effect.group, effect.seq)
 
     def _effect(self, effect: fx.Effect, spans: list[AbstractContextManager[object]]) -> Any:
         store = self._store
-        # The most frequent first: a class pattern is an isinstance check.
         match effect:
-            case fx.Load(consumer, group):
-                return store.load(consumer, group)
-            case fx.Save(consumer, group, state, expected):
-                return store.save(consumer, group, state, expected)
+            case fx.Load() | fx.Save() | fx.Handle() | fx.ParkedMessage() | fx.Park() | fx.Unpark():
+                return self._fast[type(effect)](effect)
             case fx.SpanStart(message):
                 span = span_of(message, self.consumer)
                 span.__enter__()
                 spans.append(span)
-                return None
-            case fx.Handle(taken):
-                started = time.perf_counter()
-                self._handler(taken)
-                self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
                 return None
             case fx.SpanEnd(error):
                 closing = spans.pop()
                 if error is None:
                     return closing.__exit__(None, None, None)
                 return closing.__exit__(type(error), error, error.__traceback__)
-            case fx.ParkedMessage(consumer, group, seq):
-                return store.parked_message(consumer, group, seq)
-            case fx.Park(consumer, group, seq, message):
-                return store.park(consumer, group, seq, message)
-            case fx.Unpark(consumer, group, seq):
-                return store.unpark(consumer, group, seq)
             case fx.Groups(consumer):
                 return store.groups(consumer)
             case fx.DeadLetter():

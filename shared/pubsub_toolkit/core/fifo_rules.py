@@ -115,9 +115,17 @@ def rewritten_number(seen: GroupState, state: GroupState) -> int | None:
     if other_sequence(seen, state):
         return None  # other sequences: their numbers are not the same numbers
     passed = min(seen.last_processed, state.last_processed)
+    # The store's keys by number, built once: a set per number for each of ``seen``'s keys was
+    # quadratic in the window (64 x 64 per read), the hottest line of an in-order delivery.
+    theirs: dict[int, set[str]] = {}
+    for seq, digest in state.keys:
+        if seq <= passed:
+            theirs.setdefault(seq, set()).add(plain_digest(digest))
+    if not theirs:
+        return None
     for seq, digest in seen.keys:
-        theirs = {plain_digest(d) for s, d in state.keys if s == seq}
-        if seq <= passed and theirs and plain_digest(digest) not in theirs:
+        there = theirs.get(seq)
+        if there and plain_digest(digest) not in there:
             return seq
     return None
 
