@@ -274,9 +274,9 @@ class FifoGate:
 
     def _effect(self, effect: fx.Effect, spans: list[AbstractContextManager[object]]) -> Any:
         store = self._store
+        # The spans first (one pair per number run); the fast ones come here only by a caller
+        # other than _perform's dispatch.
         match effect:
-            case fx.Load() | fx.Save() | fx.Handle() | fx.ParkedMessage() | fx.Park() | fx.Unpark():
-                return self._fast[type(effect)](effect)
             case fx.SpanStart(message):
                 span = span_of(message, self.consumer)
                 span.__enter__()
@@ -295,6 +295,8 @@ class FifoGate:
                 return self._clock.sleep(seconds)
             case fx.CommitWith():
                 return self._commit_with(effect)
+            case fx.Load() | fx.Save() | fx.Handle() | fx.ParkedMessage() | fx.Park() | fx.Unpark():
+                return self._fast[type(effect)](effect)
             case _:
                 assert_never(effect)
 
