@@ -50,7 +50,8 @@ _VERDICTS = {
     ClaimStatus.TAKEN_OVER: Verdict.TAKE_OVER,
     ClaimStatus.ACQUIRED: Verdict.RUN,
 }
-_OWNED = (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER)
+#: The statuses whose caller holds the claim (:attr:`~.base.Claim.owns_key`), bound once.
+OWNED = (ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER)
 _RECORD_AGAIN = Verdict.RECORD_AGAIN
 
 
@@ -65,7 +66,7 @@ def on_claim(
     saw the same key and content done (its witness), which counts for ``ttl`` after that: a
     claim it then wins means the store lost (or never got) the ``done`` record - the effect is
     recorded again, never run again."""
-    if remembered_at is not None and status in _OWNED and _still_counts(remembered_at, now, ttl):
+    if remembered_at is not None and status in OWNED and _still_counts(remembered_at, now, ttl):
         return _RECORD_AGAIN
     return _VERDICTS[status]
 

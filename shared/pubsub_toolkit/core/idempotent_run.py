@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pubsub_toolkit.clock import Clock
-from pubsub_toolkit.core.idempotency import Verdict, done_at, on_claim, retried_here
+from pubsub_toolkit.core.idempotency import OWNED, Verdict, done_at, on_claim, retried_here
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.stores.dedup.base import Claim
 
@@ -216,7 +216,8 @@ def process(  # noqa: PLR0915 - one generator per delivery: a layer per phase co
         raise ClaimInProgressError(f"{scope.namespace}/{key} is running here")
     try:
         claim: Claim = yield ClaimKey(scope.namespace, key, fingerprint, scope.lease, ttl)
-        remembered = memory.done.get((key, fingerprint)) if claim.owns_key else None
+        # claim.owns_key, without its two lookups on ClaimStatus (issue 26)
+        remembered = memory.done.get((key, fingerprint)) if claim.status in OWNED else None
         verdict = on_claim(
             claim.status,
             remembered_at=remembered.at if remembered is not None else None,
