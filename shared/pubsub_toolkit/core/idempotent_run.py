@@ -34,10 +34,10 @@ import threading
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pubsub_toolkit.clock import Clock
-from pubsub_toolkit.core.idempotency import Verdict, done_at, on_claim, retried_here
+from pubsub_toolkit.core.idempotency import OWNED, Verdict, done_at, on_claim, retried_here
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.stores.dedup.base import Claim
 
@@ -79,8 +79,13 @@ class Done:
 # --- effects ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimKey:
+# ClaimKey, Complete and Release are built on every delivery: immutable NamedTuples, not
+# frozen dataclasses, whose __init__ sets each field through object.__setattr__ at about twice
+# the cost (issue 26). (A NamedTuple also equals a plain tuple of its fields: nothing here
+# compares an effect with anything but an effect of its own type.)
+
+
+class ClaimKey(NamedTuple):
     """Claim ``key`` for ``fingerprint`` in ``namespace``. Replies the store's Claim."""
 
     namespace: str
@@ -90,8 +95,7 @@ class ClaimKey:
     ttl: timedelta
 
 
-@dataclass(frozen=True, slots=True)
-class Complete:
+class Complete(NamedTuple):
     """Record ``claim`` done with ``result`` (kept ``ttl``). Replies None."""
 
     namespace: str
@@ -101,8 +105,7 @@ class Complete:
     ttl: timedelta
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(NamedTuple):
     """End ``claim``'s lease so a redelivery can claim at once. Replies None."""
 
     namespace: str
@@ -158,21 +161,10 @@ class Memory:
         #: key -> the token of the claim this process released after its effect failed: the
         #: redelivery that takes that very claim over is a retry, not a lost worker.
         self.released = released
-        self._running: set[str] = set()
-        self._lock = threading.Lock()
-
-    def enter(self, key: str) -> bool:
-        """Mark ``key`` running here; False when it already is."""
-        with self._lock:
-            if key in self._running:
-                return False
-            self._running.add(key)
-            return True
-
-    def leave(self, key: str) -> None:
-        """``key`` no longer runs here."""
-        with self._lock:
-            self._running.discard(key)
+        #: the keys running here, under ``lock`` (read and written by :func:`process` itself:
+        #: two method calls per delivery were a measurable share of its cost, issue 26).
+        self.running: set[str] = set()
+        self.lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -194,97 +186,117 @@ Say = Callable[..., None]
 # --- the protocol -------------------------------------------------------------------------------
 
 
-def process(
+# The members the protocol compares with on every delivery, bound once: a lookup on an Enum
+# class (``Verdict.RUN``) costs about 90 ns in Python 3.11, a dozen per delivery (issue 26).
+_DUPLICATE, _RECORD_AGAIN, _MISMATCH = Verdict.DUPLICATE, Verdict.RECORD_AGAIN, Verdict.MISMATCH
+_IN_PROGRESS, _TAKE_OVER = Verdict.IN_PROGRESS, Verdict.TAKE_OVER
+_PROCESSED, _SKIPPED = Outcome.PROCESSED, Outcome.DUPLICATE
+
+
+def process(  # noqa: PLR0915 - one generator per delivery: a layer per phase cost (issue 26)
     scope: Scope, key: str, fingerprint: str, context: Mapping[str, Any] | None = None
 ) -> Run[ProcessResult]:
-    """Run the effect unless ``key`` was already processed (see IdempotentProcessor.process);
+    """Run the effect unless ``key`` was already processed (see IdempotentProcessor.process):
+    claim ``key``, then do what the claim's answer says (:func:`.idempotency.on_claim`).
     ``context`` is added to every decision logged."""
 
     def say(outcome: str, text: str, **fields: Any) -> None:
         scope.log.decision(outcome, text, dedup_key=key, **{**(context or {}), **fields})
 
+    # One generator for the whole delivery, not one per phase: every effect's reply would
+    # otherwise pass through each layer (issue 26: this path is the memory store's CPU cost).
+    memory, ttl = scope.memory, scope.ttl
     # Two deliveries of one key in this very process never run at once, whatever the store
     # says (it may have lost the first one's claim).
-    if not scope.memory.enter(key):
+    with memory.lock:
+        busy = key in memory.running
+        memory.running.add(key)  # (a no-op when busy: the key stays its first delivery's)
+    if busy:
         say("in_progress", "key is being processed by this process; retry later")
         raise ClaimInProgressError(f"{scope.namespace}/{key} is running here")
     try:
-        return (yield from claimed(scope, key, fingerprint, say))
+        claim: Claim = yield ClaimKey(scope.namespace, key, fingerprint, scope.lease, ttl)
+        # claim.owns_key, without its two lookups on ClaimStatus (issue 26)
+        remembered = memory.done.get((key, fingerprint)) if claim.status in OWNED else None
+        verdict = on_claim(
+            claim.status,
+            remembered_at=remembered.at if remembered is not None else None,
+            # the clock is read only when a remembered run is to be weighed (not on every claim)
+            now=scope.clock.now() if remembered is not None else None,
+            ttl=ttl,
+        )
+        if verdict is _DUPLICATE:
+            say(_SKIPPED, "duplicate delivery skipped")
+            stored = claim.record.result if claim.record else None
+            # Remember when the STORE's record was done (its TTL runs from then), not now.
+            at = done_at(claim.record.expire_at, ttl) if claim.record else scope.clock.now()
+            memory.done.put((key, fingerprint), Done(stored, at, recorded=True))
+            return ProcessResult(_SKIPPED, stored)
+        if verdict is _RECORD_AGAIN:
+            assert remembered is not None
+            return (yield from record_again(scope, (key, fingerprint), claim, remembered, say))
+        if verdict is _MISMATCH:
+            say(
+                Outcome.MISMATCH,
+                "ALERT: dedup key reused with different content",
+                level=logging.ERROR,
+                alert="fingerprint_mismatch",
+                fingerprint=fingerprint,
+                stored_fingerprint=claim.record.fingerprint if claim.record else None,
+            )
+            return ProcessResult(Outcome.MISMATCH)
+        if verdict is _IN_PROGRESS:
+            say("in_progress", "key is being processed elsewhere; retry later")
+            raise ClaimInProgressError(f"{scope.namespace}/{key} is claimed by a live worker")
+        if verdict is _TAKE_OVER:
+            say_taken_over(memory, key, claim, say)
+        try:
+            result: str | None = yield RUN_EFFECT
+        except GeneratorExit:
+            raise  # the driver went away: nothing can be yielded now (the lease frees the key)
+        except BaseException:
+            yield from release_after_failure(scope, key, claim)
+            raise
+        # Remembered before the store is told: if recording fails (or the store loses it),
+        # this process still knows the effect happened and will not run it again.
+        at = scope.clock.now()
+        memory.done.put((key, fingerprint), Done(result, at, recorded=False))
+        try:
+            # complete(), its first attempt inlined: no generator for the common case
+            recording = Complete(scope.namespace, key, claim, result, ttl)
+            try:
+                yield recording
+            except StoreUnavailableError:
+                yield from complete_again(scope, recording)
+        except StaleClaimError:
+            say(
+                "fenced",
+                "ALERT: effect ran after our lease expired and another worker took over",
+                level=logging.ERROR,
+                token=claim.token,
+            )
+            raise
+        memory.done.put((key, fingerprint), Done(result, at, recorded=True))
+        say(_PROCESSED, "processed")
+        return ProcessResult(_PROCESSED, result)
     finally:
-        scope.memory.leave(key)
+        with memory.lock:
+            memory.running.discard(key)
 
 
-def claimed(scope: Scope, key: str, fingerprint: str, say: Say) -> Run[ProcessResult]:
-    """Claim ``key``, then do what the claim's answer says (:func:`.idempotency.on_claim`)."""
-    claim: Claim = yield ClaimKey(
-        scope.namespace, key, fingerprint, lease=scope.lease, ttl=scope.ttl
+def say_taken_over(memory: Memory, key: str, claim: Claim, say: Say) -> None:
+    """Log the takeover of ``key``: a retry of the claim this process released after its
+    effect failed, or the end of another holder's."""
+    retry = retried_here(memory.released.get(key), claim.token)
+    say(
+        "taken_over",
+        "claim released here after the effect failed; running it again"
+        if retry
+        else "previous holder's claim ended (its lease expired, or it released the key "
+        "after a failure); taking over",
+        level=logging.INFO if retry else logging.WARNING,
+        token=claim.token,
     )
-    remembered = scope.memory.done.get((key, fingerprint)) if claim.owns_key else None
-    verdict = on_claim(
-        claim.status,
-        remembered_at=remembered.at if remembered is not None else None,
-        # the clock is read only when a remembered run is to be weighed (not on every claim)
-        now=scope.clock.now() if remembered is not None else None,
-        ttl=scope.ttl,
-    )
-    if verdict is Verdict.DUPLICATE:
-        say(Outcome.DUPLICATE, "duplicate delivery skipped")
-        stored = claim.record.result if claim.record else None
-        # Remember when the STORE's record was done (its TTL runs from then), not now.
-        at = done_at(claim.record.expire_at, scope.ttl) if claim.record else scope.clock.now()
-        scope.memory.done.put((key, fingerprint), Done(stored, at, recorded=True))
-        return ProcessResult(Outcome.DUPLICATE, stored)
-    if verdict is Verdict.RECORD_AGAIN:
-        assert remembered is not None
-        return (yield from record_again(scope, (key, fingerprint), claim, remembered, say))
-    if verdict is Verdict.MISMATCH:
-        say(
-            Outcome.MISMATCH,
-            "ALERT: dedup key reused with different content",
-            level=logging.ERROR,
-            alert="fingerprint_mismatch",
-            fingerprint=fingerprint,
-            stored_fingerprint=claim.record.fingerprint if claim.record else None,
-        )
-        return ProcessResult(Outcome.MISMATCH)
-    if verdict is Verdict.IN_PROGRESS:
-        say("in_progress", "key is being processed elsewhere; retry later")
-        raise ClaimInProgressError(f"{scope.namespace}/{key} is claimed by a live worker")
-    if verdict is Verdict.TAKE_OVER:
-        retry = retried_here(scope.memory.released.get(key), claim.token)
-        say(
-            "taken_over",
-            "claim released here after the effect failed; running it again"
-            if retry
-            else "previous holder's claim ended (its lease expired, or it released the key "
-            "after a failure); taking over",
-            level=logging.INFO if retry else logging.WARNING,
-            token=claim.token,
-        )
-    try:
-        result: str | None = yield RUN_EFFECT
-    except GeneratorExit:
-        raise  # the driver went away: nothing can be yielded now (the lease frees the key)
-    except BaseException:
-        yield from release_after_failure(scope, key, claim)
-        raise
-    # Remembered before the store is told: if recording fails (or the store loses it), this
-    # process still knows the effect happened and will not run it again.
-    done = Done(result, scope.clock.now(), recorded=False)
-    scope.memory.done.put((key, fingerprint), done)
-    try:
-        yield from complete(scope, key, claim, result)
-        scope.memory.done.put((key, fingerprint), dataclasses.replace(done, recorded=True))
-    except StaleClaimError:
-        say(
-            "fenced",
-            "ALERT: effect ran after our lease expired and another worker took over",
-            level=logging.ERROR,
-            token=claim.token,
-        )
-        raise
-    say(Outcome.PROCESSED, "processed")
-    return ProcessResult(Outcome.PROCESSED, result)
 
 
 def record_again(
@@ -319,23 +331,32 @@ def record_again(
 
 def complete(scope: Scope, key: str, claim: Claim, result: str | None) -> Run[None]:
     """Record ``claim`` done, retrying an unavailable store a few times."""
+    effect = Complete(scope.namespace, key, claim, result, scope.ttl)
+    try:
+        yield effect
+    except StoreUnavailableError:
+        yield from complete_again(scope, effect)
+
+
+def complete_again(scope: Scope, effect: Complete) -> Run[None]:
+    """Retry ``effect`` after its first attempt found the store unavailable."""
     # The effect has happened: losing the "done" write now would let a redelivery run it
     # again once the lease expires, so a store hiccup is worth a few quick retries.
-    for delay in (*COMPLETE_RETRY_DELAYS, None):
+    for attempt, delay in enumerate(COMPLETE_RETRY_DELAYS, 1):
+        yield Sleep(delay)
         try:
-            yield Complete(scope.namespace, key, claim, result, ttl=scope.ttl)
+            yield effect
             return
         except StoreUnavailableError:
-            if delay is None:
-                scope.log.decision(
-                    "complete_failed",
-                    "ALERT: effect done but not recorded; a redelivery after the lease "
-                    "may repeat it",
-                    dedup_key=key,
-                    level=logging.ERROR,
-                )
-                raise
-            yield Sleep(delay)
+            if attempt < len(COMPLETE_RETRY_DELAYS):
+                continue
+            scope.log.decision(
+                "complete_failed",
+                "ALERT: effect done but not recorded; a redelivery after the lease may repeat it",
+                dedup_key=effect.key,
+                level=logging.ERROR,
+            )
+            raise
 
 
 def release_after_failure(scope: Scope, key: str, claim: Claim) -> Run[None]:

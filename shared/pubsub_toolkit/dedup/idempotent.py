@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any, assert_never
 
 from pubsub_toolkit._witness import Witness
@@ -111,12 +112,12 @@ class IdempotentProcessor:
         ``context`` (e.g. the delivery's ``message_id``) is added to every decision logged, so
         each log line can be traced to the delivery that caused it.
         """
+        # A partial, not a lambda: called once per effect, it adds no Python frame (issue 26).
         return protocol.run(
-            protocol.process(self._scope, key, fingerprint, context),
-            lambda effect_: self._perform(effect_, effect),
+            protocol.process(self._scope, key, fingerprint, context), partial(self._perform, effect)
         )
 
-    def _perform(self, effect: protocol.Effect, call: Callable[[], str | None]) -> object:
+    def _perform(self, call: Callable[[], str | None], effect: protocol.Effect) -> object:
         if isinstance(effect, protocol.ClaimKey):
             return self._store.claim(
                 effect.namespace, effect.key, effect.fingerprint, lease=effect.lease, ttl=effect.ttl

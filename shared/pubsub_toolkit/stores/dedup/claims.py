@@ -51,6 +51,10 @@ MAX_ATTEMPTS = 64
 DONE_FIELDS = ("state", "lease_until", "expire_at", "result")
 RELEASED_FIELDS = ("lease_until",)
 
+# Bound once: a member looked up on its Enum class costs about 90 ns in Python 3.11, and these
+# are on every claim's path (issue 26).
+_ACQUIRED, _TAKEN_OVER = ClaimStatus.ACQUIRED, ClaimStatus.TAKEN_OVER
+
 
 @dataclass(frozen=True, slots=True)
 class CreateOrGet:
@@ -118,7 +122,7 @@ def claim(
     )
     reply = yield CreateOrGet(fresh)
     if type(reply) is Stored:
-        return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=reply.version)
+        return Claim(_ACQUIRED, 1, fresh, version=reply.version)
     assert type(reply) is Found
     return (
         yield from settle(reply, namespace, key, fingerprint, clock=clock, lease=lease, ttl=ttl)
@@ -147,12 +151,12 @@ def settle(
             )
             reply = yield CreateOrGet(fresh)
             if type(reply) is Stored:
-                return Claim(ClaimStatus.ACQUIRED, 1, fresh, version=reply.version)
+                return Claim(_ACQUIRED, 1, fresh, version=reply.version)
             assert type(reply) is Found
             found = reply
             continue
         status = rules.evaluate_claim(existing, fingerprint, now)
-        if status is not ClaimStatus.ACQUIRED and status is not ClaimStatus.TAKEN_OVER:
+        if status is not _ACQUIRED and status is not _TAKEN_OVER:
             return Claim(status, existing.token, existing)
         record = rules.pending_record(
             namespace,
