@@ -177,21 +177,32 @@ def test_a_takeover_loses_to_a_contender_who_wrote_first(make_store: Any, redis_
     assert round_trips == 1  # the compare-and-set's reply carried the winner's record
 
 
+RACES = 10  # bounded: the races a loaded machine gets to show the coalescing once
+
+
 def test_concurrent_claims_of_one_key_share_round_trips_and_one_wins(make_store: Any) -> None:
+    """Each race: one winner, one SET per caller. Whether callers meet in one round trip
+    depends on how the OS schedules the eight threads (on a loaded machine they can run one
+    after another), so sharing is required in at least one of a bounded number of races."""
     store = make_store()
-    CountingConnection.reset()
-    barrier = threading.Barrier(8)
+    shared_trips: list[int] = []
+    for race in range(RACES):
+        CountingConnection.reset()
+        barrier = threading.Barrier(8)
 
-    def claim(_: int) -> bool:
-        barrier.wait()
-        return bool(store.claim("ns", "race", "fp", lease=LEASE, ttl=TTL).owns_key)
+        def claim(_: int, key: str = f"race-{race}", barrier: threading.Barrier = barrier) -> bool:
+            barrier.wait()
+            return bool(store.claim("ns", key, "fp", lease=LEASE, ttl=TTL).owns_key)
 
-    with ThreadPoolExecutor(8) as pool:
-        wins = list(pool.map(claim, range(8)))
-    round_trips, commands = counted()
-    assert sum(wins) == 1
-    assert commands == Counter({"SET": 8})
-    assert round_trips < 8, "same-key claims never shared a round trip"
+        with ThreadPoolExecutor(8) as pool:
+            wins = list(pool.map(claim, range(8)))
+        round_trips, commands = counted()
+        assert sum(wins) == 1
+        assert commands == Counter({"SET": 8})
+        shared_trips.append(round_trips)
+        if round_trips < 8:
+            break
+    assert min(shared_trips) < 8, f"same-key claims never shared a round trip: {shared_trips}"
 
 
 def test_concurrent_callers_use_one_pooled_connection_and_give_it_back(make_store: Any) -> None:
