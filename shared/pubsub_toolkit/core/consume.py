@@ -22,10 +22,11 @@ topic that is not configured); the caller decides with :func:`answer`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from pubsub_toolkit import _drive
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.errors import ConfigurationError, PermanentError, TransientError
 from pubsub_toolkit.message import Message
@@ -268,25 +269,6 @@ def never(_: object = None) -> bool:
 E = TypeVar("E")
 
 
-def run(protocol: Generator[E, object, T], perform: Callable[[E], object]) -> T:
-    """Drive ``protocol`` synchronously: each effect it yields performed by ``perform``."""
-    try:
-        effect = next(protocol)
-        while True:
-            effect = protocol.send(perform(effect))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-async def run_async(
-    protocol: Generator[E, object, T], perform: Callable[[E], Awaitable[object]]
-) -> T:
-    """Drive ``protocol`` on asyncio: each effect it yields awaited from ``perform``."""
-    try:
-        effect = next(protocol)
-        while True:
-            effect = protocol.send(await perform(effect))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+# The drivers' loop is the one every protocol shares (pubsub_toolkit._drive).
+run = _drive.run
+run_async = _drive.run_async

@@ -27,10 +27,11 @@ neither is I/O the core waits on.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from pubsub_toolkit import _drive
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 
@@ -182,34 +183,6 @@ class Decide(Protocol):
     ) -> None: ...
 
 
-def run(op: Op[T], perform: Callable[[Effect], Any]) -> T:
-    """Drive ``op`` synchronously: each effect performed by ``perform``, its result sent in,
-    its exception thrown in at the yield."""
-    try:
-        effect = next(op)
-        while True:
-            try:
-                result = perform(effect)
-            except BaseException as exc:  # the core decides what it means (or lets it out)
-                effect = op.throw(exc)
-            else:
-                effect = op.send(result)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-async def run_async(op: Op[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
-    """Drive ``op`` on asyncio: each effect awaited from ``perform`` (see :func:`run`)."""
-    try:
-        effect = next(op)
-        while True:
-            try:
-                result = await perform(effect)
-            except BaseException as exc:
-                effect = op.throw(exc)
-            else:
-                effect = op.send(result)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+# The drivers' loop is the one every protocol shares (pubsub_toolkit._drive).
+run = _drive.run
+run_async = _drive.run_async

@@ -31,11 +31,12 @@ import dataclasses
 import enum
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from pubsub_toolkit import _drive
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.core.idempotency import OWNED, Verdict, done_at, on_claim, retried_here
 from pubsub_toolkit.errors import ClaimInProgressError, StaleClaimError, StoreUnavailableError
@@ -377,40 +378,6 @@ def release_after_failure(scope: Scope, key: str, claim: Claim) -> Run[None]:
     )
 
 
-# --- the two drivers' loops ---------------------------------------------------------------------
-
-
-def run(protocol: Run[T], perform: Callable[[Effect], object]) -> T:
-    """Drive ``protocol`` synchronously: each effect performed by ``perform``, whose error is
-    thrown back into the protocol where it yielded the effect."""
-    try:
-        effect = next(protocol)
-        while True:
-            try:
-                reply = perform(effect)
-            except BaseException as exc:
-                effect = protocol.throw(exc)
-            else:
-                effect = protocol.send(reply)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-async def run_async(protocol: Run[T], perform: Callable[[Effect], Awaitable[object]]) -> T:
-    """Drive ``protocol`` on asyncio: each effect awaited from ``perform``, whose error
-    (cancellation included) is thrown back into the protocol where it yielded the effect."""
-    reply: object = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = protocol.send(reply) if error is None else protocol.throw(error)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        finally:
-            error = None
-        try:
-            reply = await perform(effect)
-        except BaseException as exc:
-            reply, error = None, exc
+# The drivers' loop is the one every protocol shares (pubsub_toolkit._drive).
+run = _drive.run
+run_async = _drive.run_async

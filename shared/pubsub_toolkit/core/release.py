@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+from pubsub_toolkit import _drive
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core.fate import Claimed, Processed, fate_key, released_message_id
 from pubsub_toolkit.message import OutboundMessage
@@ -134,16 +135,9 @@ def _now() -> Protocol[datetime]:
     return reply
 
 
-def drive(protocol: Generator[E, R, T], perform: Callable[[E], R]) -> T:
-    """Run ``protocol`` synchronously: each effect it yields performed by ``perform`` (the
-    release here, the hand-over of :mod:`.handover`)."""
-    try:
-        effect = next(protocol)
-        while True:
-            effect = protocol.send(perform(effect))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+# Run synchronously (the release here, the hand-over of :mod:`.handover`): the loop every
+# protocol shares (pubsub_toolkit._drive).
+drive = _drive.run
 
 
 # The relay's keys and messages around the release.

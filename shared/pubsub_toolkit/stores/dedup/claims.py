@@ -28,11 +28,12 @@ backend are one loop, each part read with the others.)
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
+from pubsub_toolkit import _drive
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.errors import StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.stores.dedup import rules
@@ -236,26 +237,9 @@ def _write_held(held: Claim, new: DedupRecord, fields: tuple[str, ...]) -> Proto
     raise StoreUnavailableError(f"claim {held.token}: too many concurrent writers")
 
 
-def run(protocol: Protocol[T], perform: Callable[[Op], Reply]) -> T:
-    """Drive ``protocol`` synchronously: each primitive it yields performed by ``perform``."""
-    try:
-        op = next(protocol)
-        while True:
-            op = protocol.send(perform(op))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
-async def run_async(protocol: Protocol[T], perform: Callable[[Op], Awaitable[Reply]]) -> T:
-    """Drive ``protocol`` on asyncio: each primitive it yields awaited from ``perform``."""
-    try:
-        op = next(protocol)
-        while True:
-            op = protocol.send(await perform(op))
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+# The drivers' loop is the one every protocol shares (pubsub_toolkit._drive).
+run = _drive.run
+run_async = _drive.run_async
 
 
 class ClaimLoop(Generic[A]):
