@@ -114,6 +114,21 @@ def span_of(message: Message, consumer: str) -> AbstractContextManager[object]:
     return tracing.handling(message, consumer, hop="consumer", unless_current=True)
 
 
+def span_effect(
+    effect: fx.SpanStart | fx.SpanEnd, spans: list[AbstractContextManager[object]], consumer: str
+) -> Any:
+    """Open or close a number run's handling span: the same for both drivers (no I/O)."""
+    if isinstance(effect, fx.SpanStart):
+        span = span_of(effect.message, consumer)
+        span.__enter__()
+        spans.append(span)
+        return None
+    closing, error = spans.pop(), effect.error
+    if error is None:
+        return closing.__exit__(None, None, None)
+    return closing.__exit__(type(error), error, error.__traceback__)
+
+
 class FifoGate:
     """Runs ``handler`` for each group's messages in sequence order, exactly once."""
 
@@ -277,16 +292,8 @@ class FifoGate:
         # The spans first (one pair per number run); the fast ones come here only by a caller
         # other than _perform's dispatch.
         match effect:
-            case fx.SpanStart(message):
-                span = span_of(message, self.consumer)
-                span.__enter__()
-                spans.append(span)
-                return None
-            case fx.SpanEnd(error):
-                closing = spans.pop()
-                if error is None:
-                    return closing.__exit__(None, None, None)
-                return closing.__exit__(type(error), error, error.__traceback__)
+            case fx.SpanStart() | fx.SpanEnd():
+                return span_effect(effect, spans, self.consumer)
             case fx.Groups(consumer):
                 return store.groups(consumer)
             case fx.DeadLetter():

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from pubsub_toolkit._bridge import SyncFifoStore, await_, awaiting, loop_clock, run_sync
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
-from pubsub_toolkit.consumer.gate import FifoGate, span_of
+from pubsub_toolkit.consumer.gate import FifoGate, span_effect
 from pubsub_toolkit.core import fifo_effects as fx
 from pubsub_toolkit.core.fifo_policy import GatePolicy, GateResult
 from pubsub_toolkit.message import Message
@@ -165,16 +165,8 @@ class AsyncFifoGate:
         # The spans first (one pair per number run); the fast ones come here only by a caller
         # other than _perform's dispatch.
         match effect:
-            case fx.SpanStart(message):
-                span = span_of(message, self.consumer)
-                span.__enter__()
-                spans.append(span)
-                return None
-            case fx.SpanEnd(error):
-                closing = spans.pop()
-                if error is None:
-                    return closing.__exit__(None, None, None)
-                return closing.__exit__(type(error), error, error.__traceback__)
+            case fx.SpanStart() | fx.SpanEnd():
+                return span_effect(effect, spans, self.consumer)
             case fx.Groups(consumer):
                 return await store.groups(consumer)
             case fx.DeadLetter():
