@@ -84,9 +84,12 @@ def _env(
 @pytest.mark.parametrize(
     ("backend", "ordering"),
     [
-        ("redis", False),
-        # About a minute each: in `make test-slow`, to keep `make test` within its budget (the
-        # gate and stores are the same code; their backend contracts run in make test).
+        # About a minute each (the flaky heads wait out the gate's retry backoff): in `make
+        # test-slow` only. `make test` covers the rest lower down: order and once under
+        # shuffles, copies and handler failures in the simulation's invariants and
+        # tests/unit/test_fifo_gate.py; the Consumer on the emulator with Redis in
+        # test_two_consumer_processes_keep_order_and_handle_nothing_twice below; the stores in
+        # their contract suites (docs/reference/testing.md, "The pyramid").
         pytest.param("firestore", False, marks=pytest.mark.slow),
         pytest.param("redis", True, marks=pytest.mark.slow),
     ],
@@ -135,63 +138,6 @@ def test_shuffled_groups_with_duplicates_and_redeliveries_are_handled_in_order_o
 
     assert dict(seen) == {f"g{g:02d}": list(range(1, PER_GROUP + 1)) for g in range(GROUPS)}
     assert not flaky, "every flaky message failed once and was redelivered"
-
-
-def test_a_batch_handler_gets_consecutive_runs_in_order_once_despite_shuffles_and_failures(
-    request: pytest.FixtureRequest, pubsub_emulator: str, project_id: str
-) -> None:
-    """Batch mode (``batch=20``): the handler takes lists; every list is consecutive numbers of
-    one group, each number is handled once in order, and a list with a failing message fails
-    as a whole and is redelivered or retried one message at a time."""
-    groups, per_group = 5, 60
-    topic, subscription = _topic_and_subscription(project_id, ordering=False)
-    rng = random.Random(5)
-    batch = [(f"b{g}", s) for g in range(groups) for s in range(1, per_group + 1)]
-    batch += rng.sample(batch, 40)
-    rng.shuffle(batch)
-    publisher = pubsub_v1.PublisherClient()
-    for future in [
-        publisher.publish(
-            topic, f"{g}:{s}".encode(), fifo_group=g, fifo_seq=str(s), dedup_key=f"{g}#{s}"
-        )
-        for g, s in batch
-    ]:
-        future.result(timeout=60)
-    seen: dict[str, list[int]] = defaultdict(list)
-    calls: list[list[tuple[str, int]]] = []
-    lock = threading.Lock()
-    flaky = {(f"b{g}", s) for g in range(groups) for s in range(3, per_group + 1, 11)}
-
-    def handler(messages: list[Message]) -> None:
-        keys = [(m.attributes["fifo_group"], int(m.attributes["fifo_seq"])) for m in messages]
-        with lock:
-            failing = flaky & set(keys)
-            if failing:  # all or nothing: nothing of this list happens
-                flaky.difference_update(failing)
-                raise RuntimeError(f"transient failure of {sorted(failing)}")
-            calls.append(keys)
-            for group, seq in keys:
-                seen[group].append(seq)
-
-    env = _env(project_id, "redis", request, f"consumer-{project_id}")
-    processor = MessageProcessor.from_settings(
-        Settings.from_env(env), ConsumerSettings.from_env(env), handler, batch=20
-    )
-    with Consumer(subscription, processor, concurrency=4):
-
-        def done() -> bool:
-            with lock:
-                return sum(len(v) for v in seen.values()) >= groups * per_group
-
-        wait_until(done, timeout=120, interval=0.2, what="every message to be handled")
-
-    assert dict(seen) == {f"b{g}": list(range(1, per_group + 1)) for g in range(groups)}
-    for call in calls:  # one group, consecutive numbers
-        assert len({g for g, _ in call}) == 1, call
-        assert [s for _, s in call] == list(range(call[0][1], call[0][1] + len(call))), call
-    assert max(len(call) for call in calls) > 1  # batches formed (parked runs at least)
-    assert len(calls) < groups * per_group
-    assert not flaky, "every failing message failed once and ran later"
 
 
 def test_two_consumer_processes_keep_order_and_handle_nothing_twice(
