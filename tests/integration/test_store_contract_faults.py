@@ -3,8 +3,10 @@ models, against the real thing: memory, Redis standalone, Redis Cluster and the 
 emulator, each through its sync and its asyncio store (see :mod:`tests.support.store_targets`).
 
 * **Restart empty** - the data set wiped (FLUSHALL and SCRIPT FLUSH; the emulator's delete-all):
-  a store never claims done a key it no longer knows, an old FIFO version never matches again
-  (no ABA), and the code above notices the loss through its witness (ALERT, not run twice).
+  a store never claims done a key it no longer knows, and an old FIFO version never matches
+  again (no ABA). That the code above notices such a loss through its witness (ALERT, not run
+  twice) is the core's table (tests/unit/test_core_idempotent_run.py,
+  tests/unit/test_fifo_gate.py) and, on a real redis-server, test_fifo_store_loss_redis.py.
 * **Error replies** (Redis) - READONLY (a failover) and OOM (maxmemory, noeviction) are "store
   unavailable", and the call that failed changed nothing: it succeeds once the server heals.
 * **A timeout after commit** - the write landed, the reply did not: the retry of ``complete``
@@ -16,17 +18,13 @@ Redis Cluster refuses the FIFO gate store at configuration (its script writes tw
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.errors import ConfigurationError, StoreUnavailableError
-from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.dedup.base import ClaimStatus, RecordState
 from pubsub_toolkit.stores.fifo_state.base import GroupState
 from tests.support.redis_servers import PrivateRedis, ReplyDroppingProxy, private_redis
@@ -54,10 +52,6 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
         yield made
 
 
-def alerts(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [getattr(r, "decision", {}).get("outcome", "") for r in caplog.records]
-
-
 # --- restart empty ---------------------------------------------------------------------------
 
 
@@ -70,28 +64,6 @@ def test_a_store_emptied_by_a_restart_never_claims_a_key_done(target: Target) ->
     assert store.get("ns", "k") is None
     again = store.claim("ns", "k", "fp", lease=LEASE, ttl=TTL)
     assert again.status is ClaimStatus.ACQUIRED  # not DUPLICATE: it does not know any more
-
-
-def test_the_processor_notices_a_done_record_the_store_lost(
-    target: Target, caplog: pytest.LogCaptureFixture
-) -> None:
-    clock = ManualClock()
-    processor = IdempotentProcessor(
-        target.make_dedup(clock), namespace="consumer", lease=LEASE, ttl=TTL, clock=clock
-    )
-    runs: list[str] = []
-
-    def effect() -> str:
-        runs.append("ran")
-        return "result"
-
-    assert processor.process("k", "fp", effect).outcome is Outcome.PROCESSED
-    target.wipe()
-    with caplog.at_level(logging.WARNING):
-        again = processor.process("k", "fp", effect)
-    assert (again.outcome, again.result) == (Outcome.DUPLICATE, "result")
-    assert runs == ["ran"]
-    assert "store_rollback" in alerts(caplog)
 
 
 def test_a_fifo_state_lost_by_a_restart_reads_as_new_and_its_old_version_never_matches(
@@ -114,29 +86,6 @@ def test_a_fifo_state_lost_by_a_restart_reads_as_new_and_its_old_version_never_m
     assert theirs is not None
     assert store.save("c", "g", GroupState(last_processed=4), saved) is None  # no ABA
     assert store.load("c", "g").lease_token == 7
-
-
-def test_the_gate_notices_a_group_state_the_store_lost(
-    target: Target, caplog: pytest.LogCaptureFixture
-) -> None:
-    if target.cluster:
-        with pytest.raises(ConfigurationError, match="cannot run on Redis Cluster"):
-            target.make_fifo()
-        return
-    runs: list[int] = []
-    gate = FifoGate(
-        target.make_fifo(),
-        consumer="c",
-        handler=lambda m: runs.append(int(m.attributes["fifo_seq"])),
-        clock=ManualClock(),
-    )
-    message = Message(b"g:1", {"fifo_group": "g", "fifo_seq": "1", "dedup_key": "g#1"})
-    gate.deliver(message, "g", 1)
-    target.wipe()
-    with caplog.at_level(logging.WARNING):
-        gate.deliver(message, "g", 1)  # the redelivery, after the loss
-    assert runs == [1]
-    assert "store_rollback" in alerts(caplog)
 
 
 # --- a timeout after commit -----------------------------------------------------------------
