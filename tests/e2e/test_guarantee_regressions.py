@@ -11,13 +11,12 @@ subscription; alerts are the consumer's decision log lines (logger
 * **Defect 1** - a producer's retry renumbered by the counter (k2 published at 2 and again at
   3) no longer stalls its group: ingress forwards a filler for the retry's number, and k1, k2,
   k4 are each handled once, in order, with no operator action.
-* **Redis restarted without persistence mid-group** with a message in flight: the counter's
-  new epoch, the new sequence running, the in-flight message once and the old sequence's
-  copies dead-lettered ``fifo_sequence_restarted`` are pinned on a real redis-server by
-  ``tests/integration/test_fifo_store_loss_redis.py`` (its defect 2 and 3 tests are mutation
-  guards) and ``tests/unit/test_fifo_epochs.py``; the whole stack across a Redis restart by
-  the test below and ``tests/faults/test_redis_unavailable.py`` (docs/reference/testing.md,
-  "The pyramid").
+* **Redis restarted without persistence mid-group** (dedup records, FIFO state and the
+  sequence counter in one Redis, like one Memorystore instance): the counter numbers from 1
+  again while the consumer still holds the group's messages in flight; the consumer notices
+  the rollback (ALERT ``store_rollback``), and every reissued number that meets one it knows
+  is dead-lettered ``fifo_sequence_reused`` with an ALERT - every published key is handled or
+  dead-lettered with a reason.
 * **Parked messages lost with Redis** (found by this file, then fixed): the same restart while
   the consumer has *parked* messages of the group (acked to Pub/Sub, kept only in Redis). The
   gate now re-parks them from its own copies when it repairs the group, so they run in order
@@ -50,6 +49,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.core.fifo_policy import REASON_SEQUENCE_RESTARTED
 from pubsub_toolkit.errors import StoreUnavailableError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.producer.publisher import Publisher
@@ -388,6 +388,96 @@ def unaccounted(published: Published, record: Record, dead: DeadLetters) -> list
     """Published keys neither handled nor on the dead-letter topic with a reason."""
     handled, lettered = set(record.handled_keys()), dead.lettered_keys()
     return [k for k in published.in_order() if k not in handled and k not in lettered]
+
+
+def test_redis_restart_starts_a_new_sequence_and_accounts_for_the_old_one(
+    redis_stack: LocalStack, own_redis: Restartable
+) -> None:
+    """One Redis for ingress dedup, the FIFO state and the counter, restarted empty mid-group.
+
+    e-0..e-4 (numbers 1-5) are published one after another and handled; e-5 (6) is published
+    and its handler is held running, then e-6..e-9 (7-10) are published - they queue behind
+    e-5 in the consumer (a group runs serially), unacked. So nothing is parked in Redis at the
+    restart (what is parked is lost with it: the FINDING test below). Redis is stopped (its
+    process group) and started empty on the same port; e-5's handler returns; the producer
+    keeps publishing e-10..e-29, which the counter, created again in a new epoch, numbers 1-20.
+    The consumer's gate sees the group's state go back (its own witness: ALERT
+    ``store_rollback``) and restores it; e-5, in flight, runs once (issue 24, defect 3); the
+    new epoch starts the group's sequence again, so e-10..e-29 all run (defect 2: they used to
+    be acked as duplicates or dead-lettered as reused numbers); e-6..e-9 of the old sequence
+    run or, once the new sequence began, are dead-lettered ``fifo_sequence_restarted`` with an
+    ALERT. Every published key ends handled or dead-lettered with a reason.
+    """
+    stack = redis_stack
+    url = redis_url_of(own_redis)
+    group = f"ledger-{uuid.uuid4().hex[:8]}"
+    keys = [f"e-{i}" for i in range(30)]
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_sixth(message: Message) -> None:
+        if message.attributes.get(attr.DEDUP_KEY) == "e-5" and not release.is_set():
+            holding.set()
+            release.wait(timeout=30)
+
+    producer = GroupProducer(stack, url, group)
+    dead = DeadLetters(stack)
+    try:
+        with (
+            decision_log() as log,
+            running_consumer(stack, "redis-restart", before_effect=hold_the_sixth) as record,
+        ):
+            started = time.monotonic()
+            for i, key in enumerate(keys[:5]):
+                producer.publish(key)
+                wait_until(lambda n=i + 1: len(record.handled_keys()) >= n, timeout=20, what=key)
+            producer.publish("e-5")
+            wait_until(holding.is_set, timeout=20, what="e-5 running in its handler")
+            for key in keys[6:10]:
+                producer.publish(key)
+            assert record.outcomes_of("parked") == [], "parked before the restart"
+            own_redis.restart()  # stop the process group, start again: every key is gone
+            restarted = time.monotonic()
+            release.set()
+            producer.publish_steadily(keys[10:], interval=0.05)
+            wait_until(producer.done, timeout=30, what="the producer's last publish")
+            assert producer.error is None, producer.error
+            wait_until(
+                lambda: not unaccounted(producer.published, record, dead.pulled()),
+                # The new sequence waits out the lease the restart fenced (60 s) once.
+                timeout=150,
+                what="every published key handled or dead-lettered",
+            )
+            settled = time.monotonic()
+    finally:
+        producer.close()
+        dead.close()
+
+    numbers = producer.published.numbers
+    assert list(numbers) == keys
+    assert [numbers[k] for k in keys[:10]] == list(range(1, 11))
+    assert [numbers[k] for k in keys[10:]] == list(range(1, 21)), "the counter did not restart"
+    assert unaccounted(producer.published, record, dead) == []
+    assert all(reason for _, reason in dead.letters), dead.letters
+    handled = record.handled_keys()
+    assert set(keys[10:]) <= set(handled), "the new sequence's messages must all run"
+    assert handled.count("e-5") == 1, "the message in flight at the restart runs once"
+    old = {key for key, reason in dead.letters if reason == REASON_SEQUENCE_RESTARTED}
+    assert {key for key, _ in dead.letters} <= old <= set(keys[6:10]), dead.letters
+    assert set(keys[5:10]) <= set(handled) | old
+    # Named one by one, or together where the new sequence began on copies parked in the old.
+    restarted_alerts = [
+        m
+        for m in log.alerts
+        if "belongs to an earlier sequence" in m or "parked in the old one dead-lettered" in m
+    ]
+    assert restarted_alerts or not old, log.alerts
+    assert any(m.startswith("ALERT: the store lost writes") for m in log.alerts), log.alerts
+    reused = restarted_alerts
+    print(
+        f"redis restart: {len(dead.letters)} dead letters {sorted(dead.letters)}, "
+        f"{len(reused)} ALERT(s); settled {settled - restarted:.2f}s after the restart, "
+        f"{settled - started:.2f}s in all; handled {record.handled}"
+    )
 
 
 class SilentLossError(AssertionError):
