@@ -38,7 +38,6 @@ LONGEST_FILES = (
     "tests/deploy/test_deploy_scripts.py",
     "tests/simulation/test_simulation.py",
     "tests/e2e/test_guarantee_regressions.py",
-    "tests/integration/test_consumer.py",
     "tests/deploy/test_deploy_cloud_run.py",
     "tests/deploy/test_bundles.py",
 )
