@@ -640,9 +640,9 @@ def issue_24() -> tuple[Mutation, ...]:
             "a Publisher gives a retry of a key and content a new number",
             (
                 SourceEdit(
-                    "pubsub_toolkit.producer.publisher",
-                    "Publisher._plan",
-                    "known = [self._numbered.get((group, *k)) if k else None for k in keys]",
+                    "pubsub_toolkit.producer.stamping",
+                    "number_plan",
+                    "known = [numbered(k) if k else None for k in keys]",
                     "known = [None for k in keys]",
                 ),
             ),
@@ -776,17 +776,11 @@ def issue_24() -> tuple[Mutation, ...]:
         Mutation(
             "27.5",
             "a fifo_group without a fifo_seq passes (it runs unordered)",
-            (
+            (  # ingress, a rebuilt message and a delivery: one rule
                 SourceEdit(
                     envelope,
-                    "_parse_fields",
-                    "if group is not None and seq is None:",
-                    "if False:",
-                ),
-                SourceEdit(
-                    envelope,
-                    "check_delivered",
-                    "if group is not None and FIFO_SEQ not in attributes:",
+                    "check_fifo_pair",
+                    "if group is not None and not numbered:",
                     "if False:",
                 ),
             ),
