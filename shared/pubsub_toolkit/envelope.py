@@ -209,12 +209,20 @@ def check_delivered(attributes: Mapping[str, str]) -> None:
     group = attributes.get(FIFO_GROUP)
     if group is not None and not group.strip():
         raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
-    if group is None and FIFO_SEQ in attributes:
-        raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
-    if group is not None and FIFO_SEQ not in attributes:
-        raise ContractViolation(REASON_GROUP_WITHOUT_SEQ, "fifo_group is set but fifo_seq is not")
+    check_fifo_pair(group, numbered=FIFO_SEQ in attributes)
     if group is None and parse_fifo_end(attributes.get(FIFO_END)):  # as ingress: value first
         raise ContractViolation(REASON_END_WITHOUT_GROUP, "fifo_end is set but fifo_group is not")
+
+
+def check_fifo_pair(group: str | None, *, numbered: bool) -> None:
+    """Raise ContractViolation unless a ``fifo_group`` and a ``fifo_seq`` (``numbered``) come
+    together: a number without a group orders nothing, and a group without a number would run
+    unordered - refused wherever a message is checked (ingress, a rebuilt message, a
+    delivery), never passed on."""
+    if numbered and group is None:
+        raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
+    if group is not None and not numbered:
+        raise ContractViolation(REASON_GROUP_WITHOUT_SEQ, "fifo_group is set but fifo_seq is not")
 
 
 def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
@@ -224,10 +232,7 @@ def _parse_fields(attrs: Mapping[str, str]) -> _Fields:
         raise ContractViolation(REASON_INVALID_FIFO_GROUP, "fifo_group is empty")
     raw_seq = attrs.get(FIFO_SEQ)
     seq = None if raw_seq is None else parse_fifo_seq(raw_seq)
-    if seq is not None and group is None:
-        raise ContractViolation(REASON_SEQ_WITHOUT_GROUP, "fifo_seq is set but fifo_group is not")
-    if group is not None and seq is None:
-        raise ContractViolation(REASON_GROUP_WITHOUT_SEQ, "fifo_group is set but fifo_seq is not")
+    check_fifo_pair(group, numbered=seq is not None)
     end = parse_fifo_end(attrs.get(FIFO_END))
     if end and group is None:
         # An end of no group ends nothing: refused, so the producer learns its mark was lost.

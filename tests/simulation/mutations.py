@@ -265,10 +265,6 @@ def _run_guarding_tests(mutation: Mutation) -> dict[str, Any]:
 pytest_failed = 1  # pytest.ExitCode.TESTS_FAILED
 
 
-def _no_op(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
 def _old_cancel(dedup_key: str, *, store: Any, scheduler: Any) -> Any:
     """cancel() before the fix: a tombstone of its own, then a look at the relay's record."""
     from pubsub_toolkit.delay import cancel as c
@@ -315,13 +311,17 @@ def issue_11() -> tuple[Mutation, ...]:
 
     idem = "pubsub_toolkit.dedup.idempotent"
     policy = "pubsub_toolkit.core.fifo_policy"
+    verdicts = "pubsub_toolkit.core.fifo_verdicts"
     return (
         Mutation(
             "1",
             "ingress forwards no filler for a renumbered producer retry",
             (
-                Replacement(
-                    "pubsub_toolkit.ingress.pipeline", "Ingress._fill_renumbered_retry", _no_op
+                SourceEdit(  # no duplicate at another number has a number to fill
+                    "pubsub_toolkit.core.ingress",
+                    "renumbered",
+                    "    if seq is None or group is None or seq == first.seq:\n",
+                    "    if True:\n",
                 ),
             ),
         ),
@@ -336,10 +336,11 @@ def issue_11() -> tuple[Mutation, ...]:
             (
                 Replacement(policy, "GatePolicy.backoff", lambda self, failures: timedelta(0)),
                 SourceEdit(
-                    "pubsub_toolkit.core.fifo_run",
-                    "FifoRun._on_failure",
-                    "counts = rules.counts_as_attempt(exc)",
-                    "counts = True",
+                    "pubsub_toolkit.core.fifo_rules",
+                    "counts_as_attempt",
+                    "return isinstance(exc, RetryLater | RedeliveryRequested) or not isinstance("
+                    "exc, TransientError)",
+                    "return True",
                 ),
             ),
         ),
@@ -347,14 +348,11 @@ def issue_11() -> tuple[Mutation, ...]:
             "4",
             "without a dead-letter topic, poison is skipped with a log line",
             (
-                SourceEdit(
-                    "pubsub_toolkit.core.fifo_run",
-                    "FifoRun._on_failure",
-                    "if self.dead_letters and self.policy.poison is PoisonPolicy.SKIP:\n"
-                    "            yield DeadLetter(",
-                    "if self.policy.poison is PoisonPolicy.SKIP:\n"
-                    "            if self.dead_letters:  # else skipped with a log line\n"
-                    "                yield DeadLetter(",
+                SourceEdit(  # skipped without a dead-letter topic: with a log line only
+                    verdicts,
+                    "poison_verdict",
+                    "if dead_letters and poison is PoisonPolicy.SKIP:",
+                    "if poison is PoisonPolicy.SKIP:",
                 ),
             ),
         ),
@@ -374,9 +372,9 @@ def issue_11() -> tuple[Mutation, ...]:
             (
                 SourceEdit(
                     "pubsub_toolkit.stores.dedup.claims",
-                    "_write_held",
-                    "return _Held.ALREADY_DONE if new.state is RecordState.DONE else _Held.LOST",
-                    "return _Held.LOST",
+                    "held_verdict",
+                    "return Held.ALREADY_DONE if new.state is RecordState.DONE else Held.LOST",
+                    "return Held.LOST",
                 ),
             ),
         ),
@@ -449,6 +447,7 @@ def issue_24() -> tuple[Mutation, ...]:
     mutation names at p = 0.5), or by their tests when its schedules miss it."""
     relay, envelope = "pubsub_toolkit.delay.relay", "pubsub_toolkit.envelope"
     handover = "pubsub_toolkit.core.handover"
+    verdicts = "pubsub_toolkit.core.fifo_verdicts"
     subscriber = "pubsub_toolkit.consumer.subscriber"
     integration = "tests/integration/"
     return (
@@ -641,9 +640,9 @@ def issue_24() -> tuple[Mutation, ...]:
             "a Publisher gives a retry of a key and content a new number",
             (
                 SourceEdit(
-                    "pubsub_toolkit.producer.publisher",
-                    "Publisher._plan",
-                    "known = [self._numbered.get((group, *k)) if k else None for k in keys]",
+                    "pubsub_toolkit.producer.stamping",
+                    "number_plan",
+                    "known = [numbered(k) if k else None for k in keys]",
                     "known = [None for k in keys]",
                 ),
             ),
@@ -704,11 +703,11 @@ def issue_24() -> tuple[Mutation, ...]:
             "24.3",
             "the repair fences this process's own running lease (the in-flight run reruns)",
             (
-                SourceEdit(
-                    "pubsub_toolkit.core.fifo_parts",
-                    "FifoParts._update",
-                    "token = self._seen.lease_now(group, token)",
-                    "token = token",
+                SourceEdit(  # a repair's moved lease is not the run's any more
+                    "pubsub_toolkit.core.fifo_seen",
+                    "SeenStore.lease_now",
+                    "moved = self._moved_leases.get((group, token))",
+                    "moved = None",
                 ),
             ),
             guarded_by=(
@@ -754,10 +753,10 @@ def issue_24() -> tuple[Mutation, ...]:
             "a batch handler's RetryLater runs the batch again at once, one by one",
             (
                 SourceEdit(
-                    "pubsub_toolkit.core.fifo_run",
-                    "FifoRun._run_batch",
-                    "        except RetryLater as exc:\n",
-                    "        except ZeroDivisionError as exc:\n",
+                    verdicts,
+                    "batch_failure",
+                    "return BatchFailure.WAIT if isinstance(exc, RetryLater) else",
+                    "return BatchFailure.WAIT if False else",
                 ),
             ),
             guarded_by=("tests/unit/test_batch_retry_later.py",),
@@ -777,17 +776,11 @@ def issue_24() -> tuple[Mutation, ...]:
         Mutation(
             "27.5",
             "a fifo_group without a fifo_seq passes (it runs unordered)",
-            (
+            (  # ingress, a rebuilt message and a delivery: one rule
                 SourceEdit(
                     envelope,
-                    "_parse_fields",
-                    "if group is not None and seq is None:",
-                    "if False:",
-                ),
-                SourceEdit(
-                    envelope,
-                    "check_delivered",
-                    "if group is not None and FIFO_SEQ not in attributes:",
+                    "check_fifo_pair",
+                    "if group is not None and not numbered:",
                     "if False:",
                 ),
             ),
@@ -831,10 +824,10 @@ def issue_24() -> tuple[Mutation, ...]:
             "a run that outlived its lease and was taken over is not an ALERT naming it",
             (
                 SourceEdit(
-                    "pubsub_toolkit.core.fifo_run",
-                    "FifoRun._outlived",
-                    "for seq, message in steps if isinstance(exc, StaleClaimError) else ():",
-                    "for seq, message in ():",
+                    verdicts,
+                    "outlived",
+                    "return tuple(steps) if isinstance(exc, StaleClaimError) else ()",
+                    "return ()",
                 ),
             ),
             guarded_by=(
@@ -907,14 +900,14 @@ def issue_24() -> tuple[Mutation, ...]:
             "a counter restart drops the old sequence's parked head instead of running it first",
             (
                 SourceEdit(
-                    "pubsub_toolkit.core.fifo_epochs",
-                    "Sequences._restart",
+                    verdicts,
+                    "restart_verdict",
                     "if state.head in state.parked and state.blocked_at is None:",
                     "if False:",
                 ),
                 SourceEdit(
                     "pubsub_toolkit.core.fifo_epochs",
-                    "Sequences._settle_and_restart",
+                    "Sequences.settle_and_restart",
                     "yield from self._wait(group, seq, state)",
                     "pass",
                 ),
@@ -927,14 +920,7 @@ def issue_24() -> tuple[Mutation, ...]:
         Mutation(
             "24.L2",
             "a process runs again a key it ran, renumbered beyond the state's 64 keys",
-            (
-                SourceEdit(
-                    "pubsub_toolkit.core.fifo_run",
-                    "FifoRun._run_number",
-                    "ran_before = self._seen.ran.earlier(group, state, seq, message)",
-                    "ran_before = None",
-                ),
-            ),
+            (SourceEdit(verdicts, "ran_before", "found = remembered()", "found = None"),),
             guarded_by=("tests/unit/test_fifo_gate_ran_keys.py",),
             enable=("renumber_far",),  # a retry renumbered > 64 later, by a new Publisher
             budget=600,
@@ -965,11 +951,11 @@ def issue_24() -> tuple[Mutation, ...]:
                     "if stored is not None and listed in (None, key_digest(message_key(stored))):",
                     "if stored is not None:",
                 ),
-                SourceEdit(
+                SourceEdit(  # a refused repair leaves what it parked again (strays)
                     "pubsub_toolkit.core.fifo_seen",
-                    "SeenStore._repair",
-                    "yield from self._unpark_own(group, restored)",
-                    "pass",
+                    "SeenStore.unpark_unlisted",
+                    "if seq not in listed and stored and message_key(stored) == message_key(copy):",
+                    "if False:",
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_gate_strays.py",),
@@ -1045,8 +1031,8 @@ def issue_24() -> tuple[Mutation, ...]:
             "a late message of the old sequence at a number another key took is a duplicate",
             (
                 SourceEdit(
-                    "pubsub_toolkit.core.fifo_epochs",
-                    "Sequences._older",
+                    verdicts,
+                    "older_verdict",
                     "if rules.taken_in_prior(state, epoch, seq, message):",
                     "if False:",
                 ),
@@ -1115,10 +1101,10 @@ def hand_made() -> tuple[Mutation, ...]:
             "the FIFO gate's state write no longer checks that it still holds the lease",
             (
                 SourceEdit(
-                    "pubsub_toolkit.core.fifo_parts",
-                    "FifoParts._update",
-                    "if state.lease_token != token:",
-                    "if False:",
+                    "pubsub_toolkit.core.fifo_verdicts",
+                    "holds_lease",
+                    "return state.lease_token == token",
+                    "return True",
                 ),
             ),
             guarded_by=(
@@ -1221,7 +1207,7 @@ def hand_made() -> tuple[Mutation, ...]:
             (
                 SourceEdit(
                     "pubsub_toolkit.core.fifo_seen",
-                    "SeenStore._repair",
+                    "SeenStore.keep_reissued",
                     "                yield from self._keep_reissued(copy, group, seq, repaired)\n",
                     "                pass  # the ALERT names them\n",
                 ),
@@ -1250,9 +1236,9 @@ def hand_made() -> tuple[Mutation, ...]:
 # (before, H2 edited the memory store and H2r the Redis store's Lua script).
 _STALE_COMPLETE = SourceEdit(
     "pubsub_toolkit.stores.dedup.claims",
-    "_write_held",
-    "        if current is None or current.token != held.token:\n",
-    "        if current is None:\n",
+    "held_verdict",
+    "    if current is None or current.token != held.token:\n",
+    "    if current is None:\n",
 )
 
 

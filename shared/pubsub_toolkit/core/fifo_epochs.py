@@ -28,10 +28,10 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import NoReturn
 
-from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, Decide, Op, ParkedMessage, Unpark
 from pubsub_toolkit.core.fifo_policy import (
     REASON_SEQUENCE_RESTARTED,
@@ -103,15 +103,12 @@ class Sequences:
     def _older(
         self, group: str, state: GroupState, message: Message, seq: int, epoch: int
     ) -> Op[GateResult]:
-        if attr.is_filler(message):
+        verdict = verdicts.older_verdict(state, epoch, seq, message)
+        if verdict is verdicts.OlderVerdict.DUPLICATE:
             return self._duplicate(group, seq, epoch)
-        if rules.ran_in_prior(state, epoch, seq):
-            if rules.taken_in_prior(state, epoch, seq, message):
-                # Another key ran at this number (a producer reused it): this message never
-                # ran, so it is kept with the reason, as in the group's current sequence -
-                # acking it as a redelivery would lose it silently (seed 10205).
-                return (yield from self._taken(group, state, message, seq, epoch))
-            return self._duplicate(group, seq, epoch)
+        if verdict is verdicts.OlderVerdict.REUSED:
+            # Kept with the reason, as in the group's current sequence (seed 10205).
+            return (yield from self._taken(group, state, message, seq, epoch))
         detail = (
             f"{group}#{seq} belongs to an earlier sequence of the group (epoch {epoch}); its "
             f"counter started again (epoch {state.epoch}) before this number ran"
@@ -143,9 +140,12 @@ class Sequences:
 
     def _restart(self, group: str, state: GroupState, epoch: int) -> Op[GroupState | None]:
         now = self._clock.now()
+        verdict = verdicts.restart_verdict(
+            state, now=now, held_idle=self._held(group), running_here=self._busy(group)
+        )
         # A run under way here - even one that outlived its lease - finishes first: a restart
         # now would refuse its advance and dead-letter its redelivery although it ran.
-        if (state.lease_live(now) and not self._held(group)) or self._busy(group):
+        if verdict is verdicts.RestartVerdict.RUNNING:
             self._decide(
                 "sequence_waits",
                 group,
@@ -154,13 +154,8 @@ class Sequences:
                 "the old sequence runs: deliver again later",
             )
             raise TransientError(f"{group}: the old sequence's #{state.head} is running")
-        if state.head in state.parked and state.blocked_at is None:
-            # The old sequence's head waits parked (backing off, or not yet swept): it and the
-            # parked run after it were published before this counter began, so they run first,
-            # in order - dropping them would lose messages that can still run (with no dead-
-            # letter topic, to an ALERT). The sweep runs them. (A head blocked as poison is
-            # on the dead-letter topic already, and without one waits for an operator: see
-            # _settle_and_restart.)
+        if verdict is verdicts.RestartVerdict.HEAD_PARKED:
+            # The old head and the parked run after it go first, in order: the sweep runs them.
             self._decide(
                 "sequence_waits",
                 group,
@@ -169,7 +164,7 @@ class Sequences:
                 "the old sequence waits parked: it runs first; deliver again later",
             )
             raise TransientError(f"{group}: the old sequence's #{state.head} waits parked")
-        if state.parked:
+        if verdict is verdicts.RestartVerdict.SETTLE:
             # Fenced first, so nobody runs a copy this worker is about to dead-letter.
             fenced = replace(
                 state, lease_token=state.lease_token + 1, lease_until=now + self._lease
@@ -177,19 +172,20 @@ class Sequences:
             state_or_none = yield from self._seen.save(group, fenced, state)
             if state_or_none is None:
                 return None
-            return (yield from self._settle_and_restart(group, state_or_none, epoch))
+            return (yield from self.settle_and_restart(group, state_or_none, epoch))
         new = yield from self._seen.save(group, rules.restarted(state, epoch), state)
         if new is not None:
             self._said(group, state, epoch, [])
         return new
 
-    def _settle_and_restart(
+    def settle_and_restart(
         self, group: str, fenced: GroupState, epoch: int
     ) -> Op[GroupState | None]:
-        """Under this worker's lease: every copy parked in the old sequence dead-lettered and
-        unparked, then the new sequence written. With no dead-letter topic to keep them they
-        are never dropped: the lease is given back and the new sequence waits (see
-        :meth:`_wait`)."""
+        """Under this worker's lease (``fenced``, the state it wrote to take it): every copy
+        parked in the old sequence dead-lettered and unparked, then the new sequence (``epoch``)
+        written; the new state, or None when the record was fenced in turn (decide again). A
+        copy with no dead-letter topic to keep it is never dropped: the lease is given back
+        and the new sequence waits for the old one (see :meth:`_wait`; TransientError)."""
         state, settled = fenced, list[int]()
         for _ in range(MAX_CAS_ROUNDS):
             if state.lease_token != fenced.lease_token:

@@ -23,6 +23,7 @@ from typing import Any
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import Clock
 from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, DeadLetter, Decide, Op
 from pubsub_toolkit.core.fifo_end import GroupEnd
 from pubsub_toolkit.core.fifo_epochs import Sequences
@@ -285,7 +286,7 @@ class FifoParts:
                 state, unread = (yield from self._seen.load(group)), False
             # A repair of a store loss may have moved this run's own lease to a new token.
             token = self._seen.lease_now(group, token)
-            if state.lease_token != token:
+            if not verdicts.holds_lease(state, token):
                 if unread:
                     # What this run last wrote predates that repair: read the record itself
                     # before calling the lease lost (simulation seed 90643: a false fence).

@@ -25,8 +25,9 @@ the group waits for):
   duplicate if its sequence passed it (dead-lettered ``fifo_sequence_reused`` if another key ran
   at its number), else dead-lettered (``fifo_sequence_restarted``).
 
-(About 480 lines: one small function per state change the gate makes, kept in one module so
-every rule over a ``GroupState`` is read - and tested - side by side.)
+The verdicts a run takes on those states (poison, a batch's failure, a counter restart, a
+fenced run...) are :mod:`.fifo_verdicts`. (About 480 lines: one small function per state change
+the gate makes, kept in one module so every rule over a ``GroupState`` is read side by side.)
 """
 
 from __future__ import annotations

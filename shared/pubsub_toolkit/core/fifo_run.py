@@ -15,6 +15,7 @@ from datetime import datetime
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_advance import FifoAdvance
 from pubsub_toolkit.core.fifo_effects import DeadLetter, Op, SpanEnd, SpanStart, Unpark
 from pubsub_toolkit.core.fifo_parts import Found, HandlerFailedError, Step
@@ -23,7 +24,6 @@ from pubsub_toolkit.core.fifo_policy import (
     GapPolicy,
     GateOutcome,
     GateResult,
-    PoisonPolicy,
     message_key,
 )
 from pubsub_toolkit.core.fifo_rules import ran_earlier
@@ -98,9 +98,9 @@ class FifoRun(FifoAdvance):
         self, group: str, token: int, step: Step, state: GroupState, from_park: bool
     ) -> Op[tuple[GroupState, GateOutcome, bool]]:
         seq, message = step
-        ran_before = ran_earlier(state, seq, message)
-        if ran_before is None:  # further back than the state's keys: as this process saw it
-            ran_before = self._seen.ran.earlier(group, state, seq, message)
+        ran_before = verdicts.ran_before(
+            state, seq, message, lambda: self._seen.ran.earlier(group, state, seq, message)
+        )
         filled = attr.is_filler(message) or ran_before is not None
         found = Found()
         try:
@@ -153,16 +153,16 @@ class FifoRun(FifoAdvance):
         except (StaleClaimError, StoreUnavailableError) as exc:
             self._outlived(group, steps, exc)
             raise  # as for one number: not the handler's failure
-        except RetryLater as exc:
-            # The handler's own decision for the whole batch, not a failure to narrow down:
-            # the head waits the delay (a counted attempt, as one by one) and the rest wait
-            # parked behind it - running them again one at a time now would ignore the delay.
-            head, message = steps[0]
-            state, waits = yield from self._on_failure(
-                group, head, message, token=token, exc=exc, from_park=from_park
-            )
-            return state, waits or GateOutcome.DEAD_LETTERED, waits is not None
         except Exception as exc:
+            if verdicts.batch_failure(exc) is verdicts.BatchFailure.WAIT:
+                # The handler's own decision for the whole batch (RetryLater), not a failure to
+                # narrow down: the head waits the delay (a counted attempt, as one by one) and
+                # the rest wait parked behind it.
+                head, message = steps[0]
+                state, waits = yield from self._on_failure(
+                    group, head, message, token=token, exc=exc, from_park=from_park
+                )
+                return state, waits or GateOutcome.DEAD_LETTERED, waits is not None
             self._decide(
                 "batch_failed",
                 group,
@@ -187,7 +187,7 @@ class FifoRun(FifoAdvance):
         """Said for each of ``steps`` whose run ended fenced (``exc``: the handler outlived the
         lease and another worker took the group over, or an operator skipped it): it ran here,
         and the worker that holds the group now may run it again."""
-        for seq, message in steps if isinstance(exc, StaleClaimError) else ():
+        for seq, message in verdicts.outlived(steps, exc):
             self._decide(
                 "lease_outlived",
                 group,
@@ -283,8 +283,10 @@ class FifoRun(FifoAdvance):
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
             return state, GateOutcome.RETRYING  # the sweeper retries when it is due
         detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
-        if self.dead_letters and self.policy.poison is PoisonPolicy.SKIP:
-            yield DeadLetter(message, REASON_POISON, detail, f"{group}#{seq}")
+        verdict = verdicts.poison_verdict(self.policy.poison, dead_letters=self.dead_letters)
+        if verdict is verdicts.PoisonVerdict.SKIP:
+            if self.dead_letters:  # always, when skipped: the verdict holds that rule
+                yield DeadLetter(message, REASON_POISON, detail, f"{group}#{seq}")
             poisoned = POISON_MARK + key_digest(message_key(message))
             state = yield from self._advance(
                 group,

@@ -226,8 +226,11 @@ class SeenStore:
                 self._witness.put(group, state)
         return state
 
-    def _unpark_own(self, group: str, copies: dict[int, Message]) -> Op[None]:
-        """Unpark what a refused repair parked, where the record (as it is now) lists nothing."""
+    def unpark_unlisted(self, group: str, copies: dict[int, Message]) -> Op[None]:
+        """Unpark ``copies`` (what a repair parked again before its save was refused) where
+        the record, as it is now, lists nothing and the copy stored is still this one: no state
+        lists it, so it would be a stray - a later run at its number would meet it in place of
+        the listed message."""
         listed = (yield Load(self._consumer, group)).parked
         for seq, copy in copies.items():
             stored = yield ParkedMessage(self._consumer, group, seq)
@@ -303,7 +306,29 @@ class SeenStore:
             level=logging.ERROR,
             alert="store_rollback",
         )
-        # Each copy kept once by this process: a refused save below brings this repair again.
+        yield from self.keep_reissued(group, reissued, repaired)
+        yield from self._keep_lost_sequence(group, seen, state, past_end, orphaned)
+        repaired = self._date(repaired)
+        if not (yield Save(self._consumer, group, repaired, state)):
+            # No state lists them: they would be strays.
+            yield from self.unpark_unlisted(group, restored)
+            return False  # someone wrote meanwhile: look again
+        if kept is not None:
+            self._moved_leases.put((group, kept), repaired.lease_token)
+            self._own_leases.put(group, repaired.lease_token)
+        self._witness.put(group, repaired)
+        for seq in passed:
+            yield Unpark(self._consumer, group, seq)
+        return True
+
+    def keep_reissued(
+        self, group: str, reissued: list[tuple[int, Message]], repaired: GroupState
+    ) -> Op[None]:
+        """Keep each copy of ``reissued`` - parked at a number the group had already passed (a
+        reissued number parked after a store loss): it can never run, and it was acked when
+        parked, so it is dead-lettered as a reused number (``repaired``: the state the repair
+        writes), or handed to the operator whole without a dead-letter topic. Once per copy by
+        this process: a refused save brings the repair, and this, again."""
         for seq, copy in reissued:
             once = _copy_of(group, seq, copy)
             if self._kept.get(once):
@@ -313,19 +338,6 @@ class SeenStore:
             except PermanentError:
                 hand_over(self._decide, group, seq, copy)
             self._kept.put(once, True)
-        yield from self._keep_lost_sequence(group, seen, state, past_end, orphaned)
-        repaired = self._date(repaired)
-        if not (yield Save(self._consumer, group, repaired, state)):
-            # No state lists them: they would be strays.
-            yield from self._unpark_own(group, restored)
-            return False  # someone wrote meanwhile: look again
-        if kept is not None:
-            self._moved_leases.put((group, kept), repaired.lease_token)
-            self._own_leases.put(group, repaired.lease_token)
-        self._witness.put(group, repaired)
-        for seq in passed:
-            yield Unpark(self._consumer, group, seq)
-        return True
 
     def _keep_lost_sequence(
         self,

@@ -71,7 +71,6 @@ import functools
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
@@ -88,22 +87,17 @@ from pubsub_toolkit.producer._handover import (
 )
 from pubsub_toolkit.producer.numbering import NumberingQueue, Pending
 from pubsub_toolkit.producer.sink import MessageSink, PublishFuture, failed, settled
-from pubsub_toolkit.producer.stamping import check_end, check_group, stamp, validate
+from pubsub_toolkit.producer.stamping import (
+    NumberPlan,
+    check_end,
+    check_group,
+    number_plan,
+    stamp,
+    validate,
+)
 from pubsub_toolkit.stores.counters.base import SequenceBlock, SequenceCounter
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Which of a group's messages take a new number (see :meth:`Publisher._plan`)."""
-
-    # (dedup_key, content) per message, or None; None for all: no message has a dedup key.
-    keys: tuple[tuple[str, str] | None, ...] | None
-    known: tuple[tuple[int, int] | None, ...]  # the (epoch, number) it was given before
-    first: dict[tuple[str, str], int]  # a key -> the index of its first new copy here
-    copies: frozenset[int]  # indexes of later copies of a key new here (the first's number)
-    fresh: int  # how many new numbers the group needs
 
 
 # Locks striped by group: bounded memory however many groups; two groups sharing a stripe only
@@ -302,30 +296,18 @@ class Publisher:
 
     def _plan(
         self, group: str, data: Sequence[bytes], stamped: Sequence[Mapping[str, str]]
-    ) -> _Plan:
-        """Which messages need a new number: not one this Publisher gave their dedup key and
-        content before (a retry, while the group's counter is in the same epoch; a key reused
-        for other content is a new message), nor a copy numbered together with its first (a
-        retry queued before the first was numbered takes the first's number too)."""
-        if not any(attr.DEDUP_KEY in m for m in stamped):  # nothing to look up
-            return _Plan(None, (), {}, frozenset(), len(stamped))
-        latest = (self._handed.get(group) or (None, 0))[0]
-        keys = [
-            (m[attr.DEDUP_KEY], attr.content_fingerprint(d, m)) if attr.DEDUP_KEY in m else None
-            for d, m in zip(data, stamped, strict=True)
-        ]
-        known = [self._numbered.get((group, *k)) if k else None for k in keys]
-        known = [n if n is not None and n[0] == latest else None for n in known]
-        first: dict[tuple[str, str], int] = {}  # key -> index of its first new copy here
-        for index, (key, number) in enumerate(zip(keys, known, strict=True)):
-            if key is not None and number is None:
-                first.setdefault(key, index)
-        copies = frozenset(i for i, k in enumerate(keys) if k is not None and first.get(k, i) != i)
-        fresh = sum(1 for i, n in enumerate(known) if n is None and i not in copies)
-        return _Plan(tuple(keys), tuple(known), first, copies, fresh)
+    ) -> NumberPlan:
+        """:func:`~.stamping.number_plan` with what this Publisher remembers of ``group``: the
+        numbers it gave each dedup key and content, and the epoch of its latest block."""
+        return number_plan(
+            data,
+            stamped,
+            numbered=lambda key: self._numbered.get((group, *key)),
+            latest=lambda: (self._handed.get(group) or (None, 0))[0],
+        )
 
     def _assign(
-        self, group: str, plan: _Plan, block: SequenceBlock | None
+        self, group: str, plan: NumberPlan, block: SequenceBlock | None
     ) -> list[tuple[int, int]]:
         """Each message's (epoch, number) from ``plan`` and its new ``block``, recorded before
         anything is published, so a retry after a failed publish reuses it."""

@@ -1,9 +1,11 @@
-"""The Publisher's checks and stamps: the caller's keywords as contract attributes, and every
-message checked against the contract (ingress's own rules) before anything is reserved."""
+"""The Publisher's checks and stamps: the caller's keywords as contract attributes, every
+message checked against the contract (ingress's own rules) before anything is reserved, and
+which messages take a new number (:func:`number_plan`: a producer's retry keeps its own)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pubsub_toolkit import attributes as attr
@@ -112,3 +114,47 @@ def validate(data: bytes, stamped: Mapping[str, str]) -> None:
     if len(_PASSED) >= _PASSED_MAX:
         _PASSED.clear()
     _PASSED[key] = max(len(data), passed or 0)
+
+
+@dataclass(frozen=True)
+class NumberPlan:
+    """Which of a group's messages take a new number (see :func:`number_plan`)."""
+
+    # (dedup_key, content) per message, or None; None for all: no message has a dedup key.
+    keys: tuple[tuple[str, str] | None, ...] | None
+    known: tuple[tuple[int, int] | None, ...]  # the (epoch, number) it was given before
+    first: dict[tuple[str, str], int]  # a key -> the index of its first new copy here
+    copies: frozenset[int]  # indexes of later copies of a key new here (the first's number)
+    fresh: int  # how many new numbers the group needs
+
+
+def number_plan(
+    data: Sequence[bytes],
+    stamped: Sequence[Mapping[str, str]],
+    *,
+    numbered: Callable[[tuple[str, str]], tuple[int, int] | None],
+    latest: Callable[[], int | None],
+) -> NumberPlan:
+    """Which of a group's messages (``data`` and their ``stamped`` attributes) need a new
+    number: not one the Publisher gave their dedup key and content before (``numbered``: the
+    (epoch, number) it gave them, if any) while the group's counter is in the same epoch
+    (``latest``: its latest block's) - a producer's retry keeps its number, or the gate would
+    run it twice; a key reused for other content is a new message - nor a copy numbered
+    together with its first (a retry queued before the first was numbered takes the first's
+    number too). ``numbered`` and ``latest`` are asked only when a message has a dedup key."""
+    if not any(attr.DEDUP_KEY in m for m in stamped):  # nothing to look up
+        return NumberPlan(None, (), {}, frozenset(), len(stamped))
+    epoch = latest()
+    keys = [
+        (m[attr.DEDUP_KEY], attr.content_fingerprint(d, m)) if attr.DEDUP_KEY in m else None
+        for d, m in zip(data, stamped, strict=True)
+    ]
+    known = [numbered(k) if k else None for k in keys]
+    known = [n if n is not None and n[0] == epoch else None for n in known]
+    first: dict[tuple[str, str], int] = {}  # key -> index of its first new copy here
+    for index, (key, number) in enumerate(zip(keys, known, strict=True)):
+        if key is not None and number is None:
+            first.setdefault(key, index)
+    copies = frozenset(i for i, k in enumerate(keys) if k is not None and first.get(k, i) != i)
+    fresh = sum(1 for i, n in enumerate(known) if n is None and i not in copies)
+    return NumberPlan(tuple(keys), tuple(known), first, copies, fresh)

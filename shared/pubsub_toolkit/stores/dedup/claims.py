@@ -100,12 +100,27 @@ Reply = Stored | Found | None
 Protocol = Generator[Op, Reply, T]
 
 
-class _Held(enum.Enum):
-    """What a write under a claim's token found."""
+class Held(enum.Enum):
+    """What a write under a claim's token found (see :func:`held_verdict`)."""
 
     WRITTEN = "written"
     ALREADY_DONE = "already_done"  # done under our token: our own earlier, applied attempt
     LOST = "lost"  # absent, another token, or (for a release) already done
+    STILL_HELD = "still_held"  # our pending record still: write again against it
+
+
+def held_verdict(current: DedupRecord | None, held: Claim, new: DedupRecord) -> Held:
+    """What a write of ``new`` under ``held``'s token makes of ``current``, the record the key
+    holds after a compare-and-set missed: ``LOST`` when the key is gone or another holder took
+    it over (its token is not ours: a stale holder never completes a claim it lost);
+    ``ALREADY_DONE`` when it is done under our token and ``new`` is a completion too (our own
+    earlier attempt applied and its reply was lost: complete is idempotent); ``LOST`` for a
+    release of a done record; else ``STILL_HELD`` (our pending record: write again)."""
+    if current is None or current.token != held.token:
+        return Held.LOST
+    if current.state is RecordState.DONE:
+        return Held.ALREADY_DONE if new.state is RecordState.DONE else Held.LOST
+    return Held.STILL_HELD
 
 
 def claim(
@@ -191,7 +206,7 @@ def complete(
         raise StaleClaimError(f"claim on {namespace}/{key} carries no record")
     done = rules.done_record(held.record, result, now=clock.now(), ttl=ttl)
     outcome = yield from _write_held(held, done, DONE_FIELDS)
-    if outcome is _Held.LOST:
+    if outcome is Held.LOST:
         raise StaleClaimError(f"claim {held.token} on {namespace}/{key} is no longer held")
 
 
@@ -218,7 +233,7 @@ def _read() -> Protocol[Found]:
     return reply
 
 
-def _write_held(held: Claim, new: DedupRecord, fields: tuple[str, ...]) -> Protocol[_Held]:
+def _write_held(held: Claim, new: DedupRecord, fields: tuple[str, ...]) -> Protocol[Held]:
     """Write ``new`` while the key holds ``held``'s pending record: first against the record
     as the claim wrote it (one compare-and-set, no read), then against what the store holds
     for as long as that is still ours."""
@@ -226,13 +241,13 @@ def _write_held(held: Claim, new: DedupRecord, fields: tuple[str, ...]) -> Proto
     reply = yield Replace(held.version, held.record, new, fields)
     for _ in range(MAX_ATTEMPTS):
         if type(reply) is Stored:
-            return _Held.WRITTEN
+            return Held.WRITTEN
         found = reply if type(reply) is Found else (yield from _read())
         current = found.record
-        if current is None or current.token != held.token:
-            return _Held.LOST  # another holder took the key over, or it is gone
-        if current.state is RecordState.DONE:
-            return _Held.ALREADY_DONE if new.state is RecordState.DONE else _Held.LOST
+        verdict = held_verdict(current, held, new)
+        if verdict is not Held.STILL_HELD:
+            return verdict
+        assert current is not None  # STILL_HELD: our pending record
         reply = yield Replace(found.version, current, new, fields)
     raise StoreUnavailableError(f"claim {held.token}: too many concurrent writers")
 
