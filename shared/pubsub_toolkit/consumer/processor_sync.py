@@ -297,12 +297,10 @@ class SyncMessageProcessor:
             case protocol.RejectOnce(once, digest, run):
                 return self._rejections.process(once, digest, lambda: self._run(run, call))
             case protocol.DeadLetter(message, reason, detail, key):
-                if self._dead_letters is None:  # the protocol asks only with a topic
-                    raise AssertionError("a dead letter without a dead-letter topic")
+                assert self._dead_letters is not None  # the protocol asks only with a topic
                 return self._dead_letters.send(message, reason, detail, dedup_key=key)
             case protocol.ScheduleRetry():
-                if self._scheduler is None:  # the protocol asks only with a delay path
-                    raise AssertionError("a retry without a delay path")
+                assert self._scheduler is not None  # the protocol asks only with a delay path
                 copy = publishable_retry(effect)
                 return self._scheduler.schedule(copy, effect.due, effect.dedup_key)
             case protocol.DeliverBatch(group, deliveries):
