@@ -68,17 +68,16 @@ class AsyncMessageProcessor:
         self._rejections = dedup.sibling(f"{dedup.namespace}-rejected", log=dedup.log)
         if gate.rejections is None:
             gate.rejections = self._rejections  # the gate's dead letters also happen once
-
-    @property
-    def _scope(self) -> protocol.Scope:
-        return protocol.Scope(
-            consumer=self.dedup.namespace,
-            max_attempts=self._max_attempts,
-            dead_letters=self._dead_letters is not None,
-            scheduler=self._scheduler is not None,
+        # The protocol's view of this processor, made once (per delivery it was a measurable
+        # share of the sync path's cost): its parts are fixed once constructed.
+        self._scope = protocol.Scope(
+            consumer=dedup.namespace,
+            max_attempts=max_attempts,
+            dead_letters=dead_letters is not None,
+            scheduler=scheduler is not None,
             batch=False,  # batch handlers are sync functions
-            log=self.dedup.log,
-            clock=self._clock,
+            log=dedup.log,
+            clock=clock,
         )
 
     @classmethod

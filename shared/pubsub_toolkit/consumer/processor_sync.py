@@ -182,18 +182,16 @@ class SyncMessageProcessor:
         self._rejections = dedup.sibling(f"{dedup.namespace}-rejected", log=dedup.log)
         if gate.rejections is None:
             gate.rejections = self._rejections  # the gate's dead letters also happen once
-
-    @property
-    def _scope(self) -> protocol.Scope:
-        # Made per call, not once: a test (or an operator's tool) may swap a part.
-        return protocol.Scope(
-            consumer=self._dedup.namespace,
-            max_attempts=self._max_attempts,
-            dead_letters=self._dead_letters is not None,
-            scheduler=self._scheduler is not None,
-            batch=self.gate.batch > 1,
-            log=self._dedup.log,
-            clock=self._clock,
+        # The protocol's view of this processor, made once (per delivery it was a measurable
+        # share of the sync path's cost): its parts are fixed once constructed.
+        self._scope = protocol.Scope(
+            consumer=dedup.namespace,
+            max_attempts=max_attempts,
+            dead_letters=dead_letters is not None,
+            scheduler=scheduler is not None,
+            batch=gate.batch > 1,
+            log=dedup.log,
+            clock=clock,
         )
 
     @classmethod
