@@ -243,8 +243,8 @@ ASYNC_DRIFT = Mutation(
         SourceEdit(
             "pubsub_toolkit.consumer.processor_async",
             "AsyncMessageProcessor.__init__",
-            "self._max_attempts = max_attempts",
-            "self._max_attempts = 1",
+            "max_attempts=max_attempts,",
+            "max_attempts=1,",
         ),
     ),
 )
