@@ -26,7 +26,6 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from pubsub_toolkit._bridge import await_, run_sync
 from pubsub_toolkit._guard import Guard, Guarded
 from pubsub_toolkit._guard import delivered as _delivered
 from pubsub_toolkit._loop_thread import LoopThread
@@ -147,11 +146,11 @@ class AsyncIdempotent(Guard):
         if type(effect) is consume.RunOnce:
             ran: dict[str, Any] = {}
 
-            def call() -> object:  # inside run_sync: the handler is awaited on this loop
-                ran["value"] = await_(self._handler(cloud_event))
+            async def call() -> object:
+                ran["value"] = await self._handler(cloud_event)
                 return ran["value"]
 
-            _, stored = await run_sync(processor.sync.run_once, effect.message, call)
+            _, stored = await processor.run_once(effect.message, call)
             return consume.Ran("value" in ran, ran.get("value"), stored)
         if type(effect) is consume.Reject:
             return await processor.reject(effect.message, effect.error)

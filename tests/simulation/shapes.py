@@ -240,7 +240,7 @@ def drive(coroutine: Coroutine[Any, Any, T]) -> T:
     The simulation is one thread on a virtual clock, and a fault may run another delivery
     *inside* a store call; an asyncio loop cannot run inside a running one. Nothing here needs
     one: the async memory stores never suspend, the process's clock sleeps in virtual time
-    (``LoopClock`` keeps a non-system clock's own sleep), and ``asyncio.sleep(0)`` (the
+    (the async drivers keep a non-system clock's own sleep), and ``asyncio.sleep(0)`` (the
     handler's) yields ``None`` - resumed at once, as a loop with nothing else to run would. Any
     other suspension (a future) is a bug in the model: it raises.
     """

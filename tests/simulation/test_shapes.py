@@ -1,7 +1,7 @@
 """Each consumer shape (:mod:`tests.simulation.shapes`) keeps every invariant, and its schedules
-see a line broken in the code only that shape runs (the async bridge, the ``@idempotent``
-decorator's answer, the convoy's bookkeeping): the shapes drive the real code, so they can
-fail."""
+see a line broken in the code only that shape runs (the asyncio processor's driver, the
+``@idempotent`` decorator's answer, the convoy's bookkeeping): the shapes drive the real code,
+so they can fail."""
 
 from __future__ import annotations
 
@@ -17,16 +17,19 @@ NEW_SHAPES = (Shape.CALLBACK, Shape.CLOUDEVENT, Shape.ASYNCIO, Shape.CONVOY)
 BOUND = 300  # schedules of the shape within which each broken line must be found
 
 BROKEN: dict[Shape, Mutation] = {
-    # The async bridge hands a store's error back to the sync code as a None result.
+    # The asyncio processor's driver takes a failed handler for one that returned None.
     Shape.ASYNCIO: Mutation(
-        "asyncio-bridge",
-        "run_sync swallows an awaited call's exception",
+        "asyncio-driver",
+        "the asyncio processor swallows the handler's exception",
         (
             SourceEdit(
-                "pubsub_toolkit._bridge",
-                "run_sync",
-                "request = child.throw(*sys.exc_info())",
-                "request = child.switch(None)",
+                "pubsub_toolkit.consumer.processor_async",
+                "AsyncMessageProcessor._perform",
+                "                return await call(argument)\n",
+                "                try:\n"
+                "                    return await call(argument)\n"
+                "                except Exception:\n"
+                "                    return None\n",
             ),
         ),
     ),

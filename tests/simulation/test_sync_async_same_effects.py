@@ -25,9 +25,10 @@ Both runs must then produce the same **effect trace**, event by event:
   landing or not, is in the replies);
 * the checker's verdict, the faults injected and the number of events run.
 
-The yield points need no alignment: the asyncio driver runs the same orchestration in a
-greenlet and awaits each store call and the handler at the very boundary the sync one calls
-them (``pubsub_toolkit._bridge``); the async memory stores never suspend, and the handler's
+The yield points need no alignment: both drivers perform the same protocols (the processor's
+path, :mod:`pubsub_toolkit.core.process`; the gate's and the idempotent processor's), the
+asyncio one awaiting each store call and the handler at the very effect the sync one calls
+them; the async memory stores never suspend, and the handler's
 ``asyncio.sleep(0)`` resumes at once (``shapes.drive``). So the comparison is exact, at the
 granularity of single store calls: any decision the asyncio path takes differently - a
 different bound, a policy, a skipped rejection record, an error mapped otherwise - shows as

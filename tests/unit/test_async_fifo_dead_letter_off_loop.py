@@ -3,7 +3,7 @@
 A ``DeadLetterer`` publishes through a blocking client; run on the loop's thread, one publish
 stalls every other delivery the loop holds. The asyncio gate performs the core's ``DeadLetter``
 effect in a worker thread - for its own operations, and for the asyncio message processor that
-calls it from its greenlet - so the sink sees a thread other than the loop's.
+calls it - so the sink sees a thread other than the loop's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``AsyncIdempotentProcessor`` drives the core's protocol on asyncio itself: it awaits the
-async store and the ``async def`` effect in the caller's task, never through the greenlet
-bridge (issue 26: "one async delivery crosses nine objects and a greenlet bridge")."""
+async store and the ``async def`` effect in the caller's task, with no greenlet bridge (issue
+26: "one async delivery crosses nine objects and a greenlet bridge")."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pubsub_toolkit import _bridge
 from pubsub_toolkit.clock import ManualClock
 from pubsub_toolkit.dedup import idempotent_async
 from pubsub_toolkit.dedup.idempotent import Outcome
@@ -35,18 +34,13 @@ def test_the_async_processor_module_imports_no_bridge_and_no_greenlet() -> None:
     assert not {name for name in imported if "_bridge" in name or "greenlet" in name}
 
 
-def _under_the_bridge() -> bool:
-    """True when the bridge runs the caller (its ``run_sync`` awaits on the caller's behalf, so
-    its frame is below the effect's on the stack) or the caller runs in its greenlet."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code is _bridge.run_sync.__code__:
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return _bridge.in_bridge()
+def _in_a_greenlet() -> bool:
+    """True when the caller runs in a greenlet other than the thread's main one."""
+    greenlet = sys.modules.get("greenlet")
+    return greenlet is not None and greenlet.getcurrent().parent is not None
 
 
-def test_the_effect_is_awaited_in_the_callers_task_outside_the_bridge() -> None:
+def test_the_effect_is_awaited_in_the_callers_task_outside_any_greenlet() -> None:
     clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
     processor = AsyncIdempotentProcessor(
         AsyncMemoryDedupStore(clock),
@@ -58,7 +52,7 @@ def test_the_effect_is_awaited_in_the_callers_task_outside_the_bridge() -> None:
     seen: list[tuple[asyncio.Task[object] | None, bool]] = []
 
     async def effect() -> str:
-        seen.append((asyncio.current_task(), _under_the_bridge()))
+        seen.append((asyncio.current_task(), _in_a_greenlet()))
         return "charged"
 
     async def main() -> tuple[asyncio.Task[object] | None, object]:

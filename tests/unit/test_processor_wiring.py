@@ -83,10 +83,11 @@ def test_a_dead_letter_is_published_under_a_send_span_by_either_processor(
 @pytest.mark.parametrize("handler", [sync_handler, async_handler], ids=["sync", "async"])
 def test_both_processors_take_the_same_settings(handler: object, sink: RecordingSink) -> None:
     processor = MessageProcessor.from_settings(SETTINGS, CONSUMER, handler)  # type: ignore[call-overload]
-    sync = processor.sync if isinstance(processor, AsyncMessageProcessor) else processor
-    assert sync._max_attempts == CONSUMER.max_attempts
-    assert sync._scheduler is None  # no delay path configured
-    assert sync._dedup.namespace == "orders"
-    assert sync._dedup._lease == SETTINGS.dedup_lease
-    assert sync._dedup._ttl == SETTINGS.dedup_ttl
-    assert sync.gate.policy.max_attempts == CONSUMER.max_attempts
+    async_ = isinstance(processor, AsyncMessageProcessor)
+    dedup = processor.dedup if async_ else processor._dedup
+    assert processor._max_attempts == CONSUMER.max_attempts
+    assert processor._scheduler is None  # no delay path configured
+    assert dedup.namespace == "orders"
+    assert dedup._lease == SETTINGS.dedup_lease
+    assert dedup._ttl == SETTINGS.dedup_ttl
+    assert processor.gate.policy.max_attempts == CONSUMER.max_attempts

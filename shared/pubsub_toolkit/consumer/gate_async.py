@@ -9,12 +9,9 @@ end, the repair of a store that lost writes) - and performs their effects
 waits ``asyncio.sleep``, the dead-letter publish (a blocking client) run off the loop in a
 thread. So the two gates cannot drift apart, and nothing here blocks the event loop.
 
-:attr:`AsyncFifoGate.sync` is the same gate - the same core, so the same memory of the store
-and the same held leases - for the asyncio message processor, which runs the sync processor's
-routing in a greenlet (:mod:`pubsub_toolkit._bridge`) and calls the gate from there: that view
-performs the effects through the bridge (each awaited on the loop, the dead-letter publish in a
-thread). The bridge stays only for that caller and its rejection records (sync ones over a
-bridged store); the gate's own operations (sweeps, skips, a delivery made here) await natively.
+The asyncio message processor (:mod:`.processor_async`) calls this gate's :meth:`deliver` and
+gives it its rejection records (:attr:`AsyncFifoGate.rejections`, async ones), so a dead letter
+the gate sends for a copy is sent once, as the sync gate's.
 
 Not async: the transactional mode (``commit_with``, sync Firestore only).
 """
@@ -22,16 +19,17 @@ Not async: the transactional mode (``commit_with``, sync Firestore only).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
-from pubsub_toolkit._bridge import SyncFifoStore, await_, awaiting, loop_clock, run_sync
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
-from pubsub_toolkit.consumer.gate import FifoGate, span_effect
+from pubsub_toolkit.consumer.gate import span_effect
 from pubsub_toolkit.core import fifo_effects as fx
+from pubsub_toolkit.core.fifo_gate import FifoCore
 from pubsub_toolkit.core.fifo_policy import GatePolicy, GateResult
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.observability import HANDLER_DURATION, DecisionLog
@@ -39,6 +37,7 @@ from pubsub_toolkit.stores.fifo_state.base import AsyncFifoStore, GroupState
 
 if TYPE_CHECKING:
     from pubsub_toolkit.dead_letters.send import DeadLetterer
+    from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
 
 T = TypeVar("T")
 AsyncHandler = Callable[[Message], Awaitable[object]]
@@ -62,18 +61,16 @@ class AsyncFifoGate:
         self._handler = handler
         self._dead_letters = dead_letters
         self._clock = clock
-        #: The same gate for the sync processor's greenlet (its methods work only inside
-        #: ``run_sync``): it shares this gate's core.
-        self.sync = _GreenletGate(
-            SyncFifoStore(store),
+        self.log = log or DecisionLog(consumer)
+        #: Makes a dead-lettering happen once per copy (the asyncio processor sets it).
+        self.rejections: AsyncIdempotentProcessor | None = None
+        self.core = FifoCore(
             consumer=consumer,
-            handler=awaiting(handler),
-            dead_letters=dead_letters,
+            decide=self._decision,
             policy=policy,
-            clock=loop_clock(clock),
-            log=log,
+            clock=clock,
+            dead_letters=dead_letters is not None,
         )
-        self.core = self.sync.core
         # The frequent effects by type, each one bound coroutine method: a dict lookup per
         # effect instead of a class pattern per case in turn (issue 26, as FifoGate's).
         self._fast: dict[type, Callable[[Any], Awaitable[Any]]] = {
@@ -92,10 +89,6 @@ class AsyncFifoGate:
     @property
     def policy(self) -> GatePolicy:
         return self.core.policy
-
-    @property
-    def log(self) -> DecisionLog:
-        return self.sync.log
 
     async def deliver(self, message: Message, group: str, seq: int) -> GateResult:
         """Handle one delivery. Returns when it may be acked; raises TransientError to nack."""
@@ -184,7 +177,7 @@ class AsyncFifoGate:
 
     async def _dead_letter(self, effect: fx.DeadLetter) -> None:
         """Publish to the dead-letter topic off the loop - once per ``effect.once`` with the
-        rejection records the asyncio processor gave the gate (bridged sync records)."""
+        rejection records the asyncio processor gave the gate."""
         dead_letters = self._dead_letters
         assert dead_letters is not None  # the core asks only with a dead-letter topic
 
@@ -193,27 +186,35 @@ class AsyncFifoGate:
                 effect.message, effect.reason, effect.detail, dedup_key=effect.dedup_key
             )
 
-        rejections = self.sync.rejections
-        if effect.once is None or rejections is None:
-            await _off_loop(send)
+        if effect.once is None or self.rejections is None:
+            await off_loop(send)
             return
-        # The asyncio processor's rejection records are sync ones over its bridged store.
-        await run_sync(rejections.process, effect.once, effect.digest, self.sync.publish(send))
+        await self.rejections.process(effect.once, effect.digest, lambda: off_loop(send))
+
+    def _decision(
+        self,
+        outcome: str,
+        group: str,
+        seq: int,
+        text: str,
+        *,
+        level: int = logging.INFO,
+        dedup_key: str | None = None,
+        **fields: object,
+    ) -> None:
+        # As FifoGate's: the core's decisions, logged with the group and number.
+        self.log.decision(
+            outcome,
+            text,
+            dedup_key=dedup_key,
+            level=level,
+            fifo_group=group,
+            fifo_seq=seq,
+            **fields,
+        )
 
 
-class _GreenletGate(FifoGate):
-    """:class:`FifoGate` for the asyncio processor's greenlet (inside ``run_sync``): its store
-    and handler bridged to the loop, and the dead-letter publish awaited off the loop."""
-
-    def publish(self, send: Callable[[], str]) -> Callable[[], str]:
-        """``send``, run off the loop when called inside the greenlet."""
-        return lambda: self._publish(send)
-
-    def _publish(self, send: Callable[[], str]) -> str:
-        return await_(_off_loop(send))
-
-
-async def _off_loop(call: Callable[[], T]) -> T:
+async def off_loop(call: Callable[[], T]) -> T:
     """``call()`` in a worker thread, so a blocking publish never stalls the event loop - or
     right here when no loop runs (a caller driving the coroutine by hand, as the simulation
     does: there is no loop to stall)."""

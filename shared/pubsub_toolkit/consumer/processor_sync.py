@@ -27,79 +27,58 @@ delay cannot be honoured: the message is nacked with a WARNING (Pub/Sub's backof
 nothing is acked).
 
 In batch mode (``batch`` > 1) the handler takes lists; :meth:`SyncMessageProcessor.process_batch`
-hands a group's consecutive deliveries to the gate together. (About 365 lines: the wiring from
-settings, the two paths and the RetryLater handling share the processor's state.)
+hands a group's consecutive deliveries to the gate together.
+
+Every decision above is :mod:`pubsub_toolkit.core.process`'s, a protocol of effects (deliver to
+the gate, run once, call the handler, schedule a retry, dead-letter) that this class performs
+(its :meth:`~SyncMessageProcessor._perform`) and that the asyncio processor awaits: the two
+processors cannot drift apart.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Self, cast
+from typing import Any, Self, TypeVar, assert_never, cast
 
-from pubsub_toolkit import attributes as attr
 from pubsub_toolkit import tracing
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.gate import FifoGate
-from pubsub_toolkit.consumer.retry import (
-    REASON_RETRY_LIMIT,
-    RETRY_SCHEDULED,
-    RetryScheduler,
-    SchedulerFromSettings,
-    retry_attempt,
-    retry_copy,
-)
+from pubsub_toolkit.consumer.retry import RetryScheduler, SchedulerFromSettings, retry_copy
+from pubsub_toolkit.core import process as protocol
 from pubsub_toolkit.core.fifo_policy import GapPolicy, GatePolicy, PoisonPolicy
+from pubsub_toolkit.core.process import (  # importable from here, as before
+    FifoAddress,
+    fifo_address,
+    fifo_route,
+)
 from pubsub_toolkit.dead_letters.send import DeadLetterer
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome, ProcessResult
-from pubsub_toolkit.envelope import check_delivered, check_publishable
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, ProcessResult
+from pubsub_toolkit.envelope import check_publishable
 from pubsub_toolkit.errors import PermanentError, RetryLater
-from pubsub_toolkit.message import Message
+from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import HANDLER_DURATION, DecisionLog
+
+__all__ = [
+    "BatchHandler",
+    "FifoAddress",
+    "Handler",
+    "SyncMessageProcessor",
+    "Wiring",
+    "fifo_address",
+    "fifo_route",
+    "gate_policy",
+    "publishable_retry",
+]
+
+T = TypeVar("T")
 
 Handler = Callable[[Message], object]
 # batch > 1: the handler takes a list (consecutive messages of one group, or one message).
 BatchHandler = Callable[[list[Message]], object]
-
-
-@dataclass(frozen=True)
-class FifoAddress:
-    """Where a message sits in its group."""
-
-    group: str
-    seq: int
-
-
-def fifo_address(message: Message) -> FifoAddress | None:
-    """The message's group and number, or None for a message outside any group.
-
-    The number is parsed by the same contract rule as at ingress (one canonical form, at most
-    ``MAX_FIFO_SEQ``), so a number ingress would refuse is dead-lettered here too instead of
-    crash-looping on a store that cannot hold it. So is a ``fifo_end`` other than ``"true"``:
-    the gate must never guess whether a group ended. So are a blank key or group, and a number
-    or an end without a group (:func:`~pubsub_toolkit.envelope.check_delivered`).
-    """
-    check_delivered(message.attributes)
-    group = message.attributes.get(attr.FIFO_GROUP)
-    raw_seq = message.attributes.get(attr.FIFO_SEQ)
-    if group is None or raw_seq is None:
-        return None
-    address = FifoAddress(group, attr.parse_fifo_seq(raw_seq))
-    attr.parse_fifo_end(message.attributes.get(attr.FIFO_END))
-    return address
-
-
-def fifo_route(message: Message) -> FifoAddress | None:
-    """Where a consumer queues ``message``: its :func:`fifo_address`, or None - outside any
-    group, or an address that breaks the contract (the processor dead-letters that one)."""
-    try:
-        return fifo_address(message)
-    except PermanentError:
-        return None
 
 
 def gate_policy(
@@ -167,6 +146,15 @@ class Wiring:
         }
 
 
+def publishable_retry(effect: protocol.ScheduleRetry) -> OutboundMessage:
+    """The copy a :class:`~pubsub_toolkit.core.process.ScheduleRetry` re-schedules, checked as
+    the relay will check it (PermanentError when it could not be published) - for both
+    processors' drivers."""
+    copy = retry_copy(effect.message, effect.dedup_key, effect.consumer, effect.attempt)
+    check_publishable(copy.data, copy.attributes)
+    return copy
+
+
 class SyncMessageProcessor:
     """Applies the gate or dedup to one message and runs the user's (sync) handler."""
 
@@ -194,6 +182,17 @@ class SyncMessageProcessor:
         self._rejections = dedup.sibling(f"{dedup.namespace}-rejected", log=dedup.log)
         if gate.rejections is None:
             gate.rejections = self._rejections  # the gate's dead letters also happen once
+        # The protocol's view of this processor, made once (per delivery it was a measurable
+        # share of the sync path's cost): its parts are fixed once constructed.
+        self._scope = protocol.Scope(
+            consumer=dedup.namespace,
+            max_attempts=max_attempts,
+            dead_letters=dead_letters is not None,
+            scheduler=scheduler is not None,
+            batch=gate.batch > 1,
+            log=dedup.log,
+            clock=clock,
+        )
 
     @classmethod
     def _wired(
@@ -231,87 +230,29 @@ class SyncMessageProcessor:
     def process(self, message: Message) -> str:
         """Handle ``message``; return the outcome (ack). Raises TransientError to nack."""
         with tracing.handling(message, self._dedup.namespace, hop="consumer") as span:
-            outcome = self._process(message)
+            outcome = self._run(protocol.process(self._scope, message), self._timed)
             if span is not None:
                 span.set_attribute(tracing.OUTCOME, outcome)
             return outcome
 
-    def _process(self, message: Message) -> str:
-        try:
-            address = fifo_address(message)
-        except PermanentError as exc:
-            return self._reject_in_order(message, exc)
-        if address is not None:
-            return self.gate.deliver(message, address.group, address.seq).outcome.value
-
-        handler: Callable[[Any], object] = self._handler
-        one = [message] if self.gate.batch > 1 else message
-
-        def timed() -> object:
-            started = time.perf_counter()
-            result = handler(one)
-            self._dedup.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
-            return result
-
-        return self._run_once(message, timed)[0]  # checked above, by fifo_address
+    def _timed(self, argument: object) -> object:
+        started = time.perf_counter()
+        result = cast(Callable[[object], object], self._handler)(argument)
+        self._dedup.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
+        return result
 
     def process_batch(self, messages: Sequence[Message]) -> list[str | Exception]:
         """Handle consecutive deliveries of one FIFO group together: in batch mode the run
         from the group's head goes to the handler as one list (see ``FifoGate``). One result
         per message, in order: an outcome (ack) or the exception to nack it for."""
-        addresses = []
-        for message in messages:
-            try:
-                addresses.append(fifo_address(message))
-            except PermanentError:
-                addresses.append(None)
-        groups = {a.group for a in addresses if a is not None}
-        if len(groups) != 1 or None in addresses:
-            return [self._outcome(message) for message in messages]
-        deliveries = [(m, a.seq) for m, a in zip(messages, addresses, strict=True) if a]
-        results = self.gate.deliver_batch(groups.pop(), deliveries)
-        return [r if isinstance(r, Exception) else r.outcome.value for r in results]
-
-    def _outcome(self, message: Message) -> str | Exception:
-        try:
-            return self.process(message)
-        except Exception as exc:  # the caller nacks it, and logs why
-            return exc
+        return self._run(protocol.process_batch(self._scope, messages), self._timed)
 
     def run_once(self, message: Message, call: Callable[[], object]) -> tuple[str, str | None]:
         """The plain (non-FIFO) path with ``call`` as the effect: once per dedup key, a
         RetryLater re-scheduled (or poison at the limit). Returns (outcome, stored result).
         A message whose key or group breaks the contract is dead-lettered, never run (the
         decorator's CloudEvent path comes here without :func:`fifo_address`)."""
-        try:
-            check_delivered(message.attributes)
-        except PermanentError as exc:
-            return self.reject(message, exc), None
-        return self._run_once(message, call)
-
-    def _run_once(self, message: Message, call: Callable[[], object]) -> tuple[str, str | None]:
-        limited: list[str] = []
-
-        def effect() -> str | None:
-            try:
-                result = call()
-            except RetryLater as exc:
-                if not self._at_retry_limit(message):
-                    raise  # the claim is released; re-scheduled below
-                # The last attempt: poison, recorded done so no copy starts the count again.
-                limited.append(self._retry_limit(message, exc))
-                return None
-            return None if result is None else str(result)
-
-        try:
-            processed = self.dedup_once(message, effect)
-        except RetryLater as exc:
-            return self.retry_later(message, exc), None
-        if limited:
-            return limited[0], None
-        if processed.outcome is Outcome.MISMATCH:
-            return "dead_lettered", None
-        return processed.outcome.value, processed.result
+        return self._run(protocol.run_once(self._scope, message), lambda _: call())
 
     def retry_later(self, message: Message, exc: RetryLater) -> str:
         """Re-schedule a plain ``message`` whose handler raised ``exc`` (below the attempt
@@ -320,94 +261,49 @@ class SyncMessageProcessor:
         Raises ``exc`` (nack) when no scheduler is configured; a copy Cloud Tasks cannot hold
         (too large, too far ahead) is dead-lettered with the scheduler's reason.
         """
-        consumer = self._dedup.namespace
-        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id
-        try:
-            attempt = retry_attempt(message, consumer) + 1
-        except PermanentError as error:
-            return self.reject(message, error)
-        log = self._dedup.log
-        if self._scheduler is None:
-            log.decision(
-                "retry_later_unscheduled",
-                f"RetryLater({exc.delay}) cannot be honoured: no delay path "
-                "(PUBSUB_TOOLKIT_TASKS_QUEUE unset); nacked, Pub/Sub's retry backoff decides "
-                "when it comes again",
-                dedup_key=key,
-                level=logging.WARNING,
-            )
-            raise exc
-        copy = retry_copy(message, key, consumer, attempt)
-        due = self._clock.now() + exc.delay
-        try:
-            check_publishable(copy.data, copy.attributes)  # the relay would refuse it
-            self._scheduler.schedule(copy, due, key)
-        except PermanentError as error:
-            return self.reject(message, error)
-        log.decision(
-            RETRY_SCHEDULED,
-            f"RetryLater: attempt {attempt} of {self._max_attempts} due "
-            f"{attr.format_time(due)} (in {exc.delay})" + (f": {exc.reason}" if exc.reason else ""),
-            dedup_key=key,
-            retry_attempt=attempt,
-        )
-        return RETRY_SCHEDULED
-
-    def _at_retry_limit(self, message: Message) -> bool:
-        try:
-            return retry_attempt(message, self._dedup.namespace) >= self._max_attempts
-        except PermanentError:
-            return False  # retry_later dead-letters the malformed count
-
-    def _retry_limit(self, message: Message, exc: RetryLater) -> str:
-        detail = f"RetryLater on attempt {self._max_attempts} of {self._max_attempts}: {exc}"
-        return self.reject(message, PermanentError(REASON_RETRY_LIMIT, detail))
+        return self._run(protocol.retry_later(self._scope, message, exc), self._timed)
 
     def dedup_once(self, message: Message, effect: Callable[[], str | None]) -> ProcessResult:
         """Run ``effect`` once per ``message``'s dedup key (no FIFO gate): a duplicate returns
         the stored result, a reused key with other content is dead-lettered once (outcome
         MISMATCH). Raises ClaimInProgressError while another delivery holds the key."""
-        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id
-        fingerprint = message.attributes.get(attr.CONTENT_SHA256) or attr.content_fingerprint(
-            message.data, message.attributes
-        )
-        processed = self._dedup.process(
-            key, fingerprint, effect, context={"message_id": message.message_id}
-        )
-        if processed.outcome is Outcome.MISMATCH:
-            error = PermanentError(attr.REASON_FINGERPRINT_MISMATCH, f"dedup_key {key!r} reused")
-            self._rejections.process(
-                f"mismatch:{key}:{fingerprint}", fingerprint, lambda: self.reject(message, error)
-            )
-        return processed
-
-    def _reject_in_order(self, message: Message, exc: PermanentError) -> str:
-        """Dead-letter ``message``; if it still carries a valid group and number, first hand the
-        gate a filler for that number (as ingress does for what it dead-letters), so the group
-        moves past it instead of waiting for a message that will not come."""
-        number = attr.fifo_number(message)
-        if number is not None and self._dead_letters is not None:
-            group, seq = number
-            why = f"{attr.FILLER_DEAD_LETTERED}{exc.reason}"
-            filler = attr.filler_message(
-                group,
-                seq,
-                f"{group}#{seq}:{message.message_id}",
-                why,
-                epoch=message.attributes.get(attr.FIFO_EPOCH),
-            )
-            # Before the dead letter: a crash in between redelivers the message, whose filler
-            # is then a duplicate - the other order would dead-letter it twice.
-            self.gate.deliver(
-                Message(filler.data, filler.attributes, message_id=message.message_id), group, seq
-            )
-        return self.reject(message, exc)
+        run = protocol.dedup_once(self._scope, message, protocol.call_handler())
+        return self._run(run, lambda _: effect())
 
     def reject(self, message: Message, exc: PermanentError) -> str:
         """Dead-letter ``message`` with the error's reason (raises it without a dead-letter
         topic, so nothing is acked silently)."""
-        if self._dead_letters is None:
-            raise exc
-        key = message.attributes.get(attr.DEDUP_KEY) or message.message_id
-        self._dead_letters.send(message, exc.reason, exc.detail, dedup_key=key)
-        return "dead_lettered"
+        return self._run(protocol.reject(self._scope, message, exc), self._timed)
+
+    # --- the driver ----------------------------------------------------------------------
+
+    def _run(self, step: protocol.Step[T], call: Callable[[object], object]) -> T:
+        """Drive one protocol of :mod:`~pubsub_toolkit.core.process`; ``call`` is the handler
+        (the decorator's call on its path)."""
+        return protocol.run(step, lambda effect: self._perform(effect, call))
+
+    def _perform(self, effect: protocol.Effect, call: Callable[[object], object]) -> Any:
+        match effect:
+            case protocol.Deliver(message, group, seq):
+                return self.gate.deliver(message, group, seq)
+            case protocol.CallHandler(argument):
+                return call(argument)
+            case protocol.RunOnce(key, fingerprint, context, run):
+                return self._dedup.process(
+                    key, fingerprint, lambda: self._run(run, call), context=context
+                )
+            case protocol.RejectOnce(once, digest, run):
+                return self._rejections.process(once, digest, lambda: self._run(run, call))
+            case protocol.DeadLetter(message, reason, detail, key):
+                assert self._dead_letters is not None  # the protocol asks only with a topic
+                return self._dead_letters.send(message, reason, detail, dedup_key=key)
+            case protocol.ScheduleRetry():
+                assert self._scheduler is not None  # the protocol asks only with a delay path
+                copy = publishable_retry(effect)
+                return self._scheduler.schedule(copy, effect.due, effect.dedup_key)
+            case protocol.DeliverBatch(group, deliveries):
+                return self.gate.deliver_batch(group, deliveries)
+            case protocol.Process(message):
+                return self.process(message)
+            case _:
+                assert_never(effect)

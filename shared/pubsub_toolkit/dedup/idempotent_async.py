@@ -20,9 +20,9 @@ from typing import Any, assert_never
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock, SystemClock
 from pubsub_toolkit.core import idempotent_run as protocol
 from pubsub_toolkit.core.idempotent_run import ProcessResult
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, fresh_memory
+from pubsub_toolkit.dedup.idempotent import fresh_memory
 from pubsub_toolkit.observability import DecisionLog
-from pubsub_toolkit.stores.dedup.base import AsyncDedupStore, DedupStore
+from pubsub_toolkit.stores.dedup.base import AsyncDedupStore
 
 __all__ = ["AsyncEffect", "AsyncIdempotentProcessor", "ProcessResult"]
 
@@ -75,20 +75,6 @@ class AsyncIdempotentProcessor:
             ttl=self._ttl if ttl is None else ttl,
             log=log or DecisionLog(namespace, self.log.metrics),
             clock=self.clock,
-        )
-
-    def driving(self, store: DedupStore, clock: Clock) -> IdempotentProcessor:
-        """This processor as a sync :class:`IdempotentProcessor` over ``store``, a sync view of
-        :attr:`store` (e.g. the greenlet bridge's, for orchestration still written sync):
-        the same namespace, lease, TTL and log, and the same memory of the keys it ran."""
-        return IdempotentProcessor(
-            store,
-            namespace=self.namespace,
-            lease=self._lease,
-            ttl=self._ttl,
-            log=self.log,
-            clock=clock,
-            memory=self._memory,
         )
 
     async def process(
