@@ -32,7 +32,6 @@ EXTRA_OF = {
     "opentelemetry.exporter.cloud_trace": "tracing",
     "opentelemetry.exporter.otlp": "otlp",
     "functions_framework": "functions",
-    "greenlet": "asyncio",
 }
 
 
