@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any, Self, TypeVar, assert_never, cast
 
 from pubsub_toolkit import tracing
@@ -171,7 +172,9 @@ class SyncMessageProcessor:
     ) -> None:
         """``scheduler`` re-schedules a plain message whose handler raised RetryLater (None:
         such a message is nacked); ``max_attempts`` bounds those attempts (as the gate's)."""
-        self._handler = handler
+        # One call shape for a handler and a batch handler (the argument is a list in batch
+        # mode); cast once here, not per delivery (a runtime cast builds its generic alias).
+        self._handler = cast(Callable[[object], object], handler)
         self._dedup = dedup
         self.gate = gate
         self._dead_letters = dead_letters
@@ -237,7 +240,7 @@ class SyncMessageProcessor:
 
     def _timed(self, argument: object) -> object:
         started = time.perf_counter()
-        result = cast(Callable[[object], object], self._handler)(argument)
+        result = self._handler(argument)
         self._dedup.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
         return result
 
@@ -280,9 +283,10 @@ class SyncMessageProcessor:
     def _run(self, step: protocol.Step[T], call: Callable[[object], object]) -> T:
         """Drive one protocol of :mod:`~pubsub_toolkit.core.process`; ``call`` is the handler
         (the decorator's call on its path)."""
-        return protocol.run(step, lambda effect: self._perform(effect, call))
+        # partial, not a lambda: the loop calls it per effect, and a partial adds no frame.
+        return protocol.run(step, partial(self._perform, call))
 
-    def _perform(self, effect: protocol.Effect, call: Callable[[object], object]) -> Any:
+    def _perform(self, call: Callable[[object], object], effect: protocol.Effect) -> Any:
         match effect:
             case protocol.Deliver(message, group, seq):
                 return self.gate.deliver(message, group, seq)
@@ -290,10 +294,10 @@ class SyncMessageProcessor:
                 return call(argument)
             case protocol.RunOnce(key, fingerprint, context, run):
                 return self._dedup.process(
-                    key, fingerprint, lambda: self._run(run, call), context=context
+                    key, fingerprint, partial(self._run, run, call), context=context
                 )
             case protocol.RejectOnce(once, digest, run):
-                return self._rejections.process(once, digest, lambda: self._run(run, call))
+                return self._rejections.process(once, digest, partial(self._run, run, call))
             case protocol.DeadLetter(message, reason, detail, key):
                 assert self._dead_letters is not None  # the protocol asks only with a topic
                 return self._dead_letters.send(message, reason, detail, dedup_key=key)
