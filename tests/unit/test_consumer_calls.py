@@ -38,11 +38,11 @@ WARMUP, MEASURED = 3, 20
 # Per delivery on the path measured below (Consumer._process: the receive span, the processor,
 # the gate on a memory store with its lease held, the ack, the outcome), counted on CPython
 # 3.11 (the project's; bytecode differs between versions). 602d3ba: 304 calls and 11,908
-# instructions; the restructured tree before these budgets: 343 and 11,120 (a generator
-# context manager per settling, a closure call per effect, the ran keys' whole window walked
-# twice per delivery); with them 301 and 9,713.
-PROCESS_PYTHON_CALLS = 302
-PROCESS_INSTRUCTIONS = 9_750
+# instructions; the restructured tree before these budgets: 343 and 11,120 (generator context
+# managers for the settling and for a number's run, a closure call per effect, the ran keys'
+# whole window walked twice per delivery); with them 299.1 and 9,666.
+PROCESS_PYTHON_CALLS = 300
+PROCESS_INSTRUCTIONS = 9_700
 # GroupQueues.put + take per delivery: 4 calls either way, but 97 instructions with a frozen
 # dataclass per queued item (an object.__setattr__ per field, a generated __init__), 80 with a
 # named tuple.
