@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, cast
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.consumer._acks import ack
 from pubsub_toolkit.consumer._settle import (  # also importable from here, as before
+    Consuming,
     OutcomeListener,
-    consuming,
     nack_after,
     settle,  # noqa: F401 - importable from here, as before
     sweep_until,
@@ -207,7 +207,7 @@ class Consumer:
         )
 
     def _process(self, received: Any, message: Message) -> None:
-        with consuming(self.subscription, received, message, self._on_outcome) as consumed:
+        with Consuming(self.subscription, received, message, self._on_outcome) as consumed:
             consumed.outcome = cast(SyncMessageProcessor, self._processor).process(message)
 
     def _process_batch(self, payloads: list[object]) -> None:

@@ -23,8 +23,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pubsub_toolkit.consumer._settle import (
+    Consuming,
     OutcomeListener,
-    consuming,
     sweep_until_async,
     to_message,
 )
@@ -209,7 +209,7 @@ class AsyncConsumer:
             received.nack()
 
     async def _process(self, received: Any, message: Message) -> None:
-        with consuming(self.subscription, received, message, self._on_outcome) as consumed:
+        with Consuming(self.subscription, received, message, self._on_outcome) as consumed:
             consumed.outcome = await self._processor.process(message)
 
     async def _sweep_loop(self) -> None:

@@ -18,19 +18,22 @@ loop needs none):
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Queued(Generic[T]):
-    """One waiting delivery: its number, its arrival order, and the driver's ``item``."""
+class Queued(NamedTuple, Generic[T]):
+    """One waiting delivery: its number, its arrival order, and the driver's ``item``.
+
+    Sorted as the tuple it is - by number, then arrival, which is unique, so ``item`` is never
+    compared. A named tuple rather than a frozen dataclass: one is made per delivery, and a
+    frozen dataclass's ``__init__`` (``object.__setattr__`` per field) and generated ``__lt__``
+    cost several times a tuple's (issue 26's 64-group consumer, CPU-bound)."""
 
     seq: int
     arrival: int
-    item: T = field(compare=False)
+    item: T
 
 
 class GroupQueues(Generic[T]):

@@ -24,6 +24,8 @@ from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import FILLER_MARK, GroupState, key_digest, plain_digest
 
 RAN_KEYS = 10_000  # (group, key) pairs remembered per gate, the most recent kept
+# What note() reads of a state: its epoch, last processed number and keys.
+Noted = tuple[int, int, tuple[tuple[int, str], ...]]
 
 
 class RanKeys:
@@ -33,13 +35,24 @@ class RanKeys:
         self._ran: Witness[tuple[str, str], tuple[int, int]] = Witness(capacity)
         # (group, epoch, number) -> the keys recorded there (two after a repaired reissue).
         self._at: Witness[tuple[str, int, int], tuple[str, ...]] = Witness(capacity)
+        # group -> what its last note() was of (what note() reads of a state).
+        self._noted: Witness[str, Noted] = Witness(capacity)
         # note() reads and extends what a number holds: two threads noting different keys at
         # one number (after a repaired reissue) must not drop either.
         self._lock = threading.Lock()
 
     def note(self, group: str, state: GroupState) -> None:
         """Remember the keys ``state`` records at numbers it has passed."""
+        noted: Noted = (state.epoch, state.last_processed, state.keys)
         with self._lock:
+            # A group's state is noted when this process writes it and again when it next
+            # reads it - most often unchanged (the gate's next delivery of the group). Noting
+            # the same keys again would change nothing but their recency, and it walks the
+            # whole window (two lookups per key): on a CPU-bound consumer the costliest line
+            # of a delivery (issue 26). Their recency was renewed by the note just before.
+            if self._noted.get(group) == noted:
+                return
+            self._noted.put(group, noted)
             for seq, digest in state.keys:
                 if seq > state.last_processed:
                     continue
