@@ -40,9 +40,11 @@ WARMUP, MEASURED = 3, 20
 # 3.11 (the project's; bytecode differs between versions). 602d3ba: 304 calls and 11,908
 # instructions; the restructured tree before these budgets: 343 and 11,120 (generator context
 # managers for the settling and for a number's run, a closure call per effect, the ran keys'
-# whole window walked twice per delivery); with them 299.1 and 9,666.
-PROCESS_PYTHON_CALLS = 300
-PROCESS_INSTRUCTIONS = 9_700
+# whole window walked twice per delivery); with them 299.1 and 9,666; with the processor's
+# path as a protocol (core/process.py) and rewritten_number's one compare for an unchanged
+# window, 284.0 and 8,961.5.
+PROCESS_PYTHON_CALLS = 290
+PROCESS_INSTRUCTIONS = 9_100
 # GroupQueues.put + take per delivery: 4 calls either way, but 97 instructions with a frozen
 # dataclass per queued item (an object.__setattr__ per field, a generated __init__), 80 with a
 # named tuple.

@@ -115,6 +115,8 @@ def rewritten_number(seen: GroupState, state: GroupState) -> int | None:
     to where it was - but the run this process remembers must still count (``ran_earlier``)."""
     if other_sequence(seen, state):
         return None  # other sequences: their numbers are not the same numbers
+    if seen.keys == state.keys:
+        return None  # each key seen is the store's at its number (the usual read: one compare)
     passed = min(seen.last_processed, state.last_processed)
     # The store's keys by number, built once: a set per number for each of ``seen``'s keys was
     # quadratic in the window (64 x 64 per read), the hottest line of an in-order delivery.
