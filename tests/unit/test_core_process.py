@@ -11,7 +11,6 @@ import pytest
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import ManualClock
-from pubsub_toolkit.consumer import retry
 from pubsub_toolkit.core import process
 from pubsub_toolkit.core.fifo_policy import GateOutcome, GateResult
 from pubsub_toolkit.core.idempotent_run import Outcome, ProcessResult
@@ -129,13 +128,3 @@ def test_without_a_dead_letter_topic_a_rejection_raises() -> None:
     error = PermanentError("invalid_payload", "no")
     with pytest.raises(PermanentError):
         next(process.reject(scope(Decisions(), dead_letters=False), plain(), error))
-
-
-def test_the_delay_paths_names_are_the_cores() -> None:
-    # consumer.retry (the drivers' layer) and the core must agree on the outcome, the reason
-    # and how an attempt is counted.
-    assert retry.RETRY_SCHEDULED == process.RETRY_SCHEDULED
-    assert retry.REASON_RETRY_LIMIT == process.REASON_RETRY_LIMIT
-    for attributes in ({}, {attr.RETRY_ATTEMPT: "4", attr.RETRY_CONSUMER: "orders"}):
-        message = plain(**attributes)
-        assert retry.retry_attempt(message, "orders") == process.retry_attempt(message, "orders")

@@ -16,13 +16,22 @@ from typing import TYPE_CHECKING, Protocol
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.config import DelaySettings
+from pubsub_toolkit.core.process import REASON_RETRY_LIMIT, RETRY_SCHEDULED, retry_attempt
 from pubsub_toolkit.message import Message, OutboundMessage
 
 if TYPE_CHECKING:
     from pubsub_toolkit.delay.scheduler import CloudTasksScheduler
 
-REASON_RETRY_LIMIT = "retry_limit"
-RETRY_SCHEDULED = "retry_scheduled"  # the outcome of a RetryLater re-scheduled (ack)
+# The outcome, the reason and the attempt count are the core's (core/process.py decides them);
+# importable from here too, as before.
+__all__ = [
+    "REASON_RETRY_LIMIT",
+    "RETRY_SCHEDULED",
+    "RetryScheduler",
+    "SchedulerFromSettings",
+    "retry_attempt",
+    "retry_copy",
+]
 
 
 class RetryScheduler(Protocol):
@@ -52,16 +61,6 @@ class SchedulerFromSettings:
 
                 self._scheduler = CloudTasksScheduler.from_settings(self._delay)
         return self._scheduler.schedule(message, deliver_at, dedup_key, hop)
-
-
-def retry_attempt(message: Message, consumer: str) -> int:
-    """Which attempt of ``consumer`` this delivery is: ``retry_attempt`` when the copy was
-    re-scheduled by this consumer, else 1 (another consumer's count is not ours).
-    ContractViolation(``invalid_retry_attempt``) for a value not in canonical form."""
-    raw = message.attributes.get(attr.RETRY_ATTEMPT)
-    if raw is None or message.attributes.get(attr.RETRY_CONSUMER) != consumer:
-        return 1
-    return attr.parse_retry_attempt(raw)
 
 
 def retry_copy(message: Message, dedup_key: str, consumer: str, attempt: int) -> OutboundMessage:
