@@ -17,13 +17,17 @@ with bench/consumer_calls.py, old vs new, before raising the budget).
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import FrameType
 from typing import Any
 
+import pytest
+
+from pubsub_toolkit import tracing
 from pubsub_toolkit.consumer._settle import to_message
 from pubsub_toolkit.consumer.convoy import ConvoyDispatcher
 from pubsub_toolkit.consumer.gate import FifoGate
@@ -109,6 +113,19 @@ def consumer() -> Consumer:
         gate=FifoGate(MemoryFifoStore(), consumer="c", handler=handled.append),
     )
     return Consumer("projects/p/subscriptions/s", processor, concurrency=1)
+
+
+@pytest.fixture(autouse=True)
+def as_deployed_by_default(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Count the path as it runs with the library's defaults - decisions logged at INFO are
+    not emitted, tracing is off - whatever earlier tests in this worker configured (a test that
+    turned INFO on for ``pubsub_toolkit`` added 76 calls per delivery: the log records)."""
+    monkeypatch.setattr(tracing._state, "enabled", False)
+    library = logging.getLogger("pubsub_toolkit")
+    level = library.level
+    library.setLevel(logging.WARNING)  # setLevel also clears the loggers' cached levels
+    yield
+    library.setLevel(level)
 
 
 def test_a_fifo_delivery_through_the_consumer_stays_within_its_calls() -> None:
