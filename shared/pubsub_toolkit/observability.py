@@ -175,3 +175,26 @@ class DecisionLog:
         payload = {"outcome": outcome, "dedup_key": dedup_key, "consumer": self.consumer, **fields}
         tracing.decision_event(outcome, payload)
         self._logger.log(level, message, extra={_DECISION_FIELD: payload})
+
+    def group_decision(
+        self,
+        outcome: str,
+        group: str,
+        seq: int,
+        text: str,
+        *,
+        level: int = logging.INFO,
+        dedup_key: str | None = None,
+        **fields: object,
+    ) -> None:
+        """:meth:`decision` for a FIFO group's number: the FIFO gate's decision log (its core's
+        ``decide``, for the sync and the asyncio gate alike)."""
+        self.decision(
+            outcome,
+            text,
+            dedup_key=dedup_key,
+            level=level,
+            fifo_group=group,
+            fifo_seq=seq,
+            **fields,
+        )

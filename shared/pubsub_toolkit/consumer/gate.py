@@ -56,7 +56,6 @@ gate's behaviour, described here for its public API; the driver is one branch pe
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -167,7 +166,7 @@ class FifoGate:
         self.rejections: IdempotentProcessor | None = None
         self.core = FifoCore(
             consumer=consumer,
-            decide=self._decision,
+            decide=self.log.group_decision,
             policy=policy,
             clock=clock,
             dead_letters=dead_letters is not None,
@@ -326,31 +325,6 @@ class FifoGate:
             )
 
         if effect.once is None or self.rejections is None:
-            self._publish(send)
+            send()
             return
-        self.rejections.process(effect.once, effect.digest, lambda: self._publish(send))
-
-    def _publish(self, send: Callable[[], str]) -> str:
-        """The dead-letter publish itself (the asyncio gate's view runs it off the loop)."""
-        return send()
-
-    def _decision(
-        self,
-        outcome: str,
-        group: str,
-        seq: int,
-        text: str,
-        *,
-        level: int = logging.INFO,
-        dedup_key: str | None = None,
-        **fields: object,
-    ) -> None:
-        self.log.decision(
-            outcome,
-            text,
-            dedup_key=dedup_key,
-            level=level,
-            fifo_group=group,
-            fifo_seq=seq,
-            **fields,
-        )
+        self.rejections.process(effect.once, effect.digest, send)

@@ -19,7 +19,6 @@ Not async: the transactional mode (``commit_with``, sync Firestore only).
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -66,7 +65,7 @@ class AsyncFifoGate:
         self.rejections: AsyncIdempotentProcessor | None = None
         self.core = FifoCore(
             consumer=consumer,
-            decide=self._decision,
+            decide=self.log.group_decision,
             policy=policy,
             clock=clock,
             dead_letters=dead_letters is not None,
@@ -190,28 +189,6 @@ class AsyncFifoGate:
             await off_loop(send)
             return
         await self.rejections.process(effect.once, effect.digest, lambda: off_loop(send))
-
-    def _decision(
-        self,
-        outcome: str,
-        group: str,
-        seq: int,
-        text: str,
-        *,
-        level: int = logging.INFO,
-        dedup_key: str | None = None,
-        **fields: object,
-    ) -> None:
-        # As FifoGate's: the core's decisions, logged with the group and number.
-        self.log.decision(
-            outcome,
-            text,
-            dedup_key=dedup_key,
-            level=level,
-            fifo_group=group,
-            fifo_seq=seq,
-            **fields,
-        )
 
 
 async def off_loop(call: Callable[[], T]) -> T:
