@@ -920,7 +920,14 @@ def issue_24() -> tuple[Mutation, ...]:
         Mutation(
             "24.L2",
             "a process runs again a key it ran, renumbered beyond the state's 64 keys",
-            (SourceEdit(verdicts, "ran_before", "found = remembered()", "found = None"),),
+            (
+                SourceEdit(
+                    verdicts,
+                    "ran_before",
+                    "found = remembered(group, state, seq, message)",
+                    "found = None",
+                ),
+            ),
             guarded_by=("tests/unit/test_fifo_gate_ran_keys.py",),
             enable=("renumber_far",),  # a retry renumbered > 64 later, by a new Publisher
             budget=600,

@@ -51,16 +51,19 @@ def test_holds_lease_only_under_the_records_own_token(token: int, held: bool) ->
 def test_ran_before_reads_the_states_keys_first_and_the_memory_only_beyond_them() -> None:
     asked: list[int] = []
 
-    def remembered() -> int | None:
-        asked.append(1)
+    def remembered(group: str, state: GroupState, seq: int, message: Message) -> int | None:
+        asked.append(seq)
         return 7
 
     state = GroupState(last_processed=10, keys=((4, digest("k")),))
-    assert verdicts.ran_before(state, 11, keyed("k"), remembered) == 4
+    assert verdicts.ran_before("g", state, 11, keyed("k"), remembered) == 4
     assert asked == []  # the state knew: no lookup
     # 24.L2: further back than the state's keys, this process's memory says where it ran.
-    assert verdicts.ran_before(GroupState(last_processed=10), 11, keyed("k"), remembered) == 7
-    assert verdicts.ran_before(GroupState(last_processed=10), 11, keyed("k"), lambda: None) is None
+    assert verdicts.ran_before("g", GroupState(last_processed=10), 11, keyed("k"), remembered) == 7
+    assert (
+        verdicts.ran_before("g", GroupState(last_processed=10), 11, keyed("k"), lambda *_: None)
+        is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -98,9 +98,7 @@ class FifoRun(FifoAdvance):
         self, group: str, token: int, step: Step, state: GroupState, from_park: bool
     ) -> Op[tuple[GroupState, GateOutcome, bool]]:
         seq, message = step
-        ran_before = verdicts.ran_before(
-            state, seq, message, lambda: self._seen.ran.earlier(group, state, seq, message)
-        )
+        ran_before = verdicts.ran_before(group, state, seq, message, self._seen.ran.earlier)
         filled = attr.is_filler(message) or ran_before is not None
         found = Found()
         try:

@@ -41,16 +41,21 @@ def holds_lease(state: GroupState, token: int) -> bool:
     return state.lease_token == token
 
 
+# Where this process saw a key run in a group: (group, state, seq, message) -> the number.
+Remembered = Callable[[str, GroupState, int, Message], int | None]
+
+
 def ran_before(
-    state: GroupState, seq: int, message: Message, remembered: Callable[[], int | None]
+    group: str, state: GroupState, seq: int, message: Message, remembered: Remembered
 ) -> int | None:
-    """The lower number at which ``message``'s key already ran (:func:`.fifo_rules.
+    """The lower number at which ``message``'s key already ran in ``group`` (:func:`.fifo_rules.
     ran_earlier`), or - further back than the state's last keys - where this process saw it
     run (``remembered``, asked only then): a producer's retry renumbered far from its first
-    copy is filled, not run again."""
+    copy is filled, not run again. (The memory is passed with its arguments apart, not as a
+    closure: this runs on every delivery.)"""
     found = rules.ran_earlier(state, seq, message)
     if found is None:
-        found = remembered()
+        found = remembered(group, state, seq, message)
     return found
 
 
