@@ -39,16 +39,16 @@ from typing import Any, NamedTuple, TypeVar
 from pubsub_toolkit import _drive
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.clock import Clock
-from pubsub_toolkit.core.fifo_policy import GateResult
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GateResult
 from pubsub_toolkit.core.idempotent_run import Decisions, Outcome, ProcessResult
 from pubsub_toolkit.envelope import check_delivered
 from pubsub_toolkit.errors import PermanentError, RetryLater
 from pubsub_toolkit.message import Message
 
-# consumer.retry's names for the same values (the drivers' layer re-exports them from here).
+# consumer.retry re-exports these two (the drivers' layer).
 REASON_RETRY_LIMIT = "retry_limit"
 RETRY_SCHEDULED = "retry_scheduled"  # the outcome of a RetryLater re-scheduled (ack)
-DEAD_LETTERED = "dead_lettered"
+DEAD_LETTERED = GateOutcome.DEAD_LETTERED.value  # one outcome for the gate's and the plain path
 T = TypeVar("T")
 
 
