@@ -1,10 +1,12 @@
-"""A handler's ``PermanentError`` on a message outside FIFO groups is dead-lettered with the
-error's reason and detail, and acked (docs/concepts/errors.md; the package's docstring:
-"PermanentError (dead-letter, ack)").
+"""A handler's ``PermanentError`` is dead-lettered and acked (docs/concepts/errors.md; the
+package's docstring: "PermanentError (dead-letter, ack)"): outside FIFO groups with the error's
+reason and detail, in a group as poison at once (``fifo_poison``, the error in the detail).
 
 Found trying the library as a new user: ``@idempotent`` on a subscriber callback, the
 ``Consumer`` and both processors treated it as any other failure - the claim released, the
-message nacked and redelivered for ever (a traceback per delivery), nothing dead-lettered.
+message nacked and redelivered for ever (a traceback per delivery), nothing dead-lettered; in a
+FIFO group it was retried ``max_attempts`` times with backoff (about 75 s by default, the group
+waiting) before it became poison.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pubsub_toolkit.consumer.gate import FifoGate
 from pubsub_toolkit.consumer.gate_async import AsyncFifoGate
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.processor_async import AsyncMessageProcessor
+from pubsub_toolkit.core.fifo_policy import GateOutcome, GatePolicy, PoisonPolicy
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
 from pubsub_toolkit.dedup.idempotent_async import AsyncIdempotentProcessor
@@ -128,3 +131,70 @@ def test_the_async_processor_dead_letters_it_the_same_way(clock: ManualClock) ->
     assert asyncio.run(twice()) == ["dead_lettered", "duplicate"]
     assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == ["bad_order"]
     assert refuses.runs == 1
+
+
+# --- in a FIFO group: poison at once, not after max_attempts backed-off retries ----------------
+
+
+class RefusesFirst:
+    """A FIFO handler that refuses number 1 and records the numbers it ran."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.refused = 0
+
+    def __call__(self, message: Message) -> None:
+        seq = int(message.attributes["fifo_seq"])
+        if seq == 1:
+            self.refused += 1
+            raise PermanentError("bad_order", "order 42 has no customer")
+        self.seen.append(seq)
+
+
+def fifo(seq: int) -> Message:
+    return Message(b"x%d" % seq, {"fifo_group": "g", "fifo_seq": str(seq), "dedup_key": f"k{seq}"})
+
+
+def test_in_a_fifo_group_a_permanent_error_is_poison_at_once(clock: ManualClock) -> None:
+    sink, handler = RecordingSink(), RefusesFirst()
+    log = DecisionLog("billing")
+    store = MemoryFifoStore()
+    gate = FifoGate(
+        store,
+        consumer="billing",
+        handler=handler,
+        dead_letters=DeadLetterer(sink, DLQ, log),
+        policy=GatePolicy(max_attempts=5, poison=PoisonPolicy.SKIP),
+        clock=clock,
+        log=log,
+    )
+    assert gate.deliver(fifo(2), "g", 2).outcome is GateOutcome.PARKED
+    # The first attempt, no backoff: dead-lettered now and the group goes on at once.
+    assert gate.deliver(fifo(1), "g", 1).outcome is GateOutcome.DEAD_LETTERED
+    assert handler.refused == 1 and handler.seen == [2]
+    [dead] = sink.on(DLQ)
+    assert dead.attributes["error_reason"] == "fifo_poison"  # the poison policy's tools apply
+    assert "bad_order: order 42 has no customer" in dead.attributes["error_detail"]
+    assert store.load("billing", "g").last_processed == 2
+
+
+def test_the_async_gate_makes_it_poison_at_once_too(clock: ManualClock) -> None:
+    sink, refuses = RecordingSink(), RefusesFirst()
+
+    async def handler(message: Message) -> None:
+        refuses(message)
+
+    log = DecisionLog("billing")
+    gate = AsyncFifoGate(
+        AsyncMemoryFifoStore(),
+        consumer="billing",
+        handler=handler,
+        dead_letters=DeadLetterer(sink, DLQ, log),
+        policy=GatePolicy(max_attempts=5, poison=PoisonPolicy.BLOCK),
+        clock=clock,
+        log=log,
+    )
+    outcome = asyncio.run(gate.deliver(fifo(1), "g", 1)).outcome
+    assert outcome is GateOutcome.DEAD_LETTERED  # blocked at #1, on the dead-letter topic
+    assert [m.attributes["error_reason"] for m in sink.on(DLQ)] == ["fifo_poison"]
+    assert refuses.refused == 1
