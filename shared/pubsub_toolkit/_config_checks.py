@@ -13,12 +13,15 @@ with no third-party package installed.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 
 from pubsub_toolkit.errors import ConfigurationError
+
+logger = logging.getLogger("pubsub_toolkit.config")
 
 # Each setting by its two names: the constructor argument and the environment variable.
 SETTING_NAMES: Mapping[str, str] = {
@@ -119,6 +122,20 @@ def secret_version(settings: object, name: str) -> str | None:
             "(projects/PROJECT/secrets/NAME[/versions/VERSION])"
         )
     return value if "/versions/" in value else f"{value}/versions/latest"
+
+
+def unused_settings(settings: object, names: tuple[str, ...], *, because: str) -> None:
+    """Log one WARNING naming each of ``names`` that is set although ``because`` (a setting and
+    its value) means it is not used: set but ignored is how a forgotten backend hides. Only
+    names are said, never values (a Redis URL carries its AUTH string)."""
+    unused = [SETTING_NAMES[name] for name in names if getattr(settings, name) is not None]
+    if unused:
+        logger.warning(
+            "%s %s set but not used: %s",
+            " and ".join(unused),
+            "is" if len(unused) == 1 else "are",
+            because,
+        )
 
 
 def secs(value: timedelta) -> str:

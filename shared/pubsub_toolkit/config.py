@@ -37,6 +37,7 @@ from pubsub_toolkit._config_checks import (
     secs,
     set_value,
     text,
+    unused_settings,
 )
 from pubsub_toolkit.environment import check_environment, flag
 from pubsub_toolkit.errors import ConfigurationError
@@ -223,6 +224,13 @@ class Settings:
                 "redis_url or redis_url_secret (PUBSUB_TOOLKIT_REDIS_URL or "
                 "PUBSUB_TOOLKIT_REDIS_URL_SECRET) is required when "
                 f"{SETTING_NAMES['store_backend']} is 'redis'"
+            )
+        if self.store_backend != "redis":
+            unused_settings(
+                self,
+                ("redis_url", "redis_url_secret", "redis_ca_cert_secret"),
+                because=f"{SETTING_NAMES['store_backend']} is {self.store_backend!r} "
+                "(set it to 'redis' to use Redis)",
             )
         for name in ("dedup_ttl", "dedup_lease", "publish_timeout"):
             positive_duration(self, name)

@@ -40,7 +40,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.attributes import FIFO_EPOCH
 from pubsub_toolkit.config import DEFAULT_TTL_SECONDS
 from pubsub_toolkit.core.fifo_policy import GatePolicy, message_key
-from pubsub_toolkit.errors import RedeliveryRequested, RetryLater, TransientError
+from pubsub_toolkit.errors import PermanentError, RedeliveryRequested, RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import (
     KEY_WINDOW,
@@ -289,6 +289,12 @@ def counts_as_attempt(exc: BaseException) -> bool:
     :class:`RetryLater` or a handler's own nack (:class:`RedeliveryRequested`) is the handler's
     decision and counts, or a group could wait forever."""
     return isinstance(exc, RetryLater | RedeliveryRequested) or not isinstance(exc, TransientError)
+
+
+def poison_at_once(exc: BaseException) -> bool:
+    """A handler's :class:`PermanentError` says the message can never succeed: it is poison
+    on this attempt (its policy applies), not after ``max_attempts`` backed-off retries."""
+    return isinstance(exc, PermanentError)
 
 
 def next_attempt_at(

@@ -257,7 +257,8 @@ class FifoRun(FifoAdvance):
         state = yield from self._update(
             group, token, lambda s: rules.failure_counted(s, counts=counts)
         )
-        if state.attempts < self.policy.max_attempts:
+        refused = rules.poison_at_once(exc)
+        if state.attempts < self.policy.max_attempts and not refused:
             now = self._clock.now()
             retry_at = rules.next_attempt_at(self.policy, state.attempts, now=now, exc=exc)
             asked = isinstance(exc, RetryLater)
@@ -280,7 +281,11 @@ class FifoRun(FifoAdvance):
             if not from_park and not asked:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
             return state, GateOutcome.RETRYING  # the sweeper retries when it is due
-        detail = f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
+        detail = (
+            f"handler raised {type(exc).__name__}: {exc}"
+            if refused
+            else f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
+        )
         verdict = verdicts.poison_verdict(self.policy.poison, dead_letters=self.dead_letters)
         if verdict is verdicts.PoisonVerdict.SKIP:
             if self.dead_letters:  # always, when skipped: the verdict holds that rule

@@ -258,7 +258,7 @@ def run_once(scope: Scope, message: Message) -> Step[tuple[str, str | None]]:
 
 
 def _run_once(scope: Scope, message: Message, argument: object) -> Step[tuple[str, str | None]]:
-    limited: list[str] = []  # the outcome of a RetryLater at the limit, set by _effect
+    limited: list[str] = []  # the outcome of a dead letter _effect sent (poison, refused)
     try:
         processed = yield from dedup_once(
             scope, message, _effect(scope, message, argument, limited)
@@ -275,10 +275,16 @@ def _run_once(scope: Scope, message: Message, argument: object) -> Step[tuple[st
 def _effect(
     scope: Scope, message: Message, argument: object, limited: list[str]
 ) -> Step[str | None]:
-    """The dedup processor's effect: the handler; its RetryLater at the limit is poison,
-    recorded done (None) so no copy starts the count again."""
+    """The dedup processor's effect: the handler; its RetryLater at the limit is poison and
+    its PermanentError is dead-lettered with the error's reason, each recorded done (None) so
+    no copy starts the count again or is dead-lettered twice."""
     try:
         result = yield CallHandler(argument)
+    except PermanentError as exc:
+        # "It can never succeed" (errors.md): a dead letter and an ack, not a redelivery.
+        # Without a dead-letter topic reject raises it: the claim is released, it comes again.
+        limited.append((yield from reject(scope, message, exc)))
+        return None
     except RetryLater as exc:
         if not _at_retry_limit(scope, message):
             raise  # the claim is released; re-scheduled by _run_once
