@@ -28,7 +28,8 @@ API reference lists: :mod:`pubsub_toolkit.delay.cancel` and
 :mod:`pubsub_toolkit.stores.factory` (stores from settings), :mod:`pubsub_toolkit.consumer.gate`,
 :mod:`pubsub_toolkit.dedup.idempotent` and :mod:`pubsub_toolkit.dedup.inbox` (a consumer loop of
 your own), :mod:`pubsub_toolkit.attributes` (the attribute contract),
-:mod:`pubsub_toolkit.errors` (every error) and :mod:`pubsub_toolkit.metrics`. Everything else is
+:mod:`pubsub_toolkit.errors` (every error), :mod:`pubsub_toolkit.config` (``DelaySettings``,
+for ``Settings(delay=...)`` in code) and :mod:`pubsub_toolkit.metrics`. Everything else is
 internal and may move. Names load on first use (PEP 562), so ``import pubsub_toolkit`` - which
 every submodule import runs first - costs nothing and never needs an extra.
 """

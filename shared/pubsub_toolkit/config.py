@@ -265,6 +265,9 @@ class Settings:
         the constructor's, each naming the variable."""
         env = os.environ if env is None else env
         check_environment(env)
+        # Read by the entry points (tracing_setup), checked here too: a value other than on or
+        # off stops every start the same way, not only the deployed parts'.
+        flag(env, "PUBSUB_TOOLKIT_TRACING")
         project = env.get("GOOGLE_CLOUD_PROJECT", "").strip()
         return cls(
             project=project,

@@ -518,3 +518,19 @@ def test_stats_flush_interval() -> None:
         Settings.from_env({**BASE, "PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS": "0"}).stats_flush is None
     )
     assert Settings(**CODE, stats_flush=None).stats_flush is None
+
+
+@pytest.mark.parametrize("raw", ["yes", "1", "True", "ON"])
+def test_settings_from_env_refuses_a_tracing_value_that_is_neither_on_nor_off(raw: str) -> None:
+    # Only the entry points read PUBSUB_TOOLKIT_TRACING (tracing_setup), but settings.md says a
+    # boolean other than its two values stops the start: a library user's Settings.from_env
+    # must not take "yes" silently and run untraced (found trying the library as a new user).
+    env = {**BASE, "PUBSUB_TOOLKIT_TRACING": raw}
+    assert message(lambda: Settings.from_env(env)) == (
+        f"PUBSUB_TOOLKIT_TRACING must be on or off, not {raw!r}"
+    )
+
+
+def test_settings_from_env_takes_tracing_on_and_off() -> None:
+    for raw in ("on", "off", ""):
+        assert Settings.from_env({**BASE, "PUBSUB_TOOLKIT_TRACING": raw}) == Settings.from_env(BASE)

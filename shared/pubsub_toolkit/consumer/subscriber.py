@@ -76,6 +76,9 @@ class Consumer:
         subscriber: pubsub_v1.SubscriberClient | None = None,
         on_outcome: OutcomeListener | None = None,
     ) -> None:
+        """``subscriber``: the google-cloud-pubsub client to pull with (one is made when None).
+        The consumer owns it either way: :meth:`stop` closes it after the stream (a client
+        you share with other subscriptions: pass none, let the consumer make its own)."""
         self.subscription = subscription
         self._async: AsyncConsumer | None = None
         self._loop: LoopThread | None = None
