@@ -94,6 +94,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]
         (["local", "up", "--relay-port", "-1"], "-1 is not a port (0-65535"),
         (["local", "up", "--redis-port", "six"], "'six' is not a port number"),
         (["publish"], "the following arguments are required: data"),
+        (["dashboard", "--port", "99999"], "99999 is not a port (0-65535"),
+        (["dashboard", "--port", "-1"], "-1 is not a port (0-65535"),
+        (["dashboard", "--refresh", "0"], "0 is not allowed here"),
+        (["status", "--group", ""], "'' is empty: name a FIFO group"),
+        (["fifo", "skip", " ", "1"], "' ' is empty: name a FIFO group"),
+        (["fifo", "replay", ""], "'' is empty: name a FIFO group"),
     ],
 )
 def test_a_bad_argument_gets_one_line_and_exit_2(
