@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from typing import TYPE_CHECKING
 
 from pubsub_toolkit.errors import ToolkitError
@@ -119,7 +120,15 @@ def cmd_fifo_skip(args: argparse.Namespace) -> int:
 
 
 def cmd_fifo_replay(args: argparse.Namespace) -> int:
-    gate, _, _ = gate_and_counter(args.consumer_id)
+    gate, store, _ = gate_and_counter(args.consumer_id)
+    if store.load(gate.consumer, args.group).blocked_at is None:
+        # Nothing to unblock: most often a misspelt group or another consumer's. Replaying
+        # anyway would write a record for that name and report the real group "unblocked".
+        raise ToolkitError(
+            f"group {args.group!r} is not blocked for consumer {gate.consumer!r}: nothing to "
+            "replay (check the name and --consumer-id; `pubsub-toolkit status --consumer-id "
+            f"{shlex.quote(gate.consumer)} --group {shlex.quote(args.group)}` shows it)"
+        )
     result = gate.replay(args.group, run=False)  # the consumer's handler must run it
     print(
         f"unblocked {args.group}: #{result.seq} gets fresh attempts; "
