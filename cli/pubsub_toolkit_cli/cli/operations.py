@@ -148,7 +148,10 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     require_emulator_if_local()
 
+    seen: set[str] = set()  # every letter's id the listing went past, for --id's check
+
     def selected(letter: DeadLetter) -> bool:
+        seen.add(letter.dead_letter_id)
         return (
             (not args.reason or letter.reason == args.reason)
             and (not args.group or letter.group == args.group)
@@ -179,6 +182,12 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         print(line)
     for line in unblock_replayed_poison(replayed, args.consumer_id):
         print(line)
+    missing = [i for i in dict.fromkeys(args.id or ()) if i not in seen]
+    if missing:  # a mistyped id: say so (exit 1) rather than "replayed 0"
+        raise ToolkitError(
+            f"no dead letter with id {', '.join(missing)} on {dead_letter_subscription(args)} "
+            "(`pubsub-toolkit dlq list` shows the ids)"
+        )
     return 0
 
 
