@@ -1,7 +1,8 @@
 """The command line's argument handling, without servers: help text everywhere, one-line errors.
 
 Every value checked here is refused while the arguments are parsed, i.e. before any client is
-created - the integration tests (tests/integration/test_cli_input.py) show nothing is published.
+created - the integration tests (tests/integration/test_cli_local_cases.py) show nothing is
+published.
 """
 
 from __future__ import annotations
