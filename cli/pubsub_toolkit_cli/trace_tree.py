@@ -50,10 +50,12 @@ def load_spans(path: str) -> list[dict[str, Any]]:
     from pubsub_toolkit._trace_file import read_spans
 
     if not os.path.isfile(path):
+        # A running local stack creates its file with the first span, so "no file" is also
+        # "nothing traced yet" there - not a stack to start.
         raise TraceFileError(
-            f"no trace file at {path}: start the local stack (pubsub-toolkit local up, which sets "
-            "PUBSUB_TOOLKIT_TRACING=on and PUBSUB_TOOLKIT_TRACE_FILE for every part) or pass "
-            "--file PATH"
+            f"no trace file at {path}: no span has been written there yet (every part of "
+            "`pubsub-toolkit local up` traces into it once a message passes; elsewhere set "
+            "PUBSUB_TOOLKIT_TRACING=on and PUBSUB_TOOLKIT_TRACE_FILE), or pass --file PATH"
         )
     return list(read_spans(path))
 

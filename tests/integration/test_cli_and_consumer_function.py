@@ -75,6 +75,14 @@ def test_bad_arguments_get_one_line_and_non_zero_exit(env: dict[str, str]) -> No
     # A due time in the past is valid (due at once); one more than 365 days ahead is refused.
     both = cli(env, "publish", "--delay", "5s", "--deliver-at", "2000-01-01T00:00:00Z", "x")
     assert both.returncode == 2 and "not allowed with" in both.stderr
+    # What the attribute contract refuses is refused before publishing, as a usage error.
+    reserved = cli(env, "publish", "--attr", "dlq_reason=x", "x")
+    assert reserved.returncode == 2, reserved.stderr
+    assert reserved.stderr.strip().splitlines() == [
+        "pubsub-toolkit: error: the message breaks the attribute contract (reserved_attribute: "
+        "attribute name 'dlq_reason' is reserved for dead letters (dlq_* is the toolkit's, "
+        "CloudPubSubDeadLetter* Pub/Sub's))"
+    ]
     down = cli({**env, "PUBSUB_EMULATOR_HOST": "127.0.0.1:9"}, "publish", "x")
     assert down.returncode == 1  # the command was right; the stack did not answer
     assert down.stderr.strip().splitlines() == [

@@ -83,6 +83,9 @@ def waiting(project: str, subscription: str) -> int:
         (["--delay", "-5s"], "'-5s' is a negative delay"),
         (["--delay=-5s"], "'-5s' is a negative delay"),
         (["--deliver-at", "9999-12-31T23:59:59Z"], "at most 365 days ahead"),
+        (["--end-of-group"], "--end-of-group needs --fifo-group"),
+        (["--attr", "fifo_seq=1"], "--attr fifo_seq: the FIFO attributes come from"),
+        (["--attr", "dlq_reason=x"], "reserved_attribute: attribute name 'dlq_reason'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_publishes_nothing(

@@ -234,3 +234,22 @@ def test_a_message_pubsub_forwarded_is_listed_as_it_was_sent(
     assert letter.message.data == FORGED_JSON  # not the "embedded" forged content
     assert dict(letter.message.attributes) == attributes
     assert letter.dedup_key == "fw-1"
+
+
+def test_replay_of_an_id_that_is_not_on_the_subscription_says_so_and_exits_1(
+    topology: Topology, env: dict[str, str]
+) -> None:
+    """A mistyped `--id` is named, not answered "replayed 0" with exit 0; the ids that are
+    there are still replayed."""
+    poison = {attr.ERROR_REASON: "fifo_poison", attr.ERROR_DETAIL: "handler failed"}
+    there = publish(topology.dead_letter, b"fine", {**poison, attr.DEDUP_KEY: "good-2"})
+    done = cli(env, "dlq", "replay", "--id", there, "--id", "99999")
+    assert done.returncode == 1, done.stderr
+    assert "replayed 1 message(s)" in done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "pubsub-toolkit: error: no dead letter with id 99999 on "
+        f"projects/{topology.project}/subscriptions/dead-letter-sub (`pubsub-toolkit dlq list` "
+        "shows the ids)"
+    ]
+    copies = drain(tap(topology), expected=1, timeout=30, quiet=0.5)
+    assert [c.attributes[attr.DEDUP_KEY] for c in copies] == ["good-2"]

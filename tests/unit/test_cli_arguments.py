@@ -1,7 +1,8 @@
 """The command line's argument handling, without servers: help text everywhere, one-line errors.
 
 Every value checked here is refused while the arguments are parsed, i.e. before any client is
-created - the integration tests (tests/integration/test_cli_input.py) show nothing is published.
+created - the integration tests (tests/integration/test_cli_local_cases.py) show nothing is
+published.
 """
 
 from __future__ import annotations
@@ -94,6 +95,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]
         (["local", "up", "--relay-port", "-1"], "-1 is not a port (0-65535"),
         (["local", "up", "--redis-port", "six"], "'six' is not a port number"),
         (["publish"], "the following arguments are required: data"),
+        (["dashboard", "--port", "99999"], "99999 is not a port (0-65535"),
+        (["dashboard", "--port", "-1"], "-1 is not a port (0-65535"),
+        (["dashboard", "--refresh", "0"], "0 is not allowed here"),
+        (["status", "--group", ""], "'' is empty: name a FIFO group"),
+        (["fifo", "skip", " ", "1"], "' ' is empty: name a FIFO group"),
+        (["fifo", "replay", ""], "'' is empty: name a FIFO group"),
     ],
 )
 def test_a_bad_argument_gets_one_line_and_exit_2(

@@ -64,6 +64,84 @@ def test_options_that_cannot_run_together_exit_2(capsys: pytest.CaptureFixture[s
     ]
 
 
+@pytest.mark.usefixtures("memory_env")
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["publish", "--end-of-group", "x"],
+            "--end-of-group needs --fifo-group: only a FIFO group can end",
+        ),
+        (
+            ["publish", "--attr", "fifo_seq=1", "x"],
+            "--attr fifo_seq: the FIFO attributes come from --fifo-group (numbered by the "
+            "counter) and --end-of-group",
+        ),
+        (
+            ["publish", "--attr", "fifo_group=g", "--fifo-group", "g", "x"],
+            "--attr fifo_group: the FIFO attributes come from --fifo-group (numbered by the "
+            "counter) and --end-of-group",
+        ),
+        (
+            ["publish", "--dedup-key", "k", "--attr", "dedup_key=k2", "x"],
+            "--attr dedup_key and --dedup-key: give the key once, with --dedup-key",
+        ),
+    ],
+)
+def test_publish_options_that_cannot_go_together_exit_2_before_any_client(
+    capsys: pytest.CaptureFixture[str], argv: list[str], line: str
+) -> None:
+    """Refused in the CLI's own words (not the Publisher's keywords), as a usage error; no
+    client is made (PUBSUB_EMULATOR_HOST is unset and there are no credentials here)."""
+    assert main(argv) == 2
+    assert errors(capsys) == [f"pubsub-toolkit: error: {line}"]
+
+
+@pytest.mark.usefixtures("memory_env")
+def test_fifo_replay_of_a_group_that_is_not_blocked_exits_1_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A misspelt group (or the wrong --consumer-id) is not reported "unblocked"."""
+    assert main(["fifo", "replay", "nogroup", "--consumer-id", "billing"]) == 1
+    assert errors(capsys) == [
+        "pubsub-toolkit: error: group 'nogroup' is not blocked for consumer 'billing': nothing "
+        "to replay (check the name and --consumer-id; `pubsub-toolkit status --consumer-id "
+        "billing --group nogroup` shows it)"
+    ]
+
+
+def test_status_without_credentials_is_one_line_without_a_traceback(tmp_path: Path) -> None:
+    """The status page's Cloud Monitoring reader finds no credentials first; its warning must
+    not put a traceback before the command's one line (a subprocess: pytest captures logging)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PUBSUB_EMULATOR_HOST", "FIRESTORE_EMULATOR_HOST")
+        and k != "GOOGLE_APPLICATION_CREDENTIALS"
+    }
+    env.update(MEMORY)
+    env.update(
+        HOME=str(tmp_path),
+        CLOUDSDK_CONFIG=str(tmp_path),
+        GCE_METADATA_HOST="127.0.0.1:9",
+        GCE_METADATA_IP="127.0.0.1:9",
+        NO_GCE_CHECK="true",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pubsub_toolkit_cli.cli", "status"],
+        env=env,
+        cwd=repo_root(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("pubsub-toolkit: error: status: no Google credentials"), done.stderr
+
+
 def test_a_missing_setting_exits_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

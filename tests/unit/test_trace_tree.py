@@ -186,6 +186,9 @@ def test_an_unknown_key_or_a_missing_file_is_one_line_and_exit_1(
     assert "(6 spans of 2 traces)" in err
     code, out, err = run(capsys, "trace", "order-7", "--file", str(tmp_path / "absent.jsonl"))
     assert code == 1 and err.count("\n") == 1 and "no trace file at" in err
+    # A running stack creates its file with the first span: "start the local stack" would send
+    # its user the wrong way.
+    assert "no span has been written there yet" in err and "start the local stack" not in err
 
 
 def test_the_default_file_is_trace_file_else_the_local_stacks(

@@ -90,6 +90,30 @@ def fifo_group(text: str) -> str:
     return text
 
 
+def group_name(text: str) -> str:
+    """A FIFO group an operator names (`status --group`, `fifo skip|replay GROUP`): non-blank,
+    within the ordering-key limit - a blank one would be read, or written, as a group."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is empty: name a FIFO group, e.g. order-42")
+    if len(text.encode()) > MAX_FIFO_GROUP_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"the group name is {len(text.encode())} bytes; at most {MAX_FIFO_GROUP_BYTES}"
+        )
+    return text
+
+
+def port_number(text: str) -> int:
+    """A TCP port to listen on, or 0 for any free one (the socket layer would otherwise take
+    99999 modulo 65536 and serve somewhere else without a word)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0: any free port)")
+    return port
+
+
 def non_negative_int(text: str) -> int:
     """A whole number of 0 or more."""
     try:

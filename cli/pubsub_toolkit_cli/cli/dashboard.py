@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from pubsub_toolkit.errors import ToolkitError
-from pubsub_toolkit_cli.cli.common import require_emulator_if_local
+from pubsub_toolkit_cli.cli.common import port_number, positive_int, require_emulator_if_local
 
 HOST = "127.0.0.1"  # loopback only: the page has no authentication
 
@@ -21,7 +21,10 @@ def add_dashboard_command(commands: Any) -> None:
         "dedup hit rate, delay lateness)",
     )
     dashboard.add_argument(
-        "--port", type=int, default=8760, help="port on 127.0.0.1 (default 8760; 0: any free)"
+        "--port",
+        type=port_number,
+        default=8760,
+        help="port on 127.0.0.1 (default 8760; 0: any free)",
     )
     dashboard.add_argument(
         "--consumer-id", help="whose FIFO groups (default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)"
@@ -33,7 +36,11 @@ def add_dashboard_command(commands: Any) -> None:
         help="where dead letters are counted (default: dead-letter-sub)",
     )
     dashboard.add_argument(
-        "--refresh", type=int, default=2, metavar="SECONDS", help="page refresh (default 2)"
+        "--refresh",
+        type=positive_int,
+        default=2,
+        metavar="SECONDS",
+        help="page refresh (default 2)",
     )
     dashboard.set_defaults(func=cmd_dashboard)
 
@@ -47,8 +54,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from pubsub_toolkit_cli.dashboard.snapshot import StatusSnapshot, gather
     from pubsub_toolkit_cli.dashboard.sources import LiveStatusSource
 
-    if args.refresh < 1:
-        raise ToolkitError("--refresh must be at least 1 second")
     require_emulator_if_local()
     source = LiveStatusSource.from_env(
         consumer=args.consumer_id, dead_letter_subscription=args.dead_letter_subscription

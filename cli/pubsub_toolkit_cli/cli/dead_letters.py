@@ -33,7 +33,27 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
         for letter in letters:
             print(json.dumps(letter_json(letter, now)), flush=True)
         return 0
-    rows = [("dead-letter id", "reason", "dedup_key", "group", "seq", "age", "detail")]
+    print("\n".join(format_table(table_rows(letters, now))))
+    unreadable = sum(1 for d in letters if d.unreadable)
+    tail = f", {unreadable} of them unreadable (kept on the topic)" if unreadable else ""
+    print(f"{len(letters)} dead letter(s){tail}", file=sys.stderr)
+    return 0
+
+
+# Widest dedup key or group shown in the table: both may legally be ~1 KB (an attribute value,
+# an ordering key), which would pad every row to that width; --json carries them whole.
+_CELL_CHARS = 40
+
+
+def _cell(text: str) -> str:
+    return text if len(text) <= _CELL_CHARS else text[: _CELL_CHARS - 1] + "…"
+
+
+def table_rows(letters: list[DeadLetter], now: datetime) -> list[tuple[str, ...]]:
+    """`dlq list`'s table: a header, then one row per letter (long keys and groups shortened)."""
+    rows: list[tuple[str, ...]] = [
+        ("dead-letter id", "reason", "dedup_key", "group", "seq", "age", "detail")
+    ]
     for d in letters:
         at = d.dead_lettered_at
         age = "-" if at is None else f"{(now - at).total_seconds():.0f}s"
@@ -41,8 +61,8 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
             (
                 d.dead_letter_id,
                 d.reason,
-                d.dedup_key or "-",
-                d.group or "-",
+                _cell(d.dedup_key or "-"),
+                _cell(d.group or "-"),
                 "-" if d.seq is None else str(d.seq),
                 age,
                 f"UNREADABLE, never replayed: {d.unreadable}"[:90]
@@ -50,11 +70,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
                 else d.detail[:60],
             )
         )
-    print("\n".join(format_table(rows)))
-    unreadable = sum(1 for d in letters if d.unreadable)
-    tail = f", {unreadable} of them unreadable (kept on the topic)" if unreadable else ""
-    print(f"{len(letters)} dead letter(s){tail}", file=sys.stderr)
-    return 0
+    return rows
 
 
 def letter_json(letter: DeadLetter, now: datetime) -> dict[str, Any]:

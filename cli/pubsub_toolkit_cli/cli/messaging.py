@@ -10,12 +10,34 @@ import threading
 import time
 from typing import Any
 
-from pubsub_toolkit.errors import ToolkitError, TransientError
+from pubsub_toolkit.errors import ContractViolation, ToolkitError, TransientError
 from pubsub_toolkit_cli.cli.common import (
     full_subscription,
     full_topic,
     require_emulator_if_local,
 )
+from pubsub_toolkit_cli.cli.exits import UsageError
+
+# Attributes the Publisher writes itself (a group's numbers come from its counter): on the
+# command line they are --fifo-group and --end-of-group, never --attr.
+_PUBLISHER_ATTRIBUTES = ("fifo_group", "fifo_seq", "fifo_end", "fifo_epoch")
+
+
+def check_publish_options(args: argparse.Namespace) -> None:
+    """Refuse, in the command line's own words, options of `publish` that cannot go together,
+    before any client is made (the Publisher would refuse them too, in its keywords)."""
+    if args.end_of_group and args.fifo_group is None:
+        raise UsageError("--end-of-group needs --fifo-group: only a FIFO group can end")
+    for key, _ in args.attr:
+        if key in _PUBLISHER_ATTRIBUTES:
+            raise UsageError(
+                f"--attr {key}: the FIFO attributes come from --fifo-group (numbered by the "
+                "counter) and --end-of-group"
+            )
+        if key == "dedup_key" and args.dedup_key is not None:
+            raise UsageError(
+                "--attr dedup_key and --dedup-key: give the key once, with --dedup-key"
+            )
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -26,6 +48,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from pubsub_toolkit.producer.publisher import Publisher
     from pubsub_toolkit.producer.sink import PubSubSink
 
+    check_publish_options(args)
     data = sys.stdin.buffer.read() if args.data == "-" else args.data.encode()
     require_emulator_if_local()
     topic = full_topic(args.topic)  # a missing project is said before any client is made
@@ -49,8 +72,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
             )
             .result()
         )
-    except ValueError as exc:
-        raise ToolkitError(str(exc)) from exc
+    except (ValueError, ContractViolation) as exc:
+        # Refused before anything was published: the message as given cannot be sent (exit 2).
+        raise UsageError(str(exc)) from exc
     except GoogleAPICallError as exc:  # the future's failure: one line that names the topic
         raise TransientError(f"publish to {topic} failed: {exc}") from exc
     finally:

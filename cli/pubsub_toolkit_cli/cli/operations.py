@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 from typing import TYPE_CHECKING
 
 from pubsub_toolkit.errors import ToolkitError
@@ -119,7 +120,15 @@ def cmd_fifo_skip(args: argparse.Namespace) -> int:
 
 
 def cmd_fifo_replay(args: argparse.Namespace) -> int:
-    gate, _, _ = gate_and_counter(args.consumer_id)
+    gate, store, _ = gate_and_counter(args.consumer_id)
+    if store.load(gate.consumer, args.group).blocked_at is None:
+        # Nothing to unblock: most often a misspelt group or another consumer's. Replaying
+        # anyway would write a record for that name and report the real group "unblocked".
+        raise ToolkitError(
+            f"group {args.group!r} is not blocked for consumer {gate.consumer!r}: nothing to "
+            "replay (check the name and --consumer-id; `pubsub-toolkit status --consumer-id "
+            f"{shlex.quote(gate.consumer)} --group {shlex.quote(args.group)}` shows it)"
+        )
     result = gate.replay(args.group, run=False)  # the consumer's handler must run it
     print(
         f"unblocked {args.group}: #{result.seq} gets fresh attempts; "
@@ -139,7 +148,10 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     require_emulator_if_local()
 
+    seen: set[str] = set()  # every letter's id the listing went past, for --id's check
+
     def selected(letter: DeadLetter) -> bool:
+        seen.add(letter.dead_letter_id)
         return (
             (not args.reason or letter.reason == args.reason)
             and (not args.group or letter.group == args.group)
@@ -170,6 +182,12 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         print(line)
     for line in unblock_replayed_poison(replayed, args.consumer_id):
         print(line)
+    missing = [i for i in dict.fromkeys(args.id or ()) if i not in seen]
+    if missing:  # a mistyped id: say so (exit 1) rather than "replayed 0"
+        raise ToolkitError(
+            f"no dead letter with id {', '.join(missing)} on {dead_letter_subscription(args)} "
+            "(`pubsub-toolkit dlq list` shows the ids)"
+        )
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pubsub_toolkit_cli.cli.common import positive_int
+from pubsub_toolkit_cli.cli.common import group_name, positive_int
 from pubsub_toolkit_cli.cli.dead_letters import cmd_dlq_list
 from pubsub_toolkit_cli.cli.operations import (
     cmd_dlq_replay,
@@ -63,6 +63,7 @@ def add_status_command(commands: Any) -> None:
     status.add_argument(
         "--group",
         action="append",
+        type=group_name,
         default=[],
         metavar="NAME",
         help="also show this group, idle or not (repeatable; the list shows groups with work)",
@@ -85,12 +86,12 @@ def add_fifo_commands(commands: Any) -> None:
     fifo_commands = fifo.add_subparsers(dest="fifo_command", required=True, metavar="ACTION")
     consumer_help = "whose group (default: $PUBSUB_TOOLKIT_CONSUMER_ID or cli)"
     skip = fifo_commands.add_parser("skip", help="pass over GROUP's SEQ with a tombstone")
-    skip.add_argument("group", help="the FIFO group")
+    skip.add_argument("group", type=group_name, help="the FIFO group")
     skip.add_argument("seq", type=positive_int, help="the number to pass over")
     skip.add_argument("--consumer-id", help=consumer_help)
     skip.set_defaults(func=cmd_fifo_skip)
     replay = fifo_commands.add_parser("replay", help="unblock GROUP and run its parked head again")
-    replay.add_argument("group", help="the blocked FIFO group")
+    replay.add_argument("group", type=group_name, help="the blocked FIFO group")
     replay.add_argument("--consumer-id", help=consumer_help)
     replay.set_defaults(func=cmd_fifo_replay)
 

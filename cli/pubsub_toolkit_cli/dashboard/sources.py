@@ -140,7 +140,9 @@ class LiveStatusSource:
             try:
                 metrics = CloudMonitoring.from_default_credentials(settings.project)
             except Exception as exc:  # no credentials: those cards say so, the rest draws
-                logger.warning("Cloud Monitoring unavailable to the status page", exc_info=True)
+                # One line, no traceback: `status` promises one error line, and the cards
+                # below say the same where the page shows it.
+                logger.warning("Cloud Monitoring unavailable to the status page: %s", describe(exc))
                 metrics = NoMonitoring(f"Cloud Monitoring unavailable: {describe(exc)}")
         roles = (
             (
