@@ -22,6 +22,8 @@ def state_text(row: GroupStatus) -> str:
         return f"BLOCKED at {row.blocked_at}"
     if row.parked:
         return f"waiting for {row.waiting_for}"
+    if row.complete:  # ended by its producer: no number is expected any more
+        return f"complete at {row.last_processed}"
     return "ok"
 
 

@@ -164,7 +164,9 @@ def check_produced(
     _check_no_dead_letter_attribute(attrs)
     dedup_key = attrs.get(DEDUP_KEY, message_id)
     if not dedup_key or not dedup_key.strip():
-        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
+        given = DEDUP_KEY in attrs  # the operator must look at the producer's key, not the id
+        detail = "dedup_key is blank" if given else "no dedup_key and no message_id"
+        raise ContractViolation(REASON_INVALID_DEDUP_KEY, detail)
     return dedup_key, _parse_fields(attrs)
 
 

@@ -84,6 +84,24 @@ def test_contract_violations_have_reasons(data: bytes, attrs: dict[str, str], re
     assert info.value.detail
 
 
+@pytest.mark.parametrize(
+    ("attrs", "message_id", "detail"),
+    [
+        ({"dedup_key": ""}, "m", "dedup_key is blank"),
+        ({"dedup_key": "  "}, "m", "dedup_key is blank"),
+        ({}, "", "no dedup_key and no message_id"),
+    ],
+)
+def test_an_invalid_dedup_key_says_which_of_the_two_is_missing(
+    attrs: dict[str, str], message_id: str, detail: str
+) -> None:
+    # A blank dedup_key on a message that has an id said "no message_id" (found by a new
+    # user's hostile messages): the operator reading the dead letter looked for the wrong fault.
+    with pytest.raises(ContractViolation) as info:
+        parse_envelope(Message(b"x", attrs, message_id=message_id), now=NOW)
+    assert (info.value.reason, info.value.detail) == (attr.REASON_INVALID_DEDUP_KEY, detail)
+
+
 def test_fingerprint_ignores_toolkit_attributes_but_not_business_ones() -> None:
     base = attr.content_fingerprint(b"x", {"a": "1"})
     assert (

@@ -26,6 +26,7 @@ class GroupStatus:
     oldest_gap_age_s: float | None  # how long the head has been missing, if it is
     blocked_at: int | None
     skipped: tuple[tuple[int, int], ...]  # inclusive ranges of numbers passed over
+    complete: bool = False  # its producer ended it (fifo_end) and the gate is past the end
 
     @property
     def waiting_for(self) -> int:
@@ -62,6 +63,7 @@ def group_statuses(
                 oldest_gap_age_s=gap,
                 blocked_at=state.blocked_at,
                 skipped=state.skipped,
+                complete=state.complete,
             )
         )
     return rows
