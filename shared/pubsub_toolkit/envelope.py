@@ -164,13 +164,7 @@ def check_produced(
     _check_no_dead_letter_attribute(attrs)
     dedup_key = attrs.get(DEDUP_KEY, message_id)
     if not dedup_key or not dedup_key.strip():
-        own = attrs.get(DEDUP_KEY)
-        raise ContractViolation(
-            REASON_INVALID_DEDUP_KEY,
-            "no dedup_key and no message_id"
-            if own is None
-            else f"dedup_key {own!r} is blank (leave it out to use the message id)",
-        )
+        raise ContractViolation(REASON_INVALID_DEDUP_KEY, "dedup_key is empty and no message_id")
     return dedup_key, _parse_fields(attrs)
 
 
