@@ -46,6 +46,7 @@ from pubsub_toolkit.stores.fifo_state.base import (
     KEY_WINDOW,
     POISON_MARK,
     GroupState,
+    Range,
     key_digest,
     merge_ranges,
     needs_attention,
@@ -350,12 +351,18 @@ def gap_expired(state: GroupState, *, now: datetime, timeout: timedelta) -> bool
     return state.gap_since is not None and now - state.gap_since >= timeout
 
 
-def gap_skipped(state: GroupState) -> tuple[tuple[int, ...], GroupState]:
-    """The missing numbers before the first parked one, and the state that passes over them
-    with tombstones (the parked ones are still to run)."""
-    missing = tuple(range(state.head, min(state.parked)))
-    new = state.advanced_to(missing[-1], skipped=missing)
-    return missing, replace(new, parked=state.parked)
+def gap_skipped(state: GroupState) -> tuple[Range, GroupState]:
+    """The missing numbers before the first parked one, as one ``(first, last)`` range, and
+    the state that passes over them with tombstones (the parked ones are still to run).
+
+    A range, never the numbers one by one: a producer numbering by hand may leave a gap of
+    up to 2**53 numbers (1, then 9007199254740991), which listed would not fit in memory.
+    """
+    missing = (state.head, min(state.parked) - 1)
+    new = state.advanced_to(missing[1])
+    return missing, replace(
+        new, parked=state.parked, skipped=merge_ranges((*new.skipped, missing), ())
+    )
 
 
 def without_lost_parked(state: GroupState, seq: int) -> GroupState:

@@ -334,5 +334,7 @@ class FifoRun(FifoAdvance):
         missing, new = rules.gap_skipped(state)
         if not (yield from self._seen.save(group, new, state)):
             return (yield from self._seen.load(group))
-        self._decide("gap_skipped", group, state.head, f"skipped {missing}", level=logging.ERROR)
+        first, last = missing
+        skipped = str(first) if first == last else f"{first}-{last}"
+        self._decide("gap_skipped", group, state.head, f"skipped {skipped}", level=logging.ERROR)
         return (yield from self._seen.load(group))

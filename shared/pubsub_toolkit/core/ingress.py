@@ -21,8 +21,9 @@ it forwards a *filler* (a message with ``fifo_group``, ``fifo_seq``, the dedup k
 ``fifo_filler`` = why, no data), so the consumer's gate moves past the number instead of
 waiting for it forever:
 
-* a FIFO message ingress dead-letters (contract violation, fingerprint mismatch, no delayed
-  delivery): ``fifo_filler=dead_lettered:REASON``, a tombstone at the consumer, so a late
+* a FIFO message ingress dead-letters (contract violation, fingerprint mismatch - unless its
+  number may be its key's first copy's own - no delayed delivery):
+  ``fifo_filler=dead_lettered:REASON``, a tombstone at the consumer, so a late
   replay of it is kept with ``fifo_late_after_skip`` rather than taken for a duplicate.
 
 A message already due that carries a due time is released through the same record the relay
@@ -41,7 +42,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -73,17 +74,29 @@ class Routed:
     outcome: IngressOutcome
     detail: str = ""
     seq: int | None = None
+    # The first copy's group, and whether the record says where the first copy went at all
+    # (``placed``: its group and number, None for none) - records written before it was kept
+    # do not, and then a fingerprint mismatch cannot tell whose number it carries.
+    group: str | None = None
+    placed: bool = False
+
+    def placed_in(self, group: str | None) -> Routed:
+        """This routing, recording the group (and number) the first copy had."""
+        return replace(self, group=group, placed=True)
 
     def to_result(self) -> str:
         """The dedup record's result."""
-        return json.dumps({"o": self.outcome.value, "d": self.detail, "seq": self.seq})
+        doc: dict[str, object] = {"o": self.outcome.value, "d": self.detail, "seq": self.seq}
+        if self.placed:
+            doc["g"] = self.group
+        return json.dumps(doc)
 
     @classmethod
     def from_result(cls, result: str | None) -> Routed:
         """Read a dedup record's result back (older versions wrote ``kind:detail``)."""
         if result and result.startswith("{"):
             doc = json.loads(result)
-            return cls(IngressOutcome(doc["o"]), doc["d"], doc.get("seq"))
+            return cls(IngressOutcome(doc["o"]), doc["d"], doc.get("seq"), doc.get("g"), "g" in doc)
         kind, _, detail = (result or "published:").partition(":")  # written by older versions
         return cls(IngressOutcome(kind), detail)
 
@@ -139,14 +152,23 @@ def after_claim(claimed: Claimed, result: str | None, envelope: Envelope) -> Aft
     key = envelope.dedup_key
     if claimed is Claimed.MISMATCH:
         # Once per (key, content): every redelivery of the same impostor is the same case.
-        # No filler: the number may well belong to the first copy, still on its way.
+        # Its FIFO number is filled unless it may be the first copy's own (still on its way:
+        # a filler could overtake it) - at another number, or in another group, nothing else
+        # would ever fill it and the group would wait for it for good. ``result``: the first
+        # copy's record, None while unknown (then no filler, as records without its place).
+        first = Routed.from_result(result) if result else None
+        fill = (
+            first is not None
+            and first.placed
+            and (first.group, first.seq) != (envelope.fifo_group, envelope.fifo_seq)
+        )
         letter = DeadLetter(
             attr.REASON_FINGERPRINT_MISMATCH,
             f"dedup_key {key!r} was first seen with different content",
             key,
             f"mismatch:{key}:{envelope.fingerprint}",
             envelope.fingerprint,
-            fill=False,
+            fill=fill,
         )
         result_ = IngressResult(IngressOutcome.DEAD_LETTERED, key, attr.REASON_FINGERPRINT_MISMATCH)
         return AfterClaim(result_, dead_letter=letter)

@@ -53,7 +53,7 @@ from pubsub_toolkit.core.ingress import (
 from pubsub_toolkit.core.release import Filler, Release, mismatch_detail
 from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, is_minted
 from pubsub_toolkit.dead_letters.send import DeadLetterer
-from pubsub_toolkit.dedup.idempotent import IdempotentProcessor
+from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.delay.cancel import is_cancelled, release_once, run_release
 from pubsub_toolkit.envelope import Envelope, parse_envelope
 from pubsub_toolkit.errors import PermanentError
@@ -174,10 +174,19 @@ class Ingress:
         processed = self._processor.process(
             claim_key,
             envelope.fingerprint,
-            lambda: self._route(envelope, replay=replay_id is not None).to_result(),
+            lambda: (
+                self._route(envelope, replay=replay_id is not None)
+                .placed_in(envelope.fifo_group)
+                .to_result()
+            ),
             context=context,
         )
-        settled = core.after_claim(Claimed(processed.outcome), processed.result, envelope)
+        result = processed.result
+        if processed.outcome is Outcome.MISMATCH and envelope.fifo_seq is not None:
+            # Where the key's first copy went decides whether this number needs a filler.
+            record = self._store.get(INGRESS_NAMESPACE, claim_key)
+            result = record.result if record is not None else None
+        settled = core.after_claim(Claimed(processed.outcome), result, envelope)
         if settled.dead_letter is not None:
             self._dead_letter_once(envelope.message, settled.dead_letter, context)
         elif settled.first is not None:
