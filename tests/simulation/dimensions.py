@@ -19,7 +19,10 @@ draws from its own stream of the seed, so the default workload of a seed never c
   after the first copy;
 * ``scale`` - groups publish over hours (the lease-hold and retention paths);
 * ``process_batch`` - (the shape is wired in :mod:`.world`) a burst of 5-20 messages in one
-  group, and mostly a batch handler (3 or 5), so that runs from a group's head form.
+  group, and mostly a batch handler (3 or 5), so that runs from a group's head form;
+* ``handler_permanent`` - half the poison messages make the handler raise ``PermanentError``
+  (it can never succeed): a plain one is dead-lettered with the error's reason, once however
+  often it comes back; a grouped one is poison at once.
 """
 
 from __future__ import annotations
@@ -27,11 +30,18 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from pubsub_toolkit.attributes import DLQ_PREFIX, REASON_RESERVED_ATTRIBUTE
+from pubsub_toolkit.attributes import (
+    DLQ_PREFIX,
+    REASON_FINGERPRINT_MISMATCH,
+    REASON_RESERVED_ATTRIBUTE,
+)
 from tests.simulation.components import TTL
 from tests.simulation.faults import FaultPlan, Kind
 from tests.simulation.workload import Expect, LogicalMessage, Workload
 
+REFUSED = "sim_refused"  # the reason of the handler's PermanentError (handler_permanent)
+# ... or, when a hostile producer reused its key first, the impostor's dead letter takes it
+REASONS = (REFUSED, REASON_FINGERPRINT_MISMATCH)
 RESERVED = {
     "dlq_wrapped": "json",
     "error_reason": "forged",
@@ -95,7 +105,45 @@ def reshape(workload: Workload, plan: FaultPlan, rng: random.Random) -> Workload
             config = replace(config, batch=rng.choice((3, 5)))
     if plan.has(Kind.DEEP_INTERLEAVE):
         config = replace(config, ingresses=3, relays=3, consumers=3)
+    if plan.has(Kind.HANDLER_PERMANENT):  # drawn last: the draws above stay as they were
+        messages = _permanent(messages, workload.config.gate_dead_letters, rng)
     return replace(workload, messages=tuple(messages), config=config)
+
+
+def _permanent(
+    messages: list[LogicalMessage], dead_letters: bool, rng: random.Random
+) -> list[LogicalMessage]:
+    """handler_permanent: half the poison messages raise PermanentError; and, with a
+    dead-letter topic, some plain ones too - also where the subscription has no dead-letter
+    policy, so a PermanentError the consumer nacked instead of dead-lettering would be lost
+    (redelivered for ever: invariant 1 "never neither")."""
+    out = []
+    for m in messages:
+        plain = dead_letters and m.group is None and not m.hostile and m.expect is Expect.EFFECT
+        if m.poison and rng.random() < 0.5:
+            reasons = m.reasons or (() if m.group else REASONS)
+            out.append(replace(m, permanent=True, reasons=reasons))
+        elif not m.poison and plain and rng.random() < 0.08:
+            refused = Expect.DEAD_LETTER
+            out.append(replace(m, poison=True, permanent=True, expect=refused, reasons=REASONS))
+        else:
+            out.append(m)
+    return out
+
+
+def unpermanent_without_policy(workload: Workload) -> Workload:
+    """``workload`` for a consumer that nacks every failure: the plain messages whose
+    PermanentError only the consumer could dead-letter (the subscription has no dead-letter
+    policy) succeed instead."""
+    if workload.config.final.max_delivery_attempts is not None:
+        return workload
+    messages = tuple(
+        replace(m, poison=False, permanent=False, expect=Expect.EFFECT, reasons=())
+        if m.permanent and m.group is None
+        else m
+        for m in workload.messages
+    )
+    return replace(workload, messages=messages)
 
 
 def _renumber_far(

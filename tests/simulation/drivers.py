@@ -20,9 +20,10 @@ from datetime import timedelta
 from typing import Any
 
 from pubsub_toolkit.core.fifo_policy import GateOutcome
-from pubsub_toolkit.errors import RetryLater, TransientError
+from pubsub_toolkit.errors import PermanentError, RetryLater, TransientError
 from pubsub_toolkit.message import Message
 from tests.simulation.components import Slot
+from tests.simulation.dimensions import REFUSED
 from tests.simulation.faults import Kind
 from tests.simulation.process import HandlerExit, Process, ProcessCrashed
 from tests.simulation.pubsub import Answer
@@ -123,6 +124,8 @@ class Drivers:
         w = self._w
         spec = w.spec(lid)
         if spec is not None and spec.poison:
+            if spec.permanent:
+                return PermanentError(REFUSED, f"{lid} can never succeed")
             return PoisonError(f"{lid} is poison")
         if spec is not None and self._retries.get(str(lid), 0) < spec.retry_later:
             self._retries[str(lid)] = self._retries.get(str(lid), 0) + 1

@@ -56,6 +56,10 @@ class Kind(enum.StrEnum):
     # KeyboardInterrupt in a worker thread) in a live process; the consumer runs as Consumer's
     # convoy, whose pool thread outlives it (a future holds it). Drawn last, from its own draw.
     HANDLER_EXIT = "handler_exit"
+    # the handler raises PermanentError ("it can never succeed") for some poison messages, not
+    # a plain exception: dead-lettered at once (plain: with the error's reason; FIFO:
+    # fifo_poison). Drawn last, from its own draw.
+    HANDLER_PERMANENT = "handler_permanent"
 
 
 # Issue 11's kinds, each drawn with p = 0.4 from the plan's stream.
@@ -65,7 +69,11 @@ BASE_KINDS: tuple[Kind, ...] = tuple(Kind)[: tuple(Kind).index(Kind.INTERLEAVE) 
 # (relay_tasks_refused draws nothing of its own: it comes with every relay_store_outage when
 # enabled, so the streams of the kinds before it never change.)
 # Drawn after every other stream (their draws never change): only with ``--enable``, not --all.
-LATE_KINDS: tuple[Kind, ...] = (Kind.RELAY_TASKS_REFUSED, Kind.HANDLER_EXIT)
+LATE_KINDS: tuple[Kind, ...] = (
+    Kind.RELAY_TASKS_REFUSED,
+    Kind.HANDLER_EXIT,
+    Kind.HANDLER_PERMANENT,
+)
 EXTRA_KINDS: tuple[Kind, ...] = tuple(k for k in Kind if k not in BASE_KINDS + LATE_KINDS)
 EXTRA_RATE = 0.5
 HANDLER_EXIT_RATE = 0.05  # handler_exit: the share of handler calls that raise it
@@ -170,6 +178,8 @@ class FaultPlan:
         outage_hours = extra.uniform(90, 120)
         if Kind.HANDLER_EXIT in wanted and extra.random() < EXTRA_RATE:
             drawn.append(Kind.HANDLER_EXIT)
+        if Kind.HANDLER_PERMANENT in wanted and extra.random() < EXTRA_RATE:
+            drawn.append(Kind.HANDLER_PERMANENT)
         enabled = tuple(drawn if only is None else [k for k in Kind if k in tuple(only)])
 
         def windows(count: int, longest: float) -> tuple[Window, ...]:

@@ -302,7 +302,7 @@ def _mismatch_every_time(process: Callable[..., Any]) -> Callable[..., Any]:
 def mutations() -> tuple[Mutation, ...]:
     """Every fix reverted: issue 11's (found by schedules), then issue 24's (schedules or
     tests; ``tests/conftest.py`` applies one by its id for a pytest session)."""
-    return (*issue_11(), *issue_24(), *hand_made())
+    return (*issue_11(), *issue_24(), *hand_made(), *after_issue_26())
 
 
 def issue_11() -> tuple[Mutation, ...]:
@@ -1249,12 +1249,42 @@ _STALE_COMPLETE = SourceEdit(
 )
 
 
+def after_issue_26() -> tuple[Mutation, ...]:
+    """Defects a new user's trial found after issue 26, with the simulation dimension that
+    sees them. P1: a handler's PermanentError outside FIFO groups was nacked (the claim
+    released) and redelivered for ever, never dead-lettered - with ``handler_permanent`` a
+    plain message whose subscription has no dead-letter policy is then never dead-lettered
+    nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5)."""
+    return (
+        Mutation(
+            "P1",
+            "a handler's PermanentError outside FIFO groups is nacked, not dead-lettered",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.process",
+                    "run_handler",
+                    "    except PermanentError as exc:\n",
+                    "    except ZeroDivisionError as exc:\n",
+                ),
+            ),
+            enable=("handler_permanent",),
+            budget=300,
+        ),
+    )
+
+
 def run_all(bound: int | None = None, workers: int = 2) -> dict[str, Any]:
     """Every mutation searched for, by id: what it reverts, its series (``issue_11``,
-    ``issue_24``, ``hand_made``), the issue-24 kinds its schedules drew at p = 0.5, and what
-    found it (``bound``: schedules each, default its own budget) - on ``workers`` processes,
-    each mutation in a process of its own fork (a revert never outlives its search)."""
-    series = {"issue_11": issue_11(), "issue_24": issue_24(), "hand_made": hand_made()}
+    ``issue_24``, ``hand_made``, ``after_issue_26``), the issue-24 kinds its schedules drew at
+    p = 0.5, and what found it (``bound``: schedules each, default its own budget) - on
+    ``workers`` processes, each mutation in a process of its own fork (a revert never outlives
+    its search)."""
+    series = {
+        "issue_11": issue_11(),
+        "issue_24": issue_24(),
+        "hand_made": hand_made(),
+        "after_issue_26": after_issue_26(),
+    }
     jobs = [(name, m.defect, bound) for name, members in series.items() for m in members]
     with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1) as pool:
         done = pool.map(_searched_job, jobs, chunksize=1)

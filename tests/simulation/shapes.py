@@ -99,6 +99,17 @@ def draw(seed: int, plan: FaultPlan, forced: tuple[str, ...] = ()) -> Shape:
     return Shape.PROCESS
 
 
+def nacks_every_failure(seed: int, shape: Shape) -> bool:
+    """Does the schedule's callback ``nack()`` every failure, a PermanentError included?"""
+    if shape is Shape.CALLBACK_NACKS_ALL:
+        return True
+    return shape is Shape.CALLBACK and _nack_mode(seed) == "nack_all"
+
+
+def _nack_mode(seed: int) -> str:
+    return random.Random(f"shape-nack:{seed}").choice(NACKS)
+
+
 def build(world: Any, process: Process, shape: Shape) -> c.ConsumerApp:
     """A consumer instance of ``shape`` for ``process``."""
     if shape is Shape.ASYNCIO:
@@ -108,7 +119,7 @@ def build(world: Any, process: Process, shape: Shape) -> c.ConsumerApp:
     if shape is Shape.PROCESS:
         return c.build_consumer(world, process)
     handle = world.handler_for(process)  # batch is 1 for these shapes (world.py)
-    nack = random.Random(f"shape-nack:{world.seed}").choice(NACKS)
+    nack = _nack_mode(world.seed)
     if shape in (Shape.CALLBACK, Shape.CALLBACK_NACKS_ALL):
         callback = _callback(handle, "nack_all" if shape is Shape.CALLBACK_NACKS_ALL else nack)
         app = c.build_consumer(world, process, lambda m: callback(_delivered(m)))

@@ -53,6 +53,7 @@ class LogicalMessage:
     wide: bool = False  # as many attributes of its own as the Publisher accepts
     reserved: tuple[str, ...] = ()  # attributes the toolkit reserves, set by its producer
     retry_after_burst: bool = False  # its first publish times out; retried after a burst
+    permanent: bool = False  # (poison) the handler raises PermanentError, not an exception
 
     @property
     def delayed(self) -> bool:

@@ -22,7 +22,7 @@ from tests.simulation.alerts import capture
 from tests.simulation.boundaries import Boundaries
 from tests.simulation.clock import CallerClock, SimClock
 from tests.simulation.database import Database
-from tests.simulation.dimensions import reshape
+from tests.simulation.dimensions import reshape, unpermanent_without_policy
 from tests.simulation.drivers import Drivers
 from tests.simulation.events import Event, EventLoop
 from tests.simulation.faults import FaultPlan, Faults, Kind
@@ -96,6 +96,10 @@ class World:
             # @idempotent and the async processor take one message at a time (the batch is
             # drawn all the same: the workload's stream stays the same)
             self.workload = replace(self.workload, config=replace(self.workload.config, batch=1))
+        if shapes.nacks_every_failure(seed, self.consumer_shape):
+            # A callback that nack()s every failure redelivers a PermanentError too, its own
+            # choice: only a subscription's dead-letter policy can end that message.
+            self.workload = unpermanent_without_policy(self.workload)
         self.config = self.workload.config
         self._specs = {m.lid: m for m in self.workload.messages}
         interleave = self.plan.interleave_rate if self.plan.has(Kind.INTERLEAVE) else 0.0

@@ -258,10 +258,10 @@ def run_once(scope: Scope, message: Message) -> Step[tuple[str, str | None]]:
 
 
 def _run_once(scope: Scope, message: Message, argument: object) -> Step[tuple[str, str | None]]:
-    limited: list[str] = []  # the outcome of a dead letter _effect sent (poison, refused)
+    limited: list[str] = []  # the outcome of a dead letter run_handler sent (poison, refused)
     try:
         processed = yield from dedup_once(
-            scope, message, _effect(scope, message, argument, limited)
+            scope, message, run_handler(scope, message, argument, limited)
         )
     except RetryLater as exc:  # below the limit: the claim is released, the copy re-scheduled
         return (yield from retry_later(scope, message, exc)), None
@@ -272,12 +272,13 @@ def _run_once(scope: Scope, message: Message, argument: object) -> Step[tuple[st
     return processed.outcome.value, processed.result
 
 
-def _effect(
+def run_handler(
     scope: Scope, message: Message, argument: object, limited: list[str]
 ) -> Step[str | None]:
-    """The dedup processor's effect: the handler; its RetryLater at the limit is poison and
-    its PermanentError is dead-lettered with the error's reason, each recorded done (None) so
-    no copy starts the count again or is dead-lettered twice."""
+    """A plain message's effect under its dedup claim: the handler, called with ``argument``.
+    Its PermanentError is dead-lettered with the error's reason and its RetryLater at the
+    limit is poison (``limited`` gets the outcome), each recorded done (None) so no copy starts
+    the count again or is dead-lettered twice; its result is stored as text."""
     try:
         result = yield CallHandler(argument)
     except PermanentError as exc:
