@@ -22,9 +22,9 @@ it forwards a *filler* (a message with ``fifo_group``, ``fifo_seq``, the dedup k
 waiting for it forever:
 
 * a FIFO message ingress dead-letters (contract violation, fingerprint mismatch - unless its
-  number may be its key's first copy's own - no delayed delivery):
-  ``fifo_filler=dead_lettered:REASON``, a tombstone at the consumer, so a late
-  replay of it is kept with ``fifo_late_after_skip`` rather than taken for a duplicate.
+  number may be its key's first copy's own - no delayed delivery): ``fifo_filler=
+  dead_lettered:REASON``, a tombstone at the consumer (a late replay of it is kept with
+  ``fifo_late_after_skip``, not taken for a duplicate).
 
 A message already due that carries a due time is released through the same record the relay
 and ``cancel`` use (namespace ``relay``), so ``cancel`` answers what really happened even when
@@ -34,7 +34,8 @@ minted it (:mod:`pubsub_toolkit.dead_letters.replay`); otherwise the message is 
 
 What ingress reports (:class:`IngressOutcome`, :class:`IngressResult`) and stores per key
 (:class:`Routed`) are defined here too; the release under the fate record is
-:func:`pubsub_toolkit.core.release.release`.
+:func:`pubsub_toolkit.core.release.release`. (About 300 lines: the routing and the record it
+keeps per key are read together.)
 """
 
 from __future__ import annotations
