@@ -21,7 +21,7 @@ from pubsub_toolkit.errors import ToolkitError
 from pubsub_toolkit_local import emulators
 from pubsub_toolkit_local.processes import ServiceGroup, ServiceSpec, free_port
 from pubsub_toolkit_local.servers import cloud_function, relay, tasks_emulator
-from pubsub_toolkit_local.topology import Topology, create_topology
+from pubsub_toolkit_local.topology import PUSH_MAX_DELIVERY_ATTEMPTS, Topology, create_topology
 
 INVOKER = "tasks-invoker@local-project.iam.gserviceaccount.com"
 LOCATION = "local"
@@ -72,6 +72,9 @@ class StackOptions:
     # directory, PUBSUB_TOOLKIT_TRACE_FILE, which `pubsub-toolkit trace KEY` reads (`local up` and
     # the demo turn it on); False: PUBSUB_TOOLKIT_TRACING=off, no spans.
     tracing: bool = False
+    # The push subscription's dead-letter policy: pushes before Pub/Sub moves a message to the
+    # dead-letter topic (5-100; tests use 5 for a quick end).
+    push_max_delivery_attempts: int = PUSH_MAX_DELIVERY_ATTEMPTS
 
 
 def _port(value: int) -> int:
@@ -209,7 +212,11 @@ class LocalStack:
 
     def _create_topology(self) -> Topology:
         ingress_url = f"http://127.0.0.1:{self.ports['ingress']}"
-        return create_topology(self.options.project, ingress_url=ingress_url)
+        return create_topology(
+            self.options.project,
+            ingress_url=ingress_url,
+            push_max_delivery_attempts=self.options.push_max_delivery_attempts,
+        )
 
     def _create_queue(self) -> None:
         from google.cloud import tasks_v2

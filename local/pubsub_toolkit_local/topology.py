@@ -1,8 +1,12 @@
 """The pipeline's topics and subscriptions on the emulator, and a pull-and-ack drain.
 
 The same topology the Terraform module creates: origin, final and dead-letter topics; a pull
-subscription on final and on dead-letter; and, standing in for the Eventarc trigger, a push
-subscription from origin to the ingress function.
+subscription on final and on dead-letter; and a push subscription from origin to the ingress
+function with Terraform's dead-letter policy (terraform/push.tf): a message ingress keeps
+refusing - one whose own dead-letter copy cannot be published, say - ends on the dead-letter
+topic after ``max_delivery_attempts`` pushes instead of being pushed for ever. Terraform's
+consumer push subscription has no local counterpart: locally the consumer is the user's own,
+on ``final-sub``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 
 from pubsub_toolkit.message import Message
 from pubsub_toolkit_cli.emulator import subscriber_client
+
+# terraform/variables.tf's push_max_delivery_attempts default (a test keeps the two equal).
+PUSH_MAX_DELIVERY_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,14 @@ class Topology:
         )
 
 
-def create_topology(project: str, *, ingress_url: str | None = None) -> Topology:
-    """Create the topics and subscriptions; push origin to ``ingress_url`` when given."""
+def create_topology(
+    project: str,
+    *,
+    ingress_url: str | None = None,
+    push_max_delivery_attempts: int = PUSH_MAX_DELIVERY_ATTEMPTS,
+) -> Topology:
+    """Create the topics and subscriptions; push origin to ``ingress_url`` when given, with a
+    dead-letter policy of ``push_max_delivery_attempts`` (5-100) to the dead-letter topic."""
     topo = Topology.for_project(project)
     publisher = pubsub_v1.PublisherClient()
     subscriber = pubsub_v1.SubscriberClient()
@@ -59,10 +72,18 @@ def create_topology(project: str, *, ingress_url: str | None = None) -> Topology
             # The path names the topic in access logs; the function reads only the body.
             endpoint = f"{ingress_url.rstrip('/')}/projects/{project}/topics/origin"
             subscriber.create_subscription(
-                name=topo.ingress_push_sub,
-                topic=topo.origin,
-                push_config=pubsub_v1.types.PushConfig(push_endpoint=endpoint),
-                ack_deadline_seconds=30,
+                request=pubsub_v1.types.Subscription(
+                    name=topo.ingress_push_sub,
+                    topic=topo.origin,
+                    push_config=pubsub_v1.types.PushConfig(push_endpoint=endpoint),
+                    ack_deadline_seconds=30,
+                    # As deployed: ingress answers 500 for what it cannot even dead-letter
+                    # itself, and relies on this policy to end the redeliveries.
+                    dead_letter_policy=pubsub_v1.types.DeadLetterPolicy(
+                        dead_letter_topic=topo.dead_letter,
+                        max_delivery_attempts=push_max_delivery_attempts,
+                    ),
+                ),
                 timeout=10,
             )
     finally:

@@ -23,6 +23,7 @@ from pubsub_toolkit_cli.emulator import subscriber_client
 from pubsub_toolkit_local.control import DEFAULT_PORTS, StackState
 from pubsub_toolkit_local.emulators import PUBSUB_EMULATOR
 from pubsub_toolkit_local.processes import free_port, process_group_alive
+from pubsub_toolkit_local.stack import StackOptions
 
 DEFECTIVE_EMULATOR = any(PUBSUB_EMULATOR.parent.parent.glob("lib/*0.8.20*.jar"))
 
@@ -118,6 +119,23 @@ def pull(env: dict[str, str], subscription: str) -> list[Any]:
         client.close()
 
 
+def push_dead_letter_policy(env: dict[str, str]) -> tuple[str, int]:
+    """The stack's ingress push subscription's dead-letter topic and max delivery attempts."""
+    with stack_emulator(env):
+        client = pubsub_v1.SubscriberClient()
+    project = env["GOOGLE_CLOUD_PROJECT"]
+    try:
+        config = client.get_subscription(
+            subscription=f"projects/{project}/subscriptions/origin-to-ingress", timeout=30
+        )
+    finally:
+        client.close()
+    return (
+        config.dead_letter_policy.dead_letter_topic,
+        config.dead_letter_policy.max_delivery_attempts,
+    )
+
+
 def handled(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [line.split("  [", 1)[0] for line in ok(done).stdout.splitlines()]
 
@@ -178,6 +196,11 @@ def test_restart_one_part_and_down_say_what_they_lose(
         "the Pub/Sub emulator keeps none"
     )
     assert "recreated the topics and subscriptions (empty)" in restarted
+    # ... with the push subscription's dead-letter policy, as `local up` (and Terraform) made it.
+    assert push_dead_letter_policy(env) == (
+        f"projects/{env['GOOGLE_CLOUD_PROJECT']}/topics/dead-letter",
+        StackOptions().push_max_delivery_attempts,
+    )
     tasks = ok(cli(env, "local", "restart", "tasks")).stdout.splitlines()
     assert tasks[0] == "discarded: 1 scheduled deliveries (the Cloud Tasks emulator keeps none)"
     ok(cli(env, "local", "restart", "ingress"))
