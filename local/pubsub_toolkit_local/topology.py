@@ -19,8 +19,12 @@ from google.cloud import pubsub_v1  # type: ignore[attr-defined]
 from pubsub_toolkit.message import Message
 from pubsub_toolkit_cli.emulator import subscriber_client
 
-# terraform/variables.tf's push_max_delivery_attempts default (a test keeps the two equal).
-PUSH_MAX_DELIVERY_ATTEMPTS = 10
+# Pub/Sub's most. Terraform deploys push_max_delivery_attempts = 10 (terraform/variables.tf)
+# with a 10-600 s retry backoff: tens of minutes before a message is dead-lettered. The emulator
+# pushes again about once a second, so locally 10 pushes would dead-letter a message after a
+# 10-second restart of a store; 100 give it a minute and a half or more (a test keeps this at
+# least Terraform's).
+PUSH_MAX_DELIVERY_ATTEMPTS = 100
 
 
 @dataclass(frozen=True)
