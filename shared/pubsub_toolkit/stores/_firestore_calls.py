@@ -28,7 +28,17 @@ logger = logging.getLogger(__name__)
 TIMEOUT = 10.0
 MAX_ATTEMPTS = 5  # the client's own default number of attempts of an aborted transaction
 RETRYABLE = (gexc.ServiceUnavailable, gexc.ResourceExhausted)
-UNAVAILABLE = (*RETRYABLE, gexc.DeadlineExceeded, gexc.InternalServerError, gexc.RetryError)
+# Not retried (a write may have applied), but failed closed. UNKNOWN and CANCELLED are what a
+# call cut off by its transport ends with (a reset connection, "Stream removed (RST_STREAM)"):
+# they say nothing about the data, exactly like DeadlineExceeded.
+UNAVAILABLE = (
+    *RETRYABLE,
+    gexc.DeadlineExceeded,
+    gexc.InternalServerError,
+    gexc.Unknown,
+    gexc.Cancelled,
+    gexc.RetryError,
+)
 
 
 def bounded_retry(timeout: float = TIMEOUT) -> retries.Retry:

@@ -105,8 +105,23 @@ def raise_if_unavailable(redis_module: Any, exc: Exception) -> None:
 
 
 def unavailable(exc: Exception) -> StoreUnavailableError:
-    """The StoreUnavailableError that ``exc`` (one :func:`is_unavailable` accepts) becomes."""
+    """The StoreUnavailableError that ``exc`` (one :func:`is_unavailable` accepts) becomes.
+
+    Credentials refused after the process started (an AUTH string rotated under it) stay
+    transient - nothing is acked, the message comes back - but say what to fix."""
+    if type(exc).__name__ == "AuthenticationError":
+        return StoreUnavailableError(credentials_refused(exc))
     return StoreUnavailableError(f"Redis is unavailable: {type(exc).__name__}: {exc}")
+
+
+def credentials_refused(exc: Exception) -> str:
+    """What to fix when Redis refuses the URL's credentials (redis-py's message, which never
+    holds the password)."""
+    return (
+        f"Redis refused the credentials of its URL ({type(exc).__name__}: {exc}): check the AUTH "
+        "string (redis://:PASSWORD@host:port/db) in PUBSUB_TOOLKIT_REDIS_URL or "
+        "PUBSUB_TOOLKIT_REDIS_URL_SECRET"
+    )
 
 
 def text(value: bytes | str) -> str:
@@ -124,10 +139,14 @@ def server_in_cluster_mode(redis_module: Any, client: Any) -> bool:
 
     Best effort, asked once at configuration: an unreachable server, or one that refuses INFO
     (an ACL, a renamed command), counts as "not known to be a cluster", so starting while
-    Redis is down still works and fails closed on the first real call instead.
+    Redis is down still works and fails closed on the first real call instead. A server that
+    answers but refuses the URL's credentials is a ConfigurationError here: redis-py raises it
+    as a ConnectionError, yet no redelivery can heal a wrong AUTH string.
     """
     try:
         info = client.info("cluster")
+    except redis_module.AuthenticationError as exc:
+        raise ConfigurationError(credentials_refused(exc)) from None
     except (redis_module.ConnectionError, redis_module.TimeoutError, redis_module.ResponseError):
         return False
     return str(info.get("cluster_enabled", 0)) == "1"
