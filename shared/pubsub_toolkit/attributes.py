@@ -35,7 +35,7 @@ A producer's message must leave room for every attribute the toolkit may add on 
 (:data:`ADDED_AFTER_INGRESS`): ingress refuses one that would not, so no later hop (a
 ``RetryLater`` copy, a replay, a dead-letter copy) is ever refused for the toolkit's own.
 
-(About 380 lines: the contract is one table of names, a parser per attribute and the reasons,
+(About 420 lines: the contract is one table of names, a parser per attribute and the reasons,
 kept together so a reader sees every rule of one attribute in one place.)
 """
 
@@ -106,6 +106,38 @@ TOOLKIT_STAMPED = frozenset(
         RETRY_CONSUMER,
     }
 )
+
+
+# The names a producer sets, which a near miss (``fifo_sq``, ``Dedup_Key``) is measured against.
+PRODUCER_NAMES = (DEDUP_KEY, DELIVER_AT, DELAY_SECONDS, FIFO_GROUP, FIFO_SEQ, FIFO_END)
+_PRODUCER_FOLDED = {name.replace("_", ""): name for name in PRODUCER_NAMES}
+
+
+def near_misses(attributes: Iterable[str]) -> dict[str, str]:
+    """The attribute names that look like a mistyped producer attribute, each with the name it
+    probably meant: the same letters but for case, ``_`` or ``-`` (``Dedup_Key``,
+    ``fifo-group``), or one letter off (``fifo_sq``, ``delay_second``). The toolkit reads only
+    the exact names, so such a message goes on as if the attribute were not there."""
+    found: dict[str, str] = {}
+    for name in attributes:
+        if name in PRODUCER_NAMES:
+            continue
+        folded = name.lower().replace("_", "").replace("-", "")
+        for candidate, meant in _PRODUCER_FOLDED.items():
+            if folded == candidate or _one_edit_apart(folded, candidate):
+                found[name] = meant
+                break
+    return found
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """One letter inserted, deleted or replaced (a cheap bound, not a full edit distance)."""
+    if abs(len(a) - len(b)) > 1 or min(len(a), len(b)) < 5:
+        return False
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return a[i + 1 :] == b[i + 1 :] or a[i:] == b[i + 1 :] or a[i + 1 :] == b[i:]
 
 
 # Pub/Sub's own limits (https://cloud.google.com/pubsub/quotas#resource_limits).

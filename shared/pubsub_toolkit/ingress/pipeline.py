@@ -169,6 +169,15 @@ class Ingress:
             replay_id = self._genuine_replay_id(message, envelope)
         except PermanentError as exc:
             return self._reject(message, exc)
+        misses = attr.near_misses(message.attributes)
+        if misses:  # delivered all the same: it may be the producer's own attribute
+            self.log.decision(
+                "attribute_near_miss",
+                "attributes that look like mistyped toolkit attributes are not read: "
+                + ", ".join(f"{name!r} (meant {meant!r}?)" for name, meant in misses.items()),
+                dedup_key=envelope.dedup_key,
+                level=logging.WARNING,
+            )
         claim_key = core.claim_key(envelope.dedup_key, replay_id)
         context = {"message_id": message.message_id}
         processed = self._processor.process(
