@@ -7,7 +7,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -133,11 +133,33 @@ def test_firestore_writes_one_document_per_instance(
     assert docs["ingress-a"]["expire_at"] > docs["ingress-a"]["updated_at"]
 
 
+class _WritesByThread(RedisStatsStore):
+    """A RedisStatsStore that notes the thread of each write (our own protocol, a real server)."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        super().__init__(client, prefix=prefix)
+        self.writers: list[str] = []
+
+    def add(
+        self,
+        deltas: Mapping[str, int],
+        per_minute: Mapping[str, int] | None = None,
+        *,
+        minute: datetime | None = None,
+    ) -> None:
+        self.writers.append(threading.current_thread().name)
+        super().add(deltas, per_minute, minute=minute)
+
+
 def test_flushing_does_not_slow_ingress(
     redis_url: str, unique: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ingress (Redis dedup, in-memory sink, 8 threads) with and without a flusher writing to
-    Redis every 50 ms - a hundred times the default rate. Rounds alternate; medians compared."""
+    Redis every 50 ms - a hundred times the default rate. What keeps ingress fast is checked
+    exactly: an ingress thread never writes the stats store (it only counts in memory), every
+    write is the flusher's own or its final flush, and the counts add up. The throughputs of
+    alternating rounds are printed, not asserted: tests never fail on timing (a shared machine
+    moved this ratio from 0.70 to 1.2 between runs)."""
     client = redis.Redis.from_url(redis_url)
     rates: dict[str, list[float]] = {"without": [], "with": []}
     for round_no in range(6):
@@ -150,19 +172,21 @@ def test_flushing_does_not_slow_ingress(
                 lease=timedelta(seconds=60),
                 ttl=timedelta(minutes=5),
             )
-            flusher = None
+            flusher, stats = None, None
             if variant == "with":
-                stats = RedisStatsStore(client, prefix=f"stats:{unique}:")
+                stats = _WritesByThread(client, prefix=f"stats:{unique}:")
                 flusher = CounterFlusher(ingress.metrics, stats, interval=0.05).start()
             messages = [
                 Message(b"x", {"dedup_key": f"k{i % 800}"}, message_id=str(i)) for i in range(1000)
             ]
             started = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
+            with ThreadPoolExecutor(8, thread_name_prefix="ingress") as pool:
                 list(pool.map(ingress.handle, messages))
             rates[variant].append(len(messages) / (time.perf_counter() - started))
-            if flusher is not None:
+            if flusher is not None and stats is not None:
                 flusher.stop()
+                assert stats.writers, "the flusher wrote nothing"
+                assert not [w for w in stats.writers if w.startswith("ingress")], stats.writers
                 assert RedisStatsStore(client, prefix=f"stats:{unique}:").totals()[
                     "deliveries"
                 ] == 1000 * (len(rates["with"]))
@@ -174,4 +198,3 @@ def test_flushing_does_not_slow_ingress(
             json.dumps({k: [round(r) for r in v] for k, v in rates.items()}),
             f"ratio {ratio:.2f}",
         )
-    assert ratio >= 0.75, rates  # the machine is shared and noisy; see the printed rates
