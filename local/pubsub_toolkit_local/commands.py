@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from pubsub_toolkit.environment import check_environment
 from pubsub_toolkit.errors import ToolkitError
+from pubsub_toolkit_cli.cli.common import port_number
 
 
 def repo_root() -> Path:
@@ -47,17 +48,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _port_number(text: str) -> int:
-    """A ``--*-port`` value: a TCP port, or 0 for any free one."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0: any free port)")
-    return port
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         up.add_argument(
             flag,
-            type=_port_number,
+            type=port_number,
             # None: not given, so the default applies - and a --redis-port given without the
             # redis backend is refused (nothing would listen on it) instead of ignored.
             default=None,
