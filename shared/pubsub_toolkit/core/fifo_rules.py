@@ -2,11 +2,9 @@
 functions of a group's :class:`~pubsub_toolkit.stores.fifo_state.base.GroupState` (no store, no
 clock, no I/O) - the counterpart of :mod:`pubsub_toolkit.stores.dedup.rules` for dedup.
 
-:mod:`.fifo_gate` orchestrates (its policies and outcomes are :mod:`.fifo_policy`): it reads
-the state, asks these functions for the next one, and
-writes it with a compare-and-set under the group's lease, running the handler, parking copies
-and dead-lettering in between. The transitions (``seq`` is the number in hand, ``head`` the one
-the group waits for):
+:mod:`.fifo_gate` orchestrates (its policies and outcomes are :mod:`.fifo_policy`): it reads the
+state, asks these functions for the next one and writes it with a compare-and-set under the
+group's lease. The transitions (``seq`` is the number in hand, ``head`` the one awaited):
 
 * :func:`leased` - take the group to run its head, recording which message runs there;
 * :func:`with_arrival_parked` - keep an early (or blocked, or in-progress) copy;
@@ -25,9 +23,9 @@ the group waits for):
   duplicate if its sequence passed it (dead-lettered ``fifo_sequence_reused`` if another key ran
   at its number), else dead-lettered (``fifo_sequence_restarted``).
 
-The verdicts a run takes on those states (poison, a batch's failure, a counter restart, a
-fenced run...) are :mod:`.fifo_verdicts`. (About 480 lines: one small function per state change
-the gate makes, kept in one module so every rule over a ``GroupState`` is read side by side.)
+The verdicts a run takes on those states (poison, a batch's failure, a counter restart, a fenced
+run...) are :mod:`.fifo_verdicts`. (About 500 lines: one small function per state change the gate
+makes, in one module so that every rule over a ``GroupState`` is read side by side.)
 """
 
 from __future__ import annotations
@@ -165,12 +163,10 @@ class EndVerdict(enum.StrEnum):
 def after_end(state: GroupState, seq: int, message: Message) -> EndVerdict:
     """How the gate treats ``seq`` of a group that may be complete.
 
-    Only a number *past* the end is special (one at or before it is a duplicate, a late
-    arrival after a skip, a reused number - as for any group). There the dedup question comes
-    first: a producer's retry that the counter numbered again (the end message's publish timed
-    out although Pub/Sub had it) lands past the end, and it is the same message - a
-    duplicate, acked. Only a message that never ran is a producer's error, kept on the
-    dead-letter topic rather than parked forever for a turn that will never come.
+    Only a number *past* the end is special (one at or before it is decided as in any group).
+    There a producer's retry that the counter numbered again (the end message's publish timed
+    out although Pub/Sub had it) is the same message - a duplicate, acked. Only a message that
+    never ran is a producer's error, dead-lettered rather than parked for a turn never to come.
     """
     if not state.complete or seq <= state.last_processed:
         return EndVerdict.OPEN
