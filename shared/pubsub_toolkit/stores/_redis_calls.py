@@ -20,6 +20,7 @@ rather than failing with CROSSSLOT on the first message.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from pubsub_toolkit._extras import import_optional
 from pubsub_toolkit.errors import ConfigurationError, StoreUnavailableError
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 # Short, so a dead Redis fails a call in seconds rather than hanging a delivery.
 SOCKET_TIMEOUT = 5.0
@@ -139,15 +141,30 @@ def server_in_cluster_mode(redis_module: Any, client: Any) -> bool:
 
     Best effort, asked once at configuration: an unreachable server, or one that refuses INFO
     (an ACL, a renamed command), counts as "not known to be a cluster", so starting while
-    Redis is down still works and fails closed on the first real call instead. A server that
-    answers but refuses the URL's credentials is a ConfigurationError here: redis-py raises it
-    as a ConnectionError, yet no redelivery can heal a wrong AUTH string.
+    Redis is down still works and fails closed on the first real call instead (an unreachable
+    one with a WARNING: a URL whose TLS does not match the server never connects). A server
+    that answers but refuses the URL's credentials is a ConfigurationError here: redis-py
+    raises it as a ConnectionError, yet no redelivery can heal a wrong AUTH string.
     """
     try:
         info = client.info("cluster")
     except redis_module.AuthenticationError as exc:
         raise ConfigurationError(credentials_refused(exc)) from None
-    except (redis_module.ConnectionError, redis_module.TimeoutError, redis_module.ResponseError):
+    except (redis_module.ConnectionError, redis_module.TimeoutError) as exc:
+        tls = issubclass(client.connection_pool.connection_class, redis_module.SSLConnection)
+        logger.warning(
+            "Redis did not answer at start (%s: %s); starting anyway, each message waits for "
+            "it. If it stays so, check PUBSUB_TOOLKIT_REDIS_URL's scheme: %s",
+            type(exc).__name__,
+            exc,
+            "it is rediss:// (TLS), which a server without in-transit encryption never answers"
+            " - use redis:// for one"
+            if tls
+            else "a server with in-transit encryption needs rediss:// (not redis://) and "
+            "PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET",
+        )
+        return False
+    except redis_module.ResponseError:
         return False
     return str(info.get("cluster_enabled", 0)) == "1"
 
