@@ -169,3 +169,23 @@ def test_the_async_processor_runs_the_replay_too(clock: ManualClock) -> None:
 
     assert asyncio.run(scenario()) == ["dead_lettered", "processed", "duplicate"]
     assert refusing.done == 1
+
+
+def test_a_replayed_reused_key_is_dead_lettered_again_not_dropped(clock: ManualClock) -> None:
+    """A key reused with other content is dead-lettered once per copy (``fingerprint_mismatch``);
+    a replay of that letter still cannot run, and was acked without a new letter - gone. It
+    leaves a new one, once however often that replay is redelivered (as ingress does)."""
+    sink, handler = RecordingSink(), Handler()
+    handler.fixed = True
+    processor = sync_processor(handler, clock, sink)
+    assert processor.process(original()) == "processed"
+    other = {"dedup_key": "order-42"}
+    assert processor.process(Message(b"other", other, message_id="m2")) == "dead_lettered"
+    assert processor.process(Message(b"other", other, message_id="m2")) == "dead_lettered"
+    assert len(sink.on(DLQ)) == 1
+    replay = Message(b"other", {**other, "replay_id": "dl-1"}, message_id="m3")
+    assert processor.process(replay) == "dead_lettered"
+    assert processor.process(replay) == "dead_lettered"
+    [_, again] = sink.on(DLQ)
+    assert again.attributes["error_reason"] == "fingerprint_mismatch"
+    assert handler.done == 1

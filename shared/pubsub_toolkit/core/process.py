@@ -341,9 +341,11 @@ def dedup_once(
     )
     if processed.outcome is Outcome.MISMATCH:
         error = PermanentError(attr.REASON_FINGERPRINT_MISMATCH, f"dedup_key {key!r} reused")
-        yield RejectOnce(
-            f"mismatch:{key}:{fingerprint}", fingerprint, reject(scope, message, error)
-        )
+        # Once per copy, and once per replay of it: a replay took the letter off the
+        # dead-letter topic and cannot run either, so it must leave a new one.
+        replay_id = message.attributes.get(attr.REPLAY_ID)
+        once = f"mismatch:{key}:{fingerprint}" + (f":replay:{replay_id}" if replay_id else "")
+        yield RejectOnce(once, fingerprint, reject(scope, message, error))
     return processed
 
 
