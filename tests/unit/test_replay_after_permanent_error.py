@@ -189,3 +189,50 @@ def test_a_replayed_reused_key_is_dead_lettered_again_not_dropped(clock: ManualC
     [_, again] = sink.on(DLQ)
     assert again.attributes["error_reason"] == "fingerprint_mismatch"
     assert handler.done == 1
+
+
+def test_a_replayed_late_fifo_arrival_is_dead_lettered_again_not_dropped(
+    clock: ManualClock,
+) -> None:
+    """A `dlq replay` of a ``fifo_late_after_skip`` letter (e.g. without ``--consumer-id``, so
+    the CLI could not see that this consumer had moved past it) cannot run either: it must leave
+    a new letter. It was acked without one - gone from the dead-letter topic. Redeliveries of
+    one copy, and of one replay, still leave one letter each."""
+    sink, handler = RecordingSink(), Handler()
+    handler.fixed = True
+    log = DecisionLog("billing")
+    dead_letters = DeadLetterer(sink, DLQ, log)
+    dedup = IdempotentProcessor(
+        MemoryDedupStore(clock),
+        namespace="billing",
+        lease=timedelta(minutes=1),
+        ttl=timedelta(days=8),
+        clock=clock,
+    )
+    gate = FifoGate(
+        MemoryFifoStore(),
+        consumer="billing",
+        handler=handler,
+        dead_letters=dead_letters,
+        clock=clock,
+        log=log,
+    )
+    processor = MessageProcessor(
+        handler=handler, dedup=dedup, gate=gate, dead_letters=dead_letters, clock=clock
+    )
+
+    def step(seq: int, message_id: str, **extra: str) -> Message:
+        attributes = {"dedup_key": f"k{seq}", "fifo_group": "g", "fifo_seq": str(seq)}
+        return Message(b"x%d" % seq, {**attributes, **extra}, message_id=message_id)
+
+    gate.skip("g", 1, run=False)
+    assert processor.process(step(2, "m2")) == "processed"
+    assert processor.process(step(1, "m1")) == "dead_lettered"
+    assert processor.process(step(1, "m1")) == "dead_lettered"
+    assert len(sink.on(DLQ)) == 1
+    replay = step(1, "m3", replay_id="dl-1")
+    assert processor.process(replay) == "dead_lettered"
+    assert processor.process(replay) == "dead_lettered"
+    reasons = [m.attributes["error_reason"] for m in sink.on(DLQ)]
+    assert reasons == ["fifo_late_after_skip"] * 2
+    assert handler.done == 1  # #2 only
