@@ -9,7 +9,7 @@ rebuilt from stored state (the relay's task bodies), with Pub/Sub's own limits. 
 breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation` with a short
 ``reason`` code; callers dead-letter it and ack.
 
-(About 310 lines: every rule of the contract in one module, so that ingress, the relay and the
+(About 360 lines: every rule of the contract in one module, so that ingress, the relay and the
 consumer cannot drift apart.)
 """
 

@@ -23,7 +23,7 @@ them (:func:`run_async`), the blocking ones off the loop; neither decides anythi
 Decisions are logged directly through the scope's :class:`~.idempotent_run.Decisions` log and
 the clock is read directly, as :mod:`.idempotent_run` does (the protocol runs between effects).
 
-(About 390 lines: the eight effects both processors perform and every path of a message through
+(About 430 lines: the eight effects both processors perform and every path of a message through
 the processor - one, a batch, the decorator's call, RetryLater, reject - kept together so both
 drivers read them in one place.)
 """

@@ -21,7 +21,7 @@ Every choice above is made in :mod:`pubsub_toolkit.core.ingress` (and the releas
 fate record in :mod:`pubsub_toolkit.core.release`), from values; this module reads the
 delivery, claims, publishes, schedules and dead-letters as those decisions say.
 
-(About 330 lines: the effects of every routing case - claims in three namespaces, publishes,
+(About 350 lines: the effects of every routing case - claims in three namespaces, publishes,
 schedules, dead letters and fillers, each with its decision log - in one class.)
 """
 
