@@ -114,7 +114,9 @@ def start_service(spec: ServiceSpec, log_dir: Path) -> RunningService:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.name}.log"
     try:
-        with log_path.open("wb") as log:
+        # Appended to: a restart on the same directory (`local restart PART`) keeps the lines
+        # of the run before it, which say what happened while it was failing.
+        with log_path.open("ab") as log:
             process = subprocess.Popen(
                 spec.argv,
                 stdout=log,

@@ -9,14 +9,15 @@ rebuilt from stored state (the relay's task bodies), with Pub/Sub's own limits. 
 breaks the contract raises :class:`~pubsub_toolkit.errors.ContractViolation` with a short
 ``reason`` code; callers dead-letter it and ack.
 
-(About 310 lines: every rule of the contract in one module, so that ingress, the relay and the
+(About 360 lines: every rule of the contract in one module, so that ingress, the relay and the
 consumer cannot drift apart.)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from pubsub_toolkit.attributes import (
@@ -149,6 +150,26 @@ def parse_envelope(message: Message, *, now: datetime) -> Envelope:
         fifo_seq=fields.fifo_seq,
         fifo_end=fields.fifo_end,
     )
+
+
+# A fingerprint as ingress stamps it (content_fingerprint: SHA-256, lower-case hex).
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def as_replay(envelope: Envelope) -> Envelope:
+    """``envelope`` of a genuine (minted) replay from the dead-letter topic, with the
+    fingerprint of the message it replays.
+
+    A replay is its original's content, but not always with its original's attributes:
+    ingress turned a ``delay_seconds`` into ``deliver_at``, and the letter carries the latter.
+    Recomputed over it, the fingerprint differs, and the consumer and the relay would take the
+    replay for a reused key (``fingerprint_mismatch``). The letter's ``content_sha256`` is the
+    one ingress stamped on the original; only a letter dead-lettered before ingress stamped
+    anything (a contract violation) has none, and its attributes are the producer's own."""
+    carried = envelope.message.attributes.get(CONTENT_SHA256, "")
+    if not _DIGEST.fullmatch(carried):
+        return envelope
+    return replace(envelope, fingerprint=carried)
 
 
 def check_produced(

@@ -18,6 +18,7 @@ import pytest
 from pubsub_toolkit.config import ConsumerSettings, Settings
 from pubsub_toolkit.consumer.processor import MessageProcessor
 from pubsub_toolkit.consumer.subscriber import Consumer
+from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit_local.stack import LocalStack, RunningEmulators, StackOptions
 from tests.conftest import repo_root
@@ -84,14 +85,18 @@ def recording_consumer(
     poison_policy: str = "skip",
     max_attempts: int = 5,
     poison_data: bytes | None = None,
+    refuse: bool = False,
 ) -> Iterator[Recorder]:
     """A real Consumer on the stack's final subscription; the handler fails on ``poison_data``
-    until ``recorder.fixed`` is set (the operator's "fix")."""
+    until ``recorder.fixed`` is set (the operator's "fix") - with ``refuse``, by raising
+    ``PermanentError("handler_refused", ...)`` (dead-lettered at once, also outside groups)."""
     assert stack.topology is not None
     recorder = Recorder()
 
     def handler(message: Message) -> None:
         if message.data == poison_data and not recorder.fixed.is_set():
+            if refuse:
+                raise PermanentError("handler_refused", "handler bug")
             raise RuntimeError("handler bug")
         attributes = message.attributes
         entry: tuple[str, int] | str = (

@@ -268,3 +268,38 @@ def test_a_poison_message_the_group_skipped_is_kept_not_replayed(make_stack: Sta
         assert [(d.group, d.seq) for d in still] == [(group, 2)]
         wait_until(lambda: store.load(consumer_id, group).last_processed == 3, what="past #3")
         assert seen.handled_in(group) == [1, 3]
+
+
+def test_a_delayed_message_the_handler_refused_runs_when_replayed_after_the_fix(
+    make_stack: StackFactory,
+) -> None:
+    """The operator's loop of operate.md on a plain delayed message: the handler refuses it
+    (``PermanentError``, dead-lettered), the handler is fixed, `dlq replay` - and it runs, once,
+    with its key. It used to be acked as a duplicate of the dead-lettering (the consumer's
+    record said done), and a message sent with ``delay_seconds`` came back as
+    ``fingerprint_mismatch`` instead (the letter carries ``deliver_at``)."""
+    stack = make_stack()
+    assert stack.topology is not None
+    with recording_consumer(stack, "ops-refuser", poison_data=b"refused", refuse=True) as seen:
+        sink = PubSubSink()
+        publisher = Publisher(sink, stack.topology.origin)
+        publisher.publish(b"refused", dedup_key="r-late", delay=timedelta(seconds=1)).result(30)
+        sink.close()
+        [letter] = wait_until(
+            lambda: dead_letters(stack), timeout=60, what="the refused message's dead letter"
+        )
+        assert (letter.reason, letter.dedup_key) == ("handler_refused", "r-late")
+
+        seen.fixed.set()
+        done = cli(stack.env, "dlq", "replay", "--reason", "handler_refused")
+        assert done.returncode == 0, done.stderr
+        assert "replayed 1 message(s)" in done.stdout
+        wait_until(lambda: "r-late" in seen.handled, timeout=60, what="the replay handled")
+        replays = wait_until(
+            lambda: [o for m, o in list(seen.outcomes) if m.attributes.get(attr.REPLAY_ID)],
+            timeout=30,
+            what="the replay's outcome",
+        )
+        assert replays == ["processed"]
+        assert dead_letters(stack) == []  # no fingerprint_mismatch, nothing left
+        assert seen.handled.count("r-late") == 1

@@ -93,7 +93,8 @@ def test_a_retry_later_at_the_limit_is_dead_lettered_and_recorded_done() -> None
     dead_letter = run_once.run.throw(RetryLater(timedelta(minutes=5)))
     assert isinstance(dead_letter, process.DeadLetter)
     assert dead_letter.reason == process.REASON_RETRY_LIMIT
-    assert finish(run_once.run, "dl-1") is None  # done, no result: no copy counts again
+    # Done, with the mark of a dead letter: no copy counts again, a `dlq replay` runs it.
+    assert finish(run_once.run, "dl-1") == process.DEAD_LETTERED_RESULT
     assert finish(step, ProcessResult(Outcome.PROCESSED, None)) == process.DEAD_LETTERED
 
 

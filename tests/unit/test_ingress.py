@@ -365,6 +365,40 @@ def test_a_minted_replay_goes_through_once(
     assert ingress.handle(other_key).outcome is IngressOutcome.DEAD_LETTERED  # minted for "k"
 
 
+def test_a_replay_keeps_the_fingerprint_of_the_message_it_replays(
+    sink: RecordingSink, clock: ManualClock
+) -> None:
+    """A message published with ``delay_seconds`` (``--delay``, ``Publisher(delay=...)``)
+    leaves ingress with ``deliver_at`` instead, and its fingerprint covers the producer's
+    ``delay_seconds``. A dead letter of it (the consumer's, the relay's) carries ``deliver_at``,
+    and a replay's fingerprint recomputed over that differed: the consumer called the replay a
+    reused key (``fingerprint_mismatch``, dead-lettered again, for every replay) and the relay
+    raised the same ALERT. Found replaying a delayed message on the local stack."""
+    from pubsub_toolkit.dead_letters import replay as replays
+
+    store = MemoryDedupStore(clock)
+    ingress = Ingress(
+        store=store,
+        sink=sink,
+        final_topic=FINAL,
+        dead_letter_topic=DLQ,
+        lease=timedelta(seconds=30),
+        ttl=timedelta(days=8),
+        clock=clock,
+    )
+    sent = {"dedup_key": "k", "delay_seconds": "0"}
+    ingress.handle(Message(b"x", sent, message_id="1"))
+    [out] = sink.on(FINAL)
+    assert "delay_seconds" not in out.attributes and "deliver_at" in out.attributes
+    # What `dlq replay` publishes: the letter (the final copy) without error_*, plus replay_id.
+    replays.mint(store, "dlq-7", "k")
+    replay = Message(b"x", {**out.attributes, "replay_id": "dlq-7"}, message_id="2")
+    assert ingress.handle(replay).outcome is IngressOutcome.PUBLISHED
+    [_, again] = sink.on(FINAL)
+    assert again.attributes["content_sha256"] == out.attributes["content_sha256"]
+    assert again.attributes["deliver_at"] == out.attributes["deliver_at"]
+
+
 def test_a_renumbered_retry_that_reaches_ingress_first_keeps_the_first_place(
     ingress: Ingress, sink: RecordingSink, clock: ManualClock
 ) -> None:

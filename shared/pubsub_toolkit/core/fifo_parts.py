@@ -189,6 +189,9 @@ class FifoParts:
         digest = key_digest(message_key(message))
         epoch = message.attributes.get(attr.FIFO_EPOCH, "")
         once = f"dead_letter:{group}#{seq}@{epoch}:{digest}"
+        replay_id = message.attributes.get(attr.REPLAY_ID)
+        if replay_id:  # a `dlq replay` took the letter off the topic: leave a new one
+            once += f":replay:{replay_id}"
         yield DeadLetter(message, reason, detail, f"{group}#{seq}", once=once, digest=digest)
 
     def _take_lease(

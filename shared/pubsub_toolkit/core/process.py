@@ -23,7 +23,7 @@ them (:func:`run_async`), the blocking ones off the loop; neither decides anythi
 Decisions are logged directly through the scope's :class:`~.idempotent_run.Decisions` log and
 the clock is read directly, as :mod:`.idempotent_run` does (the protocol runs between effects).
 
-(About 390 lines: the eight effects both processors perform and every path of a message through
+(About 430 lines: the eight effects both processors perform and every path of a message through
 the processor - one, a batch, the decorator's call, RetryLater, reject - kept together so both
 drivers read them in one place.)
 """
@@ -49,6 +49,16 @@ from pubsub_toolkit.message import Message
 REASON_RETRY_LIMIT = "retry_limit"
 RETRY_SCHEDULED = "retry_scheduled"  # the outcome of a RetryLater re-scheduled (ack)
 DEAD_LETTERED = GateOutcome.DEAD_LETTERED.value  # one outcome for the gate's and the plain path
+# The stored result of a plain message this consumer dead-lettered (a handler's PermanentError,
+# RetryLater at its limit), followed by the replay_id of the copy that was (empty for the
+# original): its redeliveries stay duplicates, but a `dlq replay` of it (the cause fixed) must
+# run, which a bare None - also what a handler may return - cannot tell. Never handed to a
+# caller (see _run_once).
+DEAD_LETTERED_RESULT = "\x00dead_lettered:"
+# A replay of a key dead-lettered here runs under the key plus this, one level per
+# dead-lettering: the first replay to reach a level runs there, and a level whose handler ran
+# ends the chain for every later copy, so the handler succeeds at most once per key.
+REPLAYED_SUFFIX = "#replayed"
 T = TypeVar("T")
 
 
@@ -258,18 +268,29 @@ def run_once(scope: Scope, message: Message) -> Step[tuple[str, str | None]]:
 
 
 def _run_once(scope: Scope, message: Message, argument: object) -> Step[tuple[str, str | None]]:
-    limited: list[str] = []  # the outcome of a dead letter run_handler sent (poison, refused)
-    try:
-        processed = yield from dedup_once(
-            scope, message, run_handler(scope, message, argument, limited)
-        )
-    except RetryLater as exc:  # below the limit: the claim is released, the copy re-scheduled
-        return (yield from retry_later(scope, message, exc)), None
-    if limited:
-        return limited[0], None
-    if processed.outcome is Outcome.MISMATCH:
-        return DEAD_LETTERED, None
-    return processed.outcome.value, processed.result
+    key = dedup_key(message)
+    replay_id = message.attributes.get(attr.REPLAY_ID, "")
+    while True:
+        limited: list[str] = []  # the outcome of a dead letter run_handler sent (poison, refused)
+        try:
+            processed = yield from dedup_once(
+                scope, message, run_handler(scope, message, argument, limited), key=key
+            )
+        except RetryLater as exc:  # below the limit: the claim is released, the copy re-scheduled
+            return (yield from retry_later(scope, message, exc)), None
+        if limited:
+            return limited[0], None
+        if processed.outcome is Outcome.MISMATCH:
+            return DEAD_LETTERED, None
+        result = processed.result
+        if result is None or not result.startswith(DEAD_LETTERED_RESULT):
+            return processed.outcome.value, result
+        if not replay_id or result == DEAD_LETTERED_RESULT + replay_id:
+            # A redelivery of the copy dead-lettered at this level: acked, not sent twice.
+            return processed.outcome.value, None
+        # A replay (the cause fixed, operate.md) of a message this consumer dead-lettered: its
+        # record says so, not that the handler ran - run it, once, a level further on.
+        key += REPLAYED_SUFFIX
 
 
 def run_handler(
@@ -277,15 +298,16 @@ def run_handler(
 ) -> Step[str | None]:
     """A plain message's effect under its dedup claim: the handler, called with ``argument``.
     Its PermanentError is dead-lettered with the error's reason and its RetryLater at the
-    limit is poison (``limited`` gets the outcome), each recorded done (None) so no copy starts
-    the count again or is dead-lettered twice; its result is stored as text."""
+    limit is poison (``limited`` gets the outcome), each recorded done (DEAD_LETTERED_RESULT
+    and its replay_id) so no copy starts the count again or is dead-lettered twice, while a
+    replay of it runs; its result is stored as text."""
     try:
         result = yield CallHandler(argument)
     except PermanentError as exc:
         # "It can never succeed" (errors.md): a dead letter and an ack, not a redelivery.
         # Without a dead-letter topic reject raises it: the claim is released, it comes again.
         limited.append((yield from reject(scope, message, exc)))
-        return None
+        return DEAD_LETTERED_RESULT + message.attributes.get(attr.REPLAY_ID, "")
     except RetryLater as exc:
         if not _at_retry_limit(scope, message):
             raise  # the claim is released; re-scheduled by _run_once
@@ -294,7 +316,7 @@ def run_handler(
         limited.append(
             (yield from reject(scope, message, PermanentError(REASON_RETRY_LIMIT, detail)))
         )
-        return None
+        return DEAD_LETTERED_RESULT + message.attributes.get(attr.REPLAY_ID, "")
     return None if result is None else str(result)
 
 
@@ -304,11 +326,13 @@ def call_handler() -> Step[str | None]:
     return result
 
 
-def dedup_once(scope: Scope, message: Message, run: Step[str | None]) -> Step[ProcessResult]:
-    """Run ``run`` once per ``message``'s dedup key: a duplicate returns the stored result, a
-    reused key with other content is dead-lettered once (outcome MISMATCH). Returns the
-    ProcessResult; ClaimInProgressError (from RunOnce) while another delivery holds the key."""
-    key = dedup_key(message)
+def dedup_once(
+    scope: Scope, message: Message, run: Step[str | None], *, key: str | None = None
+) -> Step[ProcessResult]:
+    """Run ``run`` once per ``message``'s dedup key (or ``key``): a duplicate returns the stored
+    result, a reused key with other content is dead-lettered once (outcome MISMATCH). Returns
+    the ProcessResult; ClaimInProgressError (from RunOnce) while another delivery holds the key."""
+    key = dedup_key(message) if key is None else key
     fingerprint = message.attributes.get(attr.CONTENT_SHA256) or attr.content_fingerprint(
         message.data, message.attributes
     )
@@ -317,9 +341,11 @@ def dedup_once(scope: Scope, message: Message, run: Step[str | None]) -> Step[Pr
     )
     if processed.outcome is Outcome.MISMATCH:
         error = PermanentError(attr.REASON_FINGERPRINT_MISMATCH, f"dedup_key {key!r} reused")
-        yield RejectOnce(
-            f"mismatch:{key}:{fingerprint}", fingerprint, reject(scope, message, error)
-        )
+        # Once per copy, and once per replay of it: a replay took the letter off the
+        # dead-letter topic and cannot run either, so it must leave a new one.
+        replay_id = message.attributes.get(attr.REPLAY_ID)
+        once = f"mismatch:{key}:{fingerprint}" + (f":replay:{replay_id}" if replay_id else "")
+        yield RejectOnce(once, fingerprint, reject(scope, message, error))
     return processed
 
 

@@ -21,7 +21,7 @@ Every choice above is made in :mod:`pubsub_toolkit.core.ingress` (and the releas
 fate record in :mod:`pubsub_toolkit.core.release`), from values; this module reads the
 delivery, claims, publishes, schedules and dead-letters as those decisions say.
 
-(About 330 lines: the effects of every routing case - claims in three namespaces, publishes,
+(About 350 lines: the effects of every routing case - claims in three namespaces, publishes,
 schedules, dead letters and fillers, each with its decision log - in one class.)
 """
 
@@ -55,7 +55,7 @@ from pubsub_toolkit.dead_letters.replay import REASON_FORGED_REPLAY, is_minted
 from pubsub_toolkit.dead_letters.send import DeadLetterer
 from pubsub_toolkit.dedup.idempotent import IdempotentProcessor, Outcome
 from pubsub_toolkit.delay.cancel import is_cancelled, release_once, run_release
-from pubsub_toolkit.envelope import Envelope, parse_envelope
+from pubsub_toolkit.envelope import Envelope, as_replay, parse_envelope
 from pubsub_toolkit.errors import PermanentError
 from pubsub_toolkit.message import Message, OutboundMessage
 from pubsub_toolkit.observability import DecisionLog, Metrics
@@ -169,6 +169,8 @@ class Ingress:
             replay_id = self._genuine_replay_id(message, envelope)
         except PermanentError as exc:
             return self._reject(message, exc)
+        if replay_id is not None:
+            envelope = as_replay(envelope)
         misses = attr.near_misses(message.attributes)
         if misses:  # delivered all the same: it may be the producer's own attribute
             self.log.decision(
