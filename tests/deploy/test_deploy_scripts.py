@@ -411,6 +411,29 @@ def test_deploy_root_reaches_every_module_input() -> None:
     assert shown <= set(root_vars), shown - set(root_vars)
 
 
+def test_status_page_docs_name_the_deployed_subscriptions() -> None:
+    """An operator pointing the status page at a deployed stack learns which subscriptions to
+    name: the defaults (`origin-to-ingress`, `final-sub`) are the local stack's, and the deploy
+    paths create `[prefix]ingress-push` (and, with the consumer function, `consumer-push`
+    instead of `final-sub`). Found on a trial deploy: both pages still said to use an Eventarc
+    trigger's subscription, which neither deploy path creates any more."""
+    push = (TF / "push.tf").read_text()
+    assert 'name    = "${local.prefix}${each.key}-push"' in push  # ingress-push, consumer-push
+    settings = (ROOT / "docs/reference/settings.md").read_text()
+    operate = (ROOT / "docs/how-to/operate.md").read_text()
+    (origin_row,) = [
+        line for line in settings.splitlines() if line.startswith("| `PUBSUB_TOOLKIT_ORIGIN_SUB")
+    ]
+    (final_row,) = [
+        line for line in settings.splitlines() if line.startswith("| `PUBSUB_TOOLKIT_FINAL_SUB")
+    ]
+    (paragraph,) = [p for p in operate.split("\n\n") if "PUBSUB_TOOLKIT_ORIGIN_SUBSCRIPTION" in p]
+    for text in (origin_row, paragraph):
+        assert "Eventarc" not in text and "ingress-push" in text, text
+    for text in (final_row, paragraph):
+        assert "consumer-push" in text, text
+
+
 # --- shell hygiene ---------------------------------------------------------------------------
 
 
