@@ -335,6 +335,17 @@ variable "relay" {
     condition     = var.name_prefix == "" || !(var.enable_delayed_delivery && var.relay_platform == "app_engine") || try(var.relay.service, null) != null
     error_message = "With a name_prefix and the App Engine relay, set relay = { service = \"...\" }: \"default\" for the project's first deployment (an application's first service must be default), another name (e.g. \"blue-relay\") for each later one - deployments share the project's one App Engine application."
   }
+
+  validation {
+    # An application created by this apply has no service yet, and App Engine refuses any
+    # other first service: the version's create would fail halfway through the first apply.
+    # (scripts/deploy-terraform sets app_engine_application_exists when the project has one.)
+    condition = !(
+      var.enable_delayed_delivery && var.relay_platform == "app_engine" &&
+      var.create_app_engine_application && !var.app_engine_application_exists
+    ) || coalesce(try(var.relay.service, null), "default") == "default"
+    error_message = "This apply creates the project's App Engine application, whose first service must be \"default\": set relay = { service = \"default\" } (a later deployment into the same project names its own service)."
+  }
 }
 
 variable "function_runtime" {

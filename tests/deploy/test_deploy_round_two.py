@@ -294,7 +294,7 @@ def test_deploy_root_terraform_test(tmp_path: Path) -> None:
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     tested = tf.run(["test", "-no-color"], root, data)
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "3 passed, 0 failed" in tested.stdout, tested.stdout
+    assert "4 passed, 0 failed" in tested.stdout, tested.stdout
     assert not (root / ".terraform").exists()
 
 

@@ -60,14 +60,37 @@ run "a_prefixed_cloud_run_relay_needs_no_service" {
   }
 }
 
-run "tfvars_settings_reach_the_module" {
-  command = apply
+# A new App Engine application's first service must be `default`: a prefixed first deployment
+# uses it, a later one (the application exists, as make deploy finds) names its own.
+run "a_new_application_s_relay_is_the_default_service" {
+  command = plan
 
   variables {
     name_prefix = "blue-"
     relay       = { service = "blue-relay" }
-    ingress     = { max_instances = 50, extra_env = { PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS = "10" } }
-    tasks_retry = { max_attempts = 20 }
+  }
+
+  expect_failures = [var.relay]
+}
+
+run "tfvars_settings_reach_the_module" {
+  command = apply
+
+  variables {
+    name_prefix                   = "blue-"
+    relay                         = { service = "blue-relay" }
+    app_engine_application_exists = true
+    ingress                       = { max_instances = 50, extra_env = { PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS = "10" } }
+    tasks_retry                   = { max_attempts = 20 }
+  }
+
+  # The existing application is adopted (imports.tf); mocked, as imports from mocks cannot be.
+  override_resource {
+    target = module.pubsub_toolkit.google_app_engine_application.app
+    values = {
+      default_hostname = "test-project.ew.r.appspot.com"
+      code_bucket      = "staging.test-project.appspot.com"
+    }
   }
 
   assert {
