@@ -77,6 +77,11 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
                 Settings.from_env(), ConsumerSettings.from_env(), load_handler(spec)
             )
             if isinstance(processor, AsyncMessageProcessor):
+                # PUBSUB_TOOLKIT_METRICS_EXPORTER as below, without the FIFO gauges: they list
+                # groups through a synchronous store, from the exporter's thread.
+                configure_metrics_from_env(
+                    os.environ, processor.gate.log.metrics, component="consumer"
+                )
                 _processor = processor.blocking()  # an async def handler, on its own loop
             else:
                 # PUBSUB_TOOLKIT_METRICS_EXPORTER: decisions, dead letters, handler time and the

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,9 @@ BASE_ENV = {
 }
 
 
-def start_twice(folder: str, call: str, **env: str) -> subprocess.CompletedProcess[str]:
+def start_twice(
+    folder: str, call: str, extra_path: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Import the entry point's main.py and run its start-up twice, printing each outcome."""
     inherited = {
         k: v
@@ -46,6 +49,7 @@ def start_twice(folder: str, call: str, **env: str) -> subprocess.CompletedProce
     body = f"""
         import sys
         sys.path.insert(0, {str(ROOT / folder)!r})
+        sys.path.insert(0, {str(extra_path or ROOT / folder)!r})
         import main
         from pubsub_toolkit.errors import ConfigurationError
         for attempt in (1, 2):  # the platform's first request, then Pub/Sub's redelivery
@@ -81,6 +85,39 @@ def test_a_function_whose_start_failed_refuses_the_next_request_too(folder: str,
         "off, cloud-monitoring, console"
     )
     assert run.stdout.splitlines() == [refusal, refusal], run.stdout + run.stderr
+
+
+def test_an_async_handler_s_consumer_reads_the_metrics_settings_too(tmp_path: Path) -> None:
+    """PUBSUB_TOOLKIT_HANDLER naming an ``async def`` runs on the async stores; its consumer
+    exported no metrics and never read PUBSUB_TOOLKIT_METRICS_EXPORTER - not even to refuse a
+    value that stops every other part (found on the same trial)."""
+    (tmp_path / "async_handler.py").write_text("async def handle(message):\n    return 'ok'\n")
+    run = start_twice(
+        "functions/consumer",
+        "main._get_processor()",
+        extra_path=tmp_path,
+        PUBSUB_TOOLKIT_HANDLER="async_handler:handle",
+        PUBSUB_TOOLKIT_METRICS_EXPORTER="prometheus",
+    )
+    assert run.returncode == 0, run.stderr
+    refusal = (
+        "refused: PUBSUB_TOOLKIT_METRICS_EXPORTER 'prometheus' is not one of "
+        "off, cloud-monitoring, console"
+    )
+    assert run.stdout.splitlines() == [refusal, refusal], run.stdout + run.stderr
+    # With a valid exporter it starts, and keeps its instance.
+    run = start_twice(
+        "functions/consumer",
+        "main._get_processor()",
+        extra_path=tmp_path,
+        PUBSUB_TOOLKIT_HANDLER="async_handler:handle",
+        PUBSUB_TOOLKIT_METRICS_EXPORTER="console",
+        PUBSUB_TOOLKIT_METRICS_EXPORT_SECONDS="3600",
+    )
+    assert run.returncode == 0, run.stderr
+    # (The console exporter may print its last export at exit: only the outcomes count.)
+    outcomes = [line for line in run.stdout.splitlines() if line.startswith(("started", "refused"))]
+    assert outcomes == ["started: BlockingProcessor"] * 2, run.stdout
 
 
 @pytest.mark.parametrize(
