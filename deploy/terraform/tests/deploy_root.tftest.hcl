@@ -82,6 +82,7 @@ run "tfvars_settings_reach_the_module" {
     app_engine_application_exists = true
     ingress                       = { max_instances = 50, extra_env = { PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS = "10" } }
     tasks_retry                   = { max_attempts = 20 }
+    consumer                      = { consumer_id = "billing", handler = "example_handler:handle" }
   }
 
   # The existing application is adopted (imports.tf); mocked, as imports from mocks cannot be.
@@ -104,5 +105,9 @@ run "tfvars_settings_reach_the_module" {
       module.pubsub_toolkit.relay_env_variables["PUBSUB_TOOLKIT_TASKS_MAX_ATTEMPTS"] == "20"
     )
     error_message = "ingress.extra_env and tasks_retry must reach the module, unset attributes keeping its defaults."
+  }
+  assert {
+    condition     = module.pubsub_toolkit.sweep_job != null && contains(keys(module.pubsub_toolkit.functions), "consumer")
+    error_message = "a consumer with only its id and handler must take the module's defaults (the sweep job every minute)."
   }
 }
