@@ -444,6 +444,13 @@ variable "app_engine_location_id" {
   default     = null
 
   validation {
+    # App Engine knows these two regions only as europe-west and us-central: with the 1 the
+    # application's create call fails in the middle of the first apply.
+    condition     = !contains(["europe-west1", "us-central1"], coalesce(var.app_engine_location_id, "-"))
+    error_message = "app_engine_location_id is App Engine's name for the location: europe-west1 is \"europe-west\" and us-central1 is \"us-central\" (the only two App Engine spells without the 1)."
+  }
+
+  validation {
     # App Engine-routed queues and the App Engine relay's VPC connector must be in the
     # application's region, which is `region` (europe-west is europe-west1, us-central
     # us-central1).

@@ -29,4 +29,29 @@ module "pubsub_toolkit" {
   redis         = var.redis
   network       = var.network
   build_dir     = coalesce(var.build_dir, "${path.module}/../../build")
+
+  # The module's other inputs, unchanged (variables.tf).
+  enable_apis                         = var.enable_apis
+  topics                              = var.topics
+  message_retention_duration          = var.message_retention_duration
+  subscriptions                       = var.subscriptions
+  exactly_once_delivery               = var.exactly_once_delivery
+  ingress_message_ordering            = var.ingress_message_ordering
+  push_max_delivery_attempts          = var.push_max_delivery_attempts
+  grant_token_creator_to_pubsub_agent = var.grant_token_creator_to_pubsub_agent
+  dead_letter_subscription            = var.dead_letter_subscription
+  dedup_ttl_seconds                   = var.dedup_ttl_seconds
+  dedup_collection                    = var.dedup_collection
+  extra_ttl_collection_groups         = var.extra_ttl_collection_groups
+  tasks_target                        = var.tasks_target
+  tasks_retry                         = var.tasks_retry
+  tasks_rate_limits                   = var.tasks_rate_limits
+  tasks_logging_sampling_ratio        = var.tasks_logging_sampling_ratio
+  relay_deploy                        = var.relay_deploy
+  relay                               = var.relay
+  function_runtime                    = var.function_runtime
+  ingress                             = var.ingress
+  metric_propagation_wait             = var.metric_propagation_wait
+  alert_thresholds                    = var.alert_thresholds
+  create_dashboard                    = var.create_dashboard
 }

@@ -52,15 +52,16 @@ variable "relay_platform" {
 
 variable "cloud_run_relay" {
   type = object({
-    name            = optional(string)
-    image           = optional(string)
-    cpu             = optional(string)
-    memory          = optional(string)
-    min_instances   = optional(number)
-    max_instances   = optional(number)
-    concurrency     = optional(number)
-    timeout_seconds = optional(number)
-    ingress         = optional(string)
+    name                = optional(string)
+    image               = optional(string)
+    cpu                 = optional(string)
+    memory              = optional(string)
+    min_instances       = optional(number)
+    max_instances       = optional(number)
+    concurrency         = optional(number)
+    timeout_seconds     = optional(number)
+    ingress             = optional(string)
+    deletion_protection = optional(bool)
   })
   description = "The Cloud Run relay's settings (the module's cloud_run_relay; unset ones take its defaults). image is built by scripts/deploy-terraform unless set."
   default     = {}
@@ -74,11 +75,19 @@ variable "relay_image" {
 
 variable "consumer" {
   type = object({
-    consumer_id    = string
-    handler        = string
-    sweep_schedule = optional(string)
+    consumer_id     = string
+    handler         = string
+    sweep_schedule  = optional(string)
+    name            = optional(string)
+    memory          = optional(string)
+    cpu             = optional(string)
+    timeout_seconds = optional(number)
+    min_instances   = optional(number)
+    max_instances   = optional(number)
+    concurrency     = optional(number)
+    extra_env       = optional(map(string))
   })
-  description = "Deploy functions/consumer behind a push subscription on the final topic with this PUBSUB_TOOLKIT_CONSUMER_ID and PUBSUB_TOOLKIT_HANDLER (module:function); null: not deployed. sweep_schedule: cron of the Cloud Scheduler job calling its /sweep (unset: the module's default, every minute; \"\": no job)."
+  description = "Deploy functions/consumer behind a push subscription on the final topic with this PUBSUB_TOOLKIT_CONSUMER_ID and PUBSUB_TOOLKIT_HANDLER (module:function); null: not deployed. sweep_schedule: cron of the Cloud Scheduler job calling its /sweep (unset: the module's default, every minute; \"\": no job). extra_env: more settings, e.g. PUBSUB_TOOLKIT_FIFO_POISON_POLICY. Unset attributes take the module's defaults (terraform/variables.tf)."
   default     = null
 }
 
@@ -171,4 +180,218 @@ variable "tasks_queue_exists" {
   type        = bool
   description = "The deployment's Cloud Tasks queue exists (kept by scripts/deploy-terraform --destroy: a deleted queue's name is reserved for up to 3 days): the apply imports it. Set by scripts/deploy-terraform."
   default     = false
+}
+
+# ---------------------------------------------------------------------------------------------
+# The module's other inputs, passed through unchanged (types, defaults and meaning: terraform/
+# variables.tf, which validates them). Declared here so a tfvars file can set them: Terraform
+# only warns about a value for a variable the root does not declare, and drops an object
+# attribute the root's type lacks. Object attributes left unset take the module's defaults.
+# Not here: tasks_queue_name and firestore_database - scripts/deploy-terraform looks the queue
+# and the database up by their default names to adopt them (imports.tf).
+# ---------------------------------------------------------------------------------------------
+
+variable "enable_apis" {
+  type        = bool
+  description = "Enable the Google APIs the module needs; false when the project factory does it."
+  default     = true
+}
+
+variable "topics" {
+  type = object({
+    origin      = optional(string)
+    final       = optional(string)
+    dead_letter = optional(string)
+  })
+  description = "Topic names (name_prefix is put in front); unset: origin, final, dead-letter."
+  default     = {}
+}
+
+variable "message_retention_duration" {
+  type        = string
+  description = "How long each topic retains messages, e.g. \"604800s\"."
+  default     = "604800s"
+}
+
+variable "subscriptions" {
+  type = map(object({
+    topic                        = optional(string)
+    ack_deadline_seconds         = optional(number)
+    enable_message_ordering      = optional(bool)
+    enable_exactly_once_delivery = optional(bool)
+    max_delivery_attempts        = optional(number)
+    minimum_backoff              = optional(string)
+    maximum_backoff              = optional(string)
+    filter                       = optional(string)
+  }))
+  description = "Pull subscriptions by name; null: final-sub when no consumer function reads the final topic."
+  default     = null
+}
+
+variable "exactly_once_delivery" {
+  type        = bool
+  description = "Exactly-once delivery on the default pull subscription final-sub (docs/how-to/deploy.md)."
+  default     = false
+}
+
+variable "ingress_message_ordering" {
+  type        = bool
+  description = "Message ordering on the ingress push subscription (replaces ingress-push when changed; docs/how-to/deploy.md)."
+  default     = false
+}
+
+variable "push_max_delivery_attempts" {
+  type        = number
+  description = "Deliveries before ingress-push and consumer-push dead-letter a message (5-100)."
+  default     = 10
+}
+
+variable "grant_token_creator_to_pubsub_agent" {
+  type        = bool
+  description = "Grant the Pub/Sub service agent serviceAccountTokenCreator on the push account (needed by agents created on or before 8 April 2021)."
+  default     = true
+}
+
+variable "dead_letter_subscription" {
+  type        = string
+  description = "The pull subscription on the dead-letter topic that `pubsub-toolkit dlq` reads."
+  default     = "dead-letter-sub"
+}
+
+variable "dedup_ttl_seconds" {
+  type        = number
+  description = "PUBSUB_TOOLKIT_DEDUP_TTL_SECONDS: lifetime of a dedup record, more than 604800 (7 days)."
+  default     = 691200
+}
+
+variable "dedup_collection" {
+  type        = string
+  description = "PUBSUB_TOOLKIT_DEDUP_COLLECTION; null: pubsub_toolkit_dedup behind name_prefix."
+  default     = null
+}
+
+variable "extra_ttl_collection_groups" {
+  type        = map(string)
+  description = "More collection groups whose expire_at gets a TTL policy."
+  default     = {}
+}
+
+variable "tasks_target" {
+  type        = string
+  description = "PUBSUB_TOOLKIT_TASKS_TARGET: http (OIDC to the relay's URL) or appengine (App Engine routing)."
+  default     = "http"
+}
+
+variable "tasks_retry" {
+  type = object({
+    max_attempts       = optional(number)
+    min_backoff        = optional(string)
+    max_backoff        = optional(string)
+    max_doublings      = optional(number)
+    max_retry_duration = optional(string)
+  })
+  description = "The queue's retry_config (the relay is told max_attempts)."
+  default     = {}
+}
+
+variable "tasks_rate_limits" {
+  type = object({
+    max_dispatches_per_second = optional(number)
+    max_concurrent_dispatches = optional(number)
+  })
+  description = "The queue's rate_limits."
+  default     = {}
+}
+
+variable "tasks_logging_sampling_ratio" {
+  type        = number
+  description = "Fraction of task attempts Cloud Tasks logs."
+  default     = 0.1
+}
+
+variable "relay_deploy" {
+  type        = string
+  description = "App Engine relay: terraform (this apply deploys its version) or gcloud (`gcloud app deploy` by hand)."
+  default     = "terraform"
+}
+
+variable "relay" {
+  type = object({
+    service        = optional(string)
+    runtime        = optional(string)
+    instance_class = optional(string)
+    min_instances  = optional(number)
+    max_instances  = optional(number)
+    max_concurrent = optional(number)
+    entrypoint     = optional(string)
+  })
+  description = "The relay's App Engine version (mirrors appengine/relay/app.yaml). service: \"default\" unless set; with a name_prefix it must be set - \"default\" for the project's first deployment, another name for each later one."
+  default     = {}
+
+  validation {
+    # The project has one App Engine application: a second, prefixed deployment on the
+    # `default` service would move all its traffic to its own relay, refusing the first
+    # deployment's tasks. The gcloud script asks for APP_ENGINE_SERVICE the same way.
+    condition     = var.name_prefix == "" || !(var.enable_delayed_delivery && var.relay_platform == "app_engine") || try(var.relay.service, null) != null
+    error_message = "With a name_prefix and the App Engine relay, set relay = { service = \"...\" }: \"default\" for the project's first deployment (an application's first service must be default), another name (e.g. \"blue-relay\") for each later one - deployments share the project's one App Engine application."
+  }
+
+  validation {
+    # An application created by this apply has no service yet, and App Engine refuses any
+    # other first service: the version's create would fail halfway through the first apply.
+    # (scripts/deploy-terraform sets app_engine_application_exists when the project has one.)
+    condition = !(
+      var.enable_delayed_delivery && var.relay_platform == "app_engine" &&
+      var.create_app_engine_application && !var.app_engine_application_exists
+    ) || coalesce(try(var.relay.service, null), "default") == "default"
+    error_message = "This apply creates the project's App Engine application, whose first service must be \"default\": set relay = { service = \"default\" } (a later deployment into the same project names its own service)."
+  }
+}
+
+variable "function_runtime" {
+  type        = string
+  description = "Cloud Functions runtime of ingress and consumer."
+  default     = "python312"
+}
+
+variable "ingress" {
+  type = object({
+    name            = optional(string)
+    memory          = optional(string)
+    cpu             = optional(string)
+    timeout_seconds = optional(number)
+    min_instances   = optional(number)
+    max_instances   = optional(number)
+    concurrency     = optional(number)
+    publish_timeout = optional(number)
+    lease_seconds   = optional(number)
+    extra_env       = optional(map(string))
+  })
+  description = "The ingress function's settings; unset ones take the module's defaults."
+  default     = {}
+}
+
+variable "metric_propagation_wait" {
+  type        = string
+  description = "The first apply's wait between the log-based metrics and their alert policies."
+  default     = "120s"
+}
+
+variable "alert_thresholds" {
+  type = object({
+    dead_lettered_per_period = optional(number)
+    dead_letter_backlog      = optional(number)
+    fingerprint_mismatches   = optional(number)
+    gap_timeouts             = optional(number)
+    period                   = optional(string)
+    oldest_unacked_age       = optional(number)
+  })
+  description = "Alert thresholds; unset ones take the module's defaults."
+  default     = {}
+}
+
+variable "create_dashboard" {
+  type        = bool
+  description = "Create the Cloud Monitoring dashboard."
+  default     = true
 }

@@ -77,9 +77,13 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
                 Settings.from_env(), ConsumerSettings.from_env(), load_handler(spec)
             )
             if isinstance(processor, AsyncMessageProcessor):
+                # PUBSUB_TOOLKIT_METRICS_EXPORTER as below, without the FIFO gauges: they list
+                # groups through a synchronous store, from the exporter's thread.
+                configure_metrics_from_env(
+                    os.environ, processor.gate.log.metrics, component="consumer"
+                )
                 _processor = processor.blocking()  # an async def handler, on its own loop
             else:
-                _processor = processor
                 # PUBSUB_TOOLKIT_METRICS_EXPORTER: decisions, dead letters, handler time and the
                 # groups' backlog through OpenTelemetry (read at export time, off the message path).
                 gate = processor.gate
@@ -87,6 +91,9 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
                 configure_metrics_from_env(
                     os.environ, gate.log.metrics, component="consumer", fifo=fifo
                 )
+                # Kept only once the metrics are set up: a start that failed part-way must fail
+                # again on the next request, not run the handler with no metrics.
+                _processor = processor
         return _processor
 
 

@@ -48,16 +48,19 @@ def _get_ingress() -> Ingress:
                 os.environ, service="ingress"
             )  # PUBSUB_TOOLKIT_TRACING, PUBSUB_TOOLKIT_TRACE_FILE
             settings = Settings.from_env()
-            _ingress = Ingress.from_settings(settings)
+            ingress = Ingress.from_settings(settings)
             # PUBSUB_TOOLKIT_METRICS_EXPORTER: the metrics through OpenTelemetry (read at export,
             # off the path).
-            configure_metrics_from_env(os.environ, _ingress.metrics, component="ingress")
+            configure_metrics_from_env(os.environ, ingress.metrics, component="ingress")
             # The dashboard's dedup hit rate: counter deltas go to the dedup backend every few
             # seconds from a background thread, never on the message path. 0 turns it off.
             if settings.stats_flush is not None:
                 store = stats_store_from_settings(settings)
                 interval = settings.stats_flush.total_seconds()
-                CounterFlusher(_ingress.metrics, store, interval=interval).start()
+                CounterFlusher(ingress.metrics, store, interval=interval).start()
+            # Kept only once every step above succeeded: a start that failed part-way must fail
+            # again on the next request, not leave an instance without metrics or stats.
+            _ingress = ingress
         return _ingress
 
 

@@ -345,6 +345,19 @@ run "app_engine_relay_connector_outside_the_application_s_region_is_refused" {
   expect_failures = [var.app_engine_location_id]
 }
 
+# App Engine spells europe-west1 and us-central1 without the 1 (and refuses them with the 1): a
+# new user copying the region into app_engine_location_id must be stopped at plan, not by the
+# application's create call in the middle of the first apply.
+run "app_engine_location_spelled_as_its_region_is_refused" {
+  command = plan
+
+  variables {
+    app_engine_location_id = "europe-west1"
+  }
+
+  expect_failures = [var.app_engine_location_id]
+}
+
 run "http_targets_need_no_app_engine_role" {
   command = plan
 

@@ -229,6 +229,32 @@ def test_bundle_carries_no_local_stack_and_no_operator_tools(bundle: str, build_
         assert not (build_dir / bundle / "pubsub_toolkit" / tool).exists(), tool
 
 
+def test_a_handler_package_and_its_files_are_bundled(tmp_path: Path) -> None:
+    """What a user puts beside functions/consumer/main.py is uploaded with it: a handler that is
+    a package (PUBSUB_TOOLKIT_HANDLER=billing.handlers:handle) and the files it reads. Found on a
+    trial deploy: the build copied only the top-level *.py files, so such a handler was missing
+    from the bundle and the deployed consumer refused every message ("No module named
+    'billing'"). Built from a copy of the tree, so the repository stays as it is."""
+    tree = tmp_path / "tree"
+    for folder in ("scripts", "functions", "appengine", "shared/pubsub_toolkit"):
+        shutil.copytree(ROOT / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    package = tree / "functions/consumer/billing"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "handlers.py").write_text("def handle(message):\n    return 'ok'\n")
+    (package / "rates.json").write_text("{}")
+    (tree / "functions/consumer/.pytest_cache").mkdir()  # a local run's cache: never uploaded
+    out = tmp_path / "build"
+    subprocess.run([str(tree / "scripts/build-bundles"), str(out)], check=True, capture_output=True)
+    consumer = out / "functions/consumer"
+    for name in ("billing/__init__.py", "billing/handlers.py", "billing/rates.json"):
+        assert (consumer / name).is_file(), f"{name} is not in the consumer's bundle"
+    # The relay's Dockerfile stays out of the App Engine bundle: the deploy scripts add it for
+    # Cloud Run only.
+    assert not (out / "appengine/relay/Dockerfile").exists()
+    assert not list(out.rglob("__pycache__")) and not list(out.rglob(".pytest_cache"))
+
+
 @pytest.fixture
 def relay_server(
     build_dir: Path, venvs: dict[str, Path], relay_app: dict[str, object]

@@ -546,6 +546,13 @@ def test_name_prefix_on_every_name(prefixed: DryRun) -> None:
         ({"NAME_PREFIX": "blue"}, "NAME_PREFIX=blue is not"),
         ({"NAME_PREFIX": "blue-"}, "set APP_ENGINE_SERVICE"),
         ({"SA_PREFIX": "a-much-too-long-prefix-"}, "SA_PREFIX=a-much-too-long-prefix- is not"),
+        # App Engine's names for these two regions have no 1 (terraform's app_engine_location_id
+        # refuses the same): `gcloud app create` would fail halfway through the deploy.
+        (
+            {"APP_ENGINE_LOCATION": "europe-west1"},
+            'APP_ENGINE_LOCATION=europe-west1 is "europe-west"',
+        ),
+        ({"APP_ENGINE_LOCATION": "us-central1"}, 'APP_ENGINE_LOCATION=us-central1 is "us-central"'),
     ],
 )
 def test_bad_names_are_refused_in_one_line(env: dict[str, str], message: str) -> None:

@@ -281,6 +281,23 @@ def test_deploy_root_with_its_import_blocks_validates(tmp_path: Path) -> None:
     assert not (root / ".terraform").exists()
 
 
+def test_deploy_root_terraform_test(tmp_path: Path) -> None:
+    """deploy/terraform/tests/deploy_root.tftest.hcl with mocked providers (offline when the
+    registry is unreachable, as in tests/terraform): a tfvars file's settings reach the module
+    (relay.service, ingress.extra_env, tasks_retry), and a prefixed deployment on the App Engine
+    relay must name its service, as the gcloud script asks for APP_ENGINE_SERVICE - on `default`
+    it would take the relay of the project's first deployment."""
+    root = ROOT / "deploy/terraform"
+    tf = iac.terraform_setup(tmp_path / "setup", [iac.TERRAFORM_DIR, root])
+    data = tmp_path / "data"
+    prepared = tf.prepare(root, data)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    tested = tf.run(["test", "-no-color"], root, data)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "4 passed, 0 failed" in tested.stdout, tested.stdout
+    assert not (root / ".terraform").exists()
+
+
 def test_apply_looks_up_what_exists_before_applying(tmp_path: Path) -> None:
     code, out, err = terraform_dry_run(tmp_path, 'name_prefix = "blue-"\n')
     assert code == 0, err

@@ -359,6 +359,81 @@ def test_deploy_root_passes_module_variables_that_exist() -> None:
             assert re.search(pattern, example, re.M), f"{name} missing from the tfvars example"
 
 
+# The module's inputs `make deploy` leaves at the module's default on purpose: the script looks
+# the queue and the database up by their default names (to adopt what a destroyed deployment
+# left behind, deploy/terraform/imports.tf), so renaming them there is not supported.
+NOT_IN_DEPLOY_ROOT = {"tasks_queue_name", "firestore_database"}
+
+
+def object_attributes(type_expr: str) -> set[str]:
+    """The attribute names of an ``object({...})`` (or ``map(object({...}))``) type, as hcl2
+    renders it; empty for any other type."""
+    inner = re.search(r"object\(\{(.*)\}\)", type_expr, re.S)
+    return set(re.findall(r"(?:^|,)\s*([a-z_]+)\s*=", inner.group(1))) if inner else set()
+
+
+def test_deploy_root_reaches_every_module_input() -> None:
+    """A tfvars file for `make deploy` can set whatever the module takes (and the docs name).
+
+    Terraform only warns about a value for a variable the root does not declare, and silently
+    drops an object attribute its type lacks: found on a trial deploy, `exactly_once_delivery`,
+    `ingress_message_ordering` and `tasks_target` (docs/how-to/deploy.md), the consumer's
+    `extra_env` (its PUBSUB_TOOLKIT_FIFO_* settings) and `relay.service` (needed for a second,
+    prefixed deployment) were ignored by `make deploy`, while the gcloud script takes all of them.
+    """
+    with (TF / "variables.tf").open() as f:
+        module_vars = {k.strip('"'): v for d in hcl2.load(f)["variable"] for k, v in d.items()}
+    with (ROOT / "deploy/terraform/variables.tf").open() as f:
+        root_vars = {k.strip('"'): v for d in hcl2.load(f)["variable"] for k, v in d.items()}
+    with (ROOT / "deploy/terraform/main.tf").open() as f:
+        (block,) = hcl2.load(f)["module"]
+    passed = {k for k in block['"pubsub_toolkit"'] if k != "source" and not k.startswith("__")}
+    problems = []
+    for name, spec in module_vars.items():
+        if name in NOT_IN_DEPLOY_ROOT:
+            assert name not in passed, f"{name} is passed: drop it from NOT_IN_DEPLOY_ROOT"
+            continue
+        if name not in passed or name not in root_vars:
+            problems.append(f"{name}: not declared by deploy/terraform and passed to the module")
+            continue
+        root = root_vars[name]
+        missing = object_attributes(spec["type"]) - object_attributes(root.get("type", ""))
+        if missing:
+            problems.append(f"{name}: deploy/terraform's type lacks {sorted(missing)}")
+        elif "default" in spec and "default" in root and root["default"] != spec["default"]:
+            module_default = spec["default"]
+            problems.append(f"{name}: default {root['default']!r}, the module's {module_default!r}")
+    assert not problems, "\n".join(problems)
+    # Every variable the deploy page's tfvars block shows is one the root declares.
+    page = (ROOT / "docs/how-to/deploy.md").read_text()
+    (tfvars,) = re.findall(r"The tfvars file:\n\n```hcl\n(.*?)```", page, re.S)
+    shown = set(re.findall(r"^#?\s*([a-z_]+)\s+=", tfvars, re.M))
+    assert shown <= set(root_vars), shown - set(root_vars)
+
+
+def test_status_page_docs_name_the_deployed_subscriptions() -> None:
+    """An operator pointing the status page at a deployed stack learns which subscriptions to
+    name: the defaults (`origin-to-ingress`, `final-sub`) are the local stack's, and the deploy
+    paths create `[prefix]ingress-push` (and, with the consumer function, `consumer-push`
+    instead of `final-sub`). Found on a trial deploy: both pages still said to use an Eventarc
+    trigger's subscription, which neither deploy path creates any more."""
+    push = (TF / "push.tf").read_text()
+    assert 'name    = "${local.prefix}${each.key}-push"' in push  # ingress-push, consumer-push
+    settings = (ROOT / "docs/reference/settings.md").read_text()
+    operate = (ROOT / "docs/how-to/operate.md").read_text()
+    (origin_row,) = [
+        line for line in settings.splitlines() if line.startswith("| `PUBSUB_TOOLKIT_ORIGIN_SUB")
+    ]
+    (final_row,) = [
+        line for line in settings.splitlines() if line.startswith("| `PUBSUB_TOOLKIT_FINAL_SUB")
+    ]
+    (paragraph,) = [p for p in operate.split("\n\n") if "PUBSUB_TOOLKIT_ORIGIN_SUBSCRIPTION" in p]
+    for text in (origin_row, paragraph):
+        assert "Eventarc" not in text and "ingress-push" in text, text
+    for text in (final_row, paragraph):
+        assert "consumer-push" in text, text
+
+
 # --- shell hygiene ---------------------------------------------------------------------------
 
 
