@@ -84,7 +84,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]
         (["publish", "--delay", "soon", "x"], "'soon' is not a duration"),
         (["publish", "--delay", "400d", "x"], "at most 365 days ahead"),
         (["publish", "--deliver-at", "9999-12-31T23:59:59Z", "x"], "at most 365 days ahead"),
-        (["publish", "--deliver-at", "tomorrow", "x"], "is not an RFC 3339 time"),
+        (["publish", "--deliver-at", "tomorrow", "x"], "is not an RFC 3339 timestamp"),
+        # a well-formed time that does not exist is named as such (no "no offset" riddle)
+        (["publish", "--deliver-at", "2031-02-30T00:00:00Z", "x"], "is not a valid time: day"),
         (["subscribe", "--max", "-1"], "'-1' is negative"),
         (["subscribe", "--max", "five"], "'five' is not a whole number"),
         (["subscribe", "--timeout", "-3s"], "'-3s' is negative"),

@@ -8,9 +8,9 @@ import re
 import socket
 from datetime import UTC, datetime, timedelta
 
-from pubsub_toolkit.attributes import MAX_FIFO_GROUP_BYTES, parse_time
+from pubsub_toolkit.attributes import MAX_FIFO_GROUP_BYTES, parse_deliver_at
 from pubsub_toolkit.delay.scheduler import MAX_DELAY  # the limit ingress enforces
-from pubsub_toolkit.errors import ConfigurationError, ToolkitError
+from pubsub_toolkit.errors import ConfigurationError, ContractViolation, ToolkitError
 
 _DURATION = re.compile(r"^\s*(-?)\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
@@ -51,13 +51,12 @@ def delay(text: str) -> timedelta:
 
 
 def timestamp(text: str) -> datetime:
-    """An RFC 3339 time with an offset."""
+    """An RFC 3339 time with an offset, by ingress's own rule (``deliver_at``'s): what it would
+    dead-letter is refused here, with its words (February 30th: "not a valid time")."""
     try:
-        return parse_time(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an RFC 3339 time with an offset, e.g. 2030-01-01T09:00:00Z"
-        ) from exc
+        return parse_deliver_at(text)
+    except ContractViolation as exc:
+        raise argparse.ArgumentTypeError(exc.detail.replace("deliver_at ", "", 1)) from exc
 
 
 def due_time(text: str) -> datetime:
