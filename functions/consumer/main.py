@@ -100,6 +100,8 @@ def _get_processor() -> MessageProcessor | BlockingProcessor:
 @functions_framework.http
 def consumer(request: Request) -> tuple[str, int] | dict[str, object]:
     """Entry point for the push subscription on the final topic, and ``/sweep``."""
+    if request.method != "POST":  # Pub/Sub and Cloud Scheduler only POST: a probe is no message
+        return "POST a Pub/Sub push request (or the sweep) here", 405
     if request.path.rstrip("/").endswith("/sweep"):
         return sweep(request)
     processor = _get_processor()

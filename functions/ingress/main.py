@@ -67,6 +67,8 @@ def _get_ingress() -> Ingress:
 @functions_framework.http
 def ingress(request: flask.Request) -> tuple[str, int]:
     """Entry point for the push subscription on the origin topic."""
+    if request.method != "POST":  # Pub/Sub only POSTs: a probe is no message to dead-letter
+        return "POST a Pub/Sub push request here", 405
     try:
         result = _get_ingress().handle_push_body(request.get_data())
     except ClaimInProgressError as exc:

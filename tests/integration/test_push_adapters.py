@@ -221,3 +221,22 @@ def test_ingress_answers_every_framing_and_loses_nothing(
     assert reasons == sorted([attr.REASON_EMPTY_DATA, attr.REASON_MALFORMED_EVENT])
     [raw] = [m for m in dead if m.attributes["error_reason"] == attr.REASON_MALFORMED_EVENT]
     assert raw.data == b"\xff not json"  # the body as it came, for the operator
+
+
+def test_a_request_that_is_not_a_post_is_refused_and_dead_letters_nothing(
+    ingress: FlaskClient,
+    consumer: tuple[FlaskClient, list[dict[str, Any]]],
+    topology: Topology,
+) -> None:
+    client, seen = consumer
+    # A probe, a browser or a scanner is not a push: Pub/Sub only POSTs. Answered 405, it
+    # leaves no malformed_event letter for the operator to read (it left one per request).
+    answers = [
+        ingress.get("/").status_code,
+        client.get("/").status_code,
+        ingress.put("/", data=b"{}").status_code,
+        client.get("/sweep").status_code,  # Cloud Scheduler POSTs /sweep too
+    ]
+    assert answers == [405, 405, 405, 405]
+    assert seen == []
+    assert drain(topology.dead_letter_sub, expected=0, quiet=1) == []
