@@ -17,6 +17,7 @@ from datetime import datetime
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core import fifo_rules as rules
+from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, Op, Park, ParkedMessage, Unpark
 from pubsub_toolkit.core.fifo_parts import EarlyArrivalError
 from pubsub_toolkit.core.fifo_policy import (
@@ -225,7 +226,7 @@ class FifoDeliver(FifoRun):
         if not self.policy.park and state.blocked_at is None and seq > state.head:
             self._decide("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
-        if not (yield from self._park_copy(group, seq, message, digest)):
+        if not (yield from self._park_copy(group, seq, message, digest, state)):
             # Another message got its copy stored at this number first: that one holds it.
             return (yield from self._reused(message, group, seq, state))
         new = rules.with_arrival_parked(state, seq, digest, now=now)
@@ -244,11 +245,23 @@ class FifoDeliver(FifoRun):
         outcome = GateOutcome.BLOCKED if state.blocked_at is not None else GateOutcome.PARKED
         return GateResult(outcome, group, seq)
 
-    def _park_copy(self, group: str, seq: int, message: Message, digest: str) -> Op[bool]:
+    def _park_copy(
+        self, group: str, seq: int, message: Message, digest: str, state: GroupState
+    ) -> Op[bool]:
         """Park an arrival (``digest`` its key's); True only if the stored copy is this message
-        (a store keeps the first copy of a number, and the state must name the same one)."""
+        (a store keeps the first copy of a number, and the state must name the same one).
+
+        A copy of an earlier sequence the record saw end holds nothing: the restart settled
+        every copy it listed, so this is a stray its process left unlisted (parked, then crashed
+        before the state's write; the message then ran from its own delivery, which unparks
+        nothing unlisted). It makes way, or the new message given its number would be
+        dead-lettered as a reuse and the group stop there (seed 223215)."""
         yield Park(self.consumer, group, seq, message)
         stored = yield ParkedMessage(self.consumer, group, seq)
+        if stored is not None and verdicts.stray_of_earlier_sequence(state, stored):
+            yield Unpark(self.consumer, group, seq)
+            yield Park(self.consumer, group, seq, message)
+            stored = yield ParkedMessage(self.consumer, group, seq)
         if stored is not None and key_digest(message_key(stored)) != digest:
             return False
         self._seen.remember_parked(group, seq, message)

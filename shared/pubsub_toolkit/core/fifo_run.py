@@ -100,6 +100,20 @@ class FifoRun(FifoAdvance):
         seq, message = step
         ran_before = verdicts.ran_before(group, state, seq, message, self._seen.ran.earlier)
         filled = attr.is_filler(message) or ran_before is not None
+        if not filled and verdicts.poison_pending(state, self.policy.max_attempts):
+            # An earlier run found it poison and then failed before the verdict was recorded
+            # (its dead letter's publish timed out - maybe after the topic took it - or the
+            # write after it failed): the verdict stands. The letter goes again (an unconfirmed
+            # output may repeat), the handler never runs again (seed 232256: an effect next to
+            # the letter).
+            detail = (
+                f"handler failed {state.attempts} times (an earlier run's verdict, "
+                "whose dead letter was not confirmed)"
+            )
+            state, stop = yield from self._poisoned(
+                group, seq, message, token=token, detail=detail, state=state
+            )
+            return state, stop or GateOutcome.DEAD_LETTERED, stop is not None
         found = Found()
         try:
             state = yield from self._handle_and_advance(
@@ -142,6 +156,9 @@ class FifoRun(FifoAdvance):
         alone and its neighbours are not blamed. (A batch handler must therefore be all or
         nothing - one transaction - or its effects for the numbers before the failing one
         happen twice.)"""
+        if verdicts.poison_pending(state, self.policy.max_attempts):
+            # The head's poison verdict stands (see _run_number): it is settled alone.
+            return (yield from self._one_at_a_time(group, token, steps, state, from_park))
         found = Found()
         numbers = f"#{steps[0][0]}-#{steps[-1][0]}"
         try:
@@ -168,18 +185,24 @@ class FifoRun(FifoAdvance):
                 f"batch {numbers} failed ({type(exc).__name__}: {exc}); one at a time",
                 level=logging.WARNING,
             )
-            outcome: GateOutcome | None = None
-            for step in steps:
-                state, one, stop = yield from self._run_one(group, token, step, state, from_park)
-                outcome = outcome or one
-                if stop:
-                    return state, outcome, True
-            return state, outcome or GateOutcome.PROCESSED, False
+            return (yield from self._one_at_a_time(group, token, steps, state, from_park))
         for seq, _message in steps:
             if from_park or seq in found.parked:
                 yield Unpark(self.consumer, group, seq)
             self._decide("processed", group, seq, f"processed in order (batch {numbers})")
         return state, GateOutcome.PROCESSED, False
+
+    def _one_at_a_time(
+        self, group: str, token: int, steps: list[Step], state: GroupState, from_park: bool
+    ) -> Op[tuple[GroupState, GateOutcome, bool]]:
+        """A batch's numbers run one by one, in order, until one stops the run."""
+        outcome: GateOutcome | None = None
+        for step in steps:
+            state, one, stop = yield from self._run_one(group, token, step, state, from_park)
+            outcome = outcome or one
+            if stop:
+                return state, outcome, True
+        return state, outcome or GateOutcome.PROCESSED, False
 
     def _outlived(self, group: str, steps: list[Step], exc: Exception) -> None:
         """Said for each of ``steps`` whose run ended fenced (``exc``: the handler outlived the
@@ -286,6 +309,22 @@ class FifoRun(FifoAdvance):
             if refused
             else f"handler failed {state.attempts} times: {type(exc).__name__}: {exc}"
         )
+        return (
+            yield from self._poisoned(group, seq, message, token=token, detail=detail, state=state)
+        )
+
+    def _poisoned(
+        self,
+        group: str,
+        seq: int,
+        message: Message,
+        *,
+        token: int,
+        detail: str,
+        state: GroupState,
+    ) -> Op[tuple[GroupState, GateOutcome | None]]:
+        """The poison verdict applied: dead-lettered, then skipped or the group blocked.
+        Returns (state, outcome if we stop)."""
         verdict = verdicts.poison_verdict(self.policy.poison, dead_letters=self.dead_letters)
         if verdict is verdicts.PoisonVerdict.SKIP:
             if self.dead_letters:  # always, when skipped: the verdict holds that rule

@@ -10,8 +10,10 @@ Each is a decision a past defect lived in, named so a test (and the simulation's
 * :func:`outlived` - which numbers of a fenced run must be named in an ALERT;
 * :func:`batch_failure` - a batch handler's failure: wait (``RetryLater``) or narrow it down;
 * :func:`poison_verdict` - past the attempts limit: skip the message, or block the group;
+* :func:`poison_pending` - a verdict taken but not recorded: applied again, never run again;
 * :func:`restart_verdict` - a newer counter epoch: restart now, settle the old copies, or wait;
-* :func:`older_verdict` - a late copy of an earlier sequence: duplicate, reused or ended.
+* :func:`older_verdict` - a late copy of an earlier sequence: duplicate, reused or ended;
+* :func:`stray_of_earlier_sequence` - a copy stored at a number in an earlier sequence.
 
 (The state transitions themselves are :mod:`.fifo_rules`.)
 """
@@ -95,6 +97,25 @@ def poison_verdict(poison: PoisonPolicy, *, dead_letters: bool) -> PoisonVerdict
     if dead_letters and poison is PoisonPolicy.SKIP:
         return PoisonVerdict.SKIP
     return PoisonVerdict.BLOCK
+
+
+def poison_pending(state: GroupState, max_attempts: int) -> bool:
+    """True when the head's failures already reached the limit: a run found it poison and
+    failed before its verdict was recorded (its dead letter unconfirmed - a publish that timed
+    out may have landed - or the write after it). The verdict stands: a later run applies it
+    again and never calls the handler (seed 232256). A recorded verdict resets the attempts
+    (skipped) or blocks the group; an operator's replay gives fresh ones."""
+    return state.attempts >= max_attempts
+
+
+def stray_of_earlier_sequence(state: GroupState, stored: Message) -> bool:
+    """True when ``stored``, a copy found at a number of the group, was numbered in an earlier
+    sequence that ``state`` saw end (:func:`.fifo_rules.restarted` settled every copy it listed
+    then): an unlisted leftover, holding no number of the new sequence. A copy without an epoch,
+    or of a sequence the record does not know (lost with it), cannot be told apart: it holds
+    its number."""
+    epoch = rules.message_epoch(stored)
+    return epoch is not None and epoch < state.epoch and any(e == epoch for e, _ in state.prior)
 
 
 class RestartVerdict(enum.StrEnum):
