@@ -17,7 +17,9 @@ Work that raises never wedges its group: the error is logged, the items it was r
 handed back with their ``cancel`` (the consumer's nack: redelivered, never acked unhandled) and
 the group's runner goes on with its queue. (The consumer settles every delivery itself; this
 is the net under a bug there, so ``cancel`` must be harmless on a delivery already settled - a
-nack after an ack is.)
+nack after an ack is.) So does work that raises a ``BaseException`` that is not an ``Exception``
+(a handler's ``sys.exit()``): logged, its deliveries and the group's queue handed back, and it
+goes on up.
 """
 
 from __future__ import annotations
@@ -86,12 +88,17 @@ class ConvoyDispatcher:
             return self._queues.active(group)
 
     def _run_single(self, work: Work, cancel: Work) -> None:
+        item = _Item(0, work, cancel)
         try:
-            self._guarded(None, [_Item(0, work, cancel)])
+            self._guarded(None, [item])
+        except BaseException:
+            _hand_back_exited(None, [item])
+            raise
         finally:
             self._done()
 
     def _run_group(self, group: str) -> None:
+        items: list[_Item] = []
         try:
             while True:
                 with self._lock:
@@ -106,8 +113,10 @@ class ConvoyDispatcher:
                     for _ in items:
                         self._done()
         except BaseException:
-            # Not even an Exception (the thread is going away): leave the group free and its
-            # queued deliveries handed back, never active with no runner.
+            # Not even an Exception (a handler's sys.exit(), or the thread going away): hand
+            # back what it was running, leave the group free and its queued deliveries handed
+            # back, never active with no runner.
+            _hand_back_exited(group, items)
             with self._lock:
                 stranded = self._queues.forget(group)
             for queued in stranded:
@@ -156,3 +165,18 @@ class ConvoyDispatcher:
             finished = self._idle.wait_for(lambda: self._in_flight == 0, timeout=timeout)
         self._pool.shutdown(wait=finished)
         return finished
+
+
+def _hand_back_exited(group: str | None, items: list[_Item]) -> None:
+    """Work raised a BaseException that is not an Exception: log it, and hand its deliveries
+    back (``cancel``, the consumer's nack). The pool keeps the error in a future nobody reads,
+    and a delivery left unsettled stays leased by google-cloud-pubsub for up to an hour
+    (``max_lease_duration``), its group waiting behind it - silently."""
+    where = "outside groups" if group is None else f"of group {group}"
+    logger.exception(
+        "work %s raised a BaseException; its %d deliveries are nacked for redelivery",
+        where,
+        len(items),
+    )
+    for item in items:
+        item.cancel()

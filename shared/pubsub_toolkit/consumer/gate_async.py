@@ -140,7 +140,7 @@ class AsyncFifoGate:
 
     async def _handle(self, effect: fx.Handle) -> None:
         started = time.perf_counter()
-        await self._handler(effect.taken)
+        await handler_call(self._handler(effect.taken))
         self.log.metrics.observe(HANDLER_DURATION, time.perf_counter() - started)
 
     async def _parked_message(self, effect: fx.ParkedMessage) -> Message | None:
@@ -189,6 +189,27 @@ class AsyncFifoGate:
             await off_loop(send)
             return
         await self.rejections.process(effect.once, effect.digest, lambda: off_loop(send))
+
+
+async def handler_call(call: Awaitable[T]) -> T:
+    """Await the user's handler call; a ``CancelledError`` it raises while its task was *not*
+    cancelled becomes a ``RuntimeError`` - a handler failure, counted and retried like any other.
+
+    Why: such an error comes out of the handler itself (it awaited a task or future that
+    something else cancelled). Taken for this task going away, it left the delivery neither
+    acked nor nacked - the streaming client kept it leased for up to an hour - and the FIFO
+    group waited behind it. A real cancellation of the task (the consumer stopping, the loop
+    closing) still goes through as it is."""
+    try:
+        return await call
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        raise RuntimeError(
+            "the handler raised CancelledError although its task was not cancelled (did it "
+            "await a task or future that was cancelled?)"
+        ) from exc
 
 
 async def off_loop(call: Callable[[], T]) -> T:

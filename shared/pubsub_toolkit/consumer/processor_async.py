@@ -24,7 +24,7 @@ from pubsub_toolkit import tracing
 from pubsub_toolkit._loop_thread import LoopThread
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
 from pubsub_toolkit.config import ConsumerSettings, Settings
-from pubsub_toolkit.consumer.gate_async import AsyncFifoGate, off_loop
+from pubsub_toolkit.consumer.gate_async import AsyncFifoGate, handler_call, off_loop
 from pubsub_toolkit.consumer.processor_sync import Wiring, publishable_retry
 from pubsub_toolkit.consumer.retry import RetryScheduler
 from pubsub_toolkit.core import process as protocol
@@ -150,7 +150,7 @@ class AsyncMessageProcessor:
             case protocol.Deliver(message, group, seq):
                 return await self.gate.deliver(message, group, seq)
             case protocol.CallHandler(argument):
-                return await call(argument)
+                return await handler_call(call(argument))
             case protocol.RunOnce(key, fingerprint, context, run):
                 return await self.dedup.process(
                     key, fingerprint, lambda: self._run(run, call), context=context

@@ -163,6 +163,9 @@ class Consumer:
             try:
                 return self._loop.run(self._async.stop(timeout), timeout=2 * timeout + 5)
             finally:
+                # This loop ends here: a handler still running is cancelled first, so its
+                # cleanup runs (left pending, it would be destroyed with the loop).
+                self._loop.run(self._async.cancel_running(timeout), 2 * timeout + 5)
                 # Its clients are bound to this loop, which ends here.
                 aclose = getattr(self._processor, "aclose", None)
                 if aclose is not None:

@@ -141,6 +141,18 @@ class AsyncConsumer:
             await asyncio.to_thread(self._subscriber.close)
         return None
 
+    async def cancel_running(self, timeout: float) -> None:
+        """Cancel the deliveries still running - after a stop that timed out, on a loop about
+        to end - and give their cleanup up to ``timeout`` seconds. A task left pending on a
+        loop that ends is destroyed, its handler's ``finally`` and ``async with`` cleanup never
+        run; cancelled, the handler can clean up. Its message stays unsettled (the run is not
+        recorded): Pub/Sub delivers it again."""
+        running = {task for task in self._tasks if not task.done()}
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=timeout)
+
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()
         return self
