@@ -1254,7 +1254,8 @@ def after_issue_26() -> tuple[Mutation, ...]:
     sees them. P1: a handler's PermanentError outside FIFO groups was nacked (the claim
     released) and redelivered for ever, never dead-lettered - with ``handler_permanent`` a
     plain message whose subscription has no dead-letter policy is then never dead-lettered
-    nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5)."""
+    nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5). S1, S2: FIFO defects
+    found by the default mix beyond seed 200,000 (seeds 232256, 223215)."""
     return (
         Mutation(
             "P1",
@@ -1269,6 +1270,34 @@ def after_issue_26() -> tuple[Mutation, ...]:
             ),
             enable=("handler_permanent",),
             budget=300,
+        ),
+        # Found by a run over seeds 205,000-235,000 (default mix): far past a mutation search's
+        # budget, so each is held by its unit test, and its seed by test_regression_seeds.py.
+        Mutation(
+            "S1",
+            "a poison verdict whose dead letter was not confirmed runs the handler again",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_verdicts",
+                    "poison_pending",
+                    "return state.attempts >= max_attempts",
+                    "return False",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_poison_letter_unconfirmed.py",),
+        ),
+        Mutation(
+            "S2",
+            "a crash's unlisted copy of an ended sequence holds the new sequence's number",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_verdicts",
+                    "stray_of_earlier_sequence",
+                    "return epoch is not None and epoch < state.epoch and any(",
+                    "return False and any(",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_epoch_stray_copy.py",),
         ),
     )
 
