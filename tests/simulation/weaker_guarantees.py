@@ -86,6 +86,11 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
    When both copies reached the final topic (an ingress published the first and crashed before
    recording it) and the later number is past the group's end, the message ran at its first
    number and the later copy is dead-lettered ``fifo_after_end`` (seed 273).
+
+8. **An operator's replay** (guarantees.md, item 7): a number of a group the operator replayed
+   (``fifo replay`` after a poison ALERT) is a new attempt at its dead-lettered head - it may
+   then have its effect, or be dead-lettered again, beside its first letter
+   (``invariants._exactly_once``: ``replayed``).
 """
 
 from __future__ import annotations
