@@ -126,6 +126,26 @@ def test_gap_timeout_wait_alerts_and_keeps_waiting(
     assert handler.seen["g"] == [1, 2, 3]
 
 
+def test_a_gap_that_keeps_waiting_is_reported_at_each_doubling_of_its_age_not_every_sweep(
+    handler: Recorder, clock: ManualClock, sink: RecordingSink
+) -> None:
+    # A consumer sweeps about once a second: an ALERT per sweep was 3,600 lines an hour per
+    # stuck group. Reported when the gap times out, then at 2x, 4x, 8x... its timeout.
+    gate = make_gate(handler, clock, sink, gap_timeout=timedelta(minutes=1), gap=GapPolicy.WAIT)
+    deliver(gate, "g", 1)
+    deliver(gate, "g", 3)  # the gap opens now: #2 is missing
+    for _ in range(600):  # ten minutes of sweeps
+        clock.advance(timedelta(seconds=1))
+        gate.sweep("g")
+    assert gate.log.metrics.get("gap_timeout") == 4  # at 1, 2, 4 and 8 minutes
+    assert deliver(gate, "g", 2) == GateOutcome.PROCESSED
+    deliver(gate, "g", 5)  # a new gap: reported afresh when it times out
+    clock.advance(timedelta(seconds=61))
+    gate.sweep("g")
+    assert gate.log.metrics.get("gap_timeout") == 5
+    assert handler.seen["g"] == [1, 2, 3]
+
+
 def test_gap_timeout_skip_passes_over_the_gap_with_tombstones(
     handler: Recorder, clock: ManualClock, sink: RecordingSink
 ) -> None:

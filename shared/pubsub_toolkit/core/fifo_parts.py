@@ -99,6 +99,9 @@ class FifoParts:
             date=self._dated,
             held=self._holds,
         )
+        # A gap that keeps waiting is reported when it times out, then at each doubling of its
+        # age (group -> its gap_since, the age in seconds of its next report): not every sweep.
+        self._gap_reports: dict[str, tuple[datetime, float]] = {}
         # Leases this process keeps between a group's deliveries (policy.lease_hold).
         self._held = HeldLeases(self.policy, clock)
         self._end = GroupEnd(self._seen, consumer, decide, self._dead_letter)

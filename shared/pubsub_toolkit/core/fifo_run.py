@@ -31,6 +31,8 @@ from pubsub_toolkit.errors import RetryLater, StaleClaimError, StoreUnavailableE
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import POISON_MARK, GroupState, key_digest
 
+_MAX_GAP_REPORTS = 10_000  # groups whose gap this process reported and still remembers
+
 
 class FifoRun(FifoAdvance):
     """The run loop under a group's lease, and the handler's failures."""
@@ -357,17 +359,26 @@ class FifoRun(FifoAdvance):
         return state, GateOutcome.DEAD_LETTERED if self.dead_letters else GateOutcome.BLOCKED
 
     def _on_gap(self, group: str, state: GroupState, now: datetime) -> Op[GroupState]:
+        reports = self._gap_reports
         if not rules.gap_expired(state, now=now, timeout=self.policy.gap_timeout):
+            reports.pop(group, None)
             return state
         assert state.gap_since is not None  # gap_expired says so
         age = (now - state.gap_since).total_seconds()
-        self._decide(
-            "gap_timeout",
-            group,
-            state.head,
-            f"ALERT: {state.head} missing for {age:.0f}s ({len(state.parked)} parked)",
-            level=logging.ERROR,
-        )
+        since, due = reports.get(group, (None, 0.0))
+        if since != state.gap_since or age >= due:
+            # The first report when the gap times out, the next when its age has doubled: a
+            # consumer sweeps every second, and an ALERT per sweep buried every other line.
+            if len(reports) > _MAX_GAP_REPORTS:
+                reports.clear()  # bounded: at worst a gap is reported again early
+            reports[group] = (state.gap_since, 2 * age)
+            self._decide(
+                "gap_timeout",
+                group,
+                state.head,
+                f"ALERT: {state.head} missing for {age:.0f}s ({len(state.parked)} parked)",
+                level=logging.ERROR,
+            )
         if self.policy.gap is GapPolicy.WAIT:
             return state
         missing, new = rules.gap_skipped(state)
