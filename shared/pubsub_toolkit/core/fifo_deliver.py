@@ -42,18 +42,23 @@ class FifoDeliver(FifoRun):
         digest = key_digest(message_key(message))
         stored_copy = False
         for _ in range(MAX_CAS_ROUNDS):
-            met = yield from self._sequences.meet(
-                group, (yield from self._seen.load(group)), message, seq
-            )
+            loaded = yield from self._seen.load(group)
+            met = yield from self._sequences.meet(group, loaded, message, seq)
             if not isinstance(met, GroupState):
                 if met is None:
                     continue  # the record moved: decide again
                 return met
             state, now = met, self._clock.now()
             if state.key_of(seq) is not None and not state.records(seq, digest):
-                return (yield from self._reused(message, group, seq, state))
+                refused = yield from self._refused(message, group, seq, state, loaded)
+                if refused is None:
+                    continue  # the record moved: decide again
+                return refused
             if self._seen.ran.reused(group, state, seq, digest):  # past the state's 64 keys
-                return (yield from self._reused(message, group, seq, state))
+                refused = yield from self._refused(message, group, seq, state, loaded)
+                if refused is None:
+                    continue
+                return refused
             if seq <= state.last_processed:
                 if stored_copy:  # parked by an earlier turn of this loop, then overtaken
                     yield Unpark(self.consumer, group, seq)
@@ -199,6 +204,25 @@ class FifoDeliver(FifoRun):
         if result.outcome is GateOutcome.PROCESSED:
             for i in run:
                 results[i] = GateResult(GateOutcome.PROCESSED, group, deliveries[i][1])
+
+    def _refused(
+        self, message: Message, group: str, seq: int, state: GroupState, loaded: GroupState
+    ) -> Op[GateResult | None]:
+        """Dead-letter ``message`` as a reused number of ``state``; None when ``state`` adopts
+        an epoch the record (``loaded``) has not written yet and the record moved meanwhile.
+
+        The adoption is written first: the refusal rests on the number being taken in that
+        epoch, so the store must say so. Unwritten, a process that saw the group before a
+        store loss takes the record without an epoch (begun after the loss by a message
+        without one) for the loss itself and writes its old record back: the run that took the
+        number is gone, that epoch's sequence then starts again from 0 on the old record, and
+        the number refused here runs with yet another message (simulation seed 230393)."""
+        if loaded.epoch == 0 and state.epoch != 0:
+            adopted = yield from self._seen.save(group, state, loaded)
+            if adopted is None:
+                return None
+            state = adopted
+        return (yield from self._reused(message, group, seq, state))
 
     def _after_expiry(self, message: Message, group: str, seq: int) -> Op[GateResult]:
         """A delivery older than the retention for a group without a record: its record may

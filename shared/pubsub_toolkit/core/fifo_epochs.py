@@ -94,7 +94,8 @@ class Sequences:
         if state.epoch == 0:
             # A record from before epochs, or new, or started by a message without one (not
             # the Publisher's): it follows this counter from here on, position unchanged.
-            # (Written with the record's next change.)
+            # (Written with the record's next change - or before a refusal of this message
+            # as a reused number: FifoDeliver._refused.)
             return replace(state, epoch=epoch)
         if epoch > state.epoch:
             return (yield from self._restart(group, state, epoch))

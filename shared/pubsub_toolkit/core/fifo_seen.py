@@ -228,11 +228,21 @@ class SeenStore:
 
     def unpark_unlisted(self, group: str, copies: dict[int, Message]) -> Op[None]:
         """Unpark ``copies`` (what a repair parked again before its save was refused) where
-        the record, as it is now, lists nothing and the copy stored is still this one: no state
-        lists it, so it would be a stray - a later run at its number would meet it in place of
-        the listed message."""
-        listed = (yield Load(self._consumer, group)).parked
+        the record, as it is now, has passed their number and lists nothing there, and the copy
+        stored is still this one: no state lists it, so it would be a stray - a later run at its
+        number would meet it in place of the listed message.
+
+        A copy ahead of the group stays: any other repair - another thread of this process, or
+        another process - may list that very number again at any moment, after parking a copy
+        that the store took for this one (it keeps a number's first copy), so an unpark after
+        the read would leave the number listed with no copy; its message, acked when parked,
+        would be lost (seed 225487). If nothing lists it, ``parked`` tells it from the message
+        a later record lists there."""
+        state = yield Load(self._consumer, group)
+        listed = state.parked
         for seq, copy in copies.items():
+            if seq > state.last_processed:
+                continue  # ahead of the group: it may be listed again (see above)
             stored = yield ParkedMessage(self._consumer, group, seq)
             if seq not in listed and stored and message_key(stored) == message_key(copy):
                 yield Unpark(self._consumer, group, seq)
