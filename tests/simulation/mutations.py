@@ -1255,7 +1255,8 @@ def after_issue_26() -> tuple[Mutation, ...]:
     released) and redelivered for ever, never dead-lettered - with ``handler_permanent`` a
     plain message whose subscription has no dead-letter policy is then never dead-lettered
     nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5). S1, S2: FIFO defects
-    found by the default mix beyond seed 200,000 (seeds 232256, 223215)."""
+    found by the default mix beyond seed 200,000 (seeds 232256, 223215); S3, S4: the same after a
+    store loss (seeds 230393, 225487)."""
     return (
         Mutation(
             "P1",
@@ -1298,6 +1299,32 @@ def after_issue_26() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_epoch_stray_copy.py",),
+        ),
+        Mutation(
+            "S3",
+            "a number refused as reused in an epoch the record adopted only in memory",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_deliver",
+                    "FifoDeliver.deliver",
+                    "refused = yield from self._refused(message, group, seq, state, loaded)",
+                    "refused = yield from self._reused(message, group, seq, state)",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_epoch_adopted_refusal.py",),
+        ),
+        Mutation(
+            "S4",
+            "a refused repair unparks a copy ahead of the group that another repair listed",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_seen",
+                    "SeenStore.unpark_unlisted",
+                    "if seq > state.last_processed:",
+                    "if False:",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_refused_repair_relisted.py",),
         ),
     )
 
