@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 import redis
 from google.cloud import firestore
 
@@ -32,8 +33,9 @@ def deployment(project: str, prefix: str, **backend: str) -> Settings:
     )
 
 
-def assert_apart(blue: Settings, green: Settings) -> None:
-    """The same group, consumer, scope and dedup key in both deployments: nothing is shared."""
+def assert_apart(blue: Settings, green: Settings) -> tuple[str, str]:
+    """The same group, consumer, scope and dedup key in both deployments: nothing is shared.
+    Returns the group and consumer used (blue's counter at 4, its consumer processed 4)."""
     group, consumer, scope, key = (f"{kind}-{uuid.uuid4().hex[:8]}" for kind in "gcsk")
     blue_backend = factory.backend_from_settings(blue)
     green_backend = factory.backend_from_settings(green)
@@ -93,6 +95,7 @@ def assert_apart(blue: Settings, green: Settings) -> None:
                     await result
 
     asyncio.run(async_apart())
+    return group, consumer
 
 
 def test_two_firestore_deployments_with_their_own_prefixes_share_nothing(
@@ -126,3 +129,34 @@ def test_two_redis_deployments_with_their_own_prefixes_share_nothing(redis_url: 
                 assert next(observer.scan_iter(match=pattern), None) is not None, pattern
     finally:
         observer.close()
+
+
+def test_the_operator_cli_sees_the_prefixed_deployment(
+    firestore_emulator: str, project_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fifo skip|replay` (gate_and_counter) and `status`/`dashboard` (LiveStatusSource) read
+    Settings.from_env: with blue's PUBSUB_TOOLKIT_STORE_PREFIX they see blue's stores only."""
+    from pubsub_toolkit_cli.cli.operations import gate_and_counter
+    from pubsub_toolkit_cli.dashboard.sources import LiveStatusSource
+
+    group, consumer = assert_apart(
+        deployment(project_id, "blue_"), deployment(project_id, "green_")
+    )
+    env = {
+        "GOOGLE_CLOUD_PROJECT": project_id,
+        "PUBSUB_TOOLKIT_FINAL_TOPIC": "final",
+        "PUBSUB_TOOLKIT_DEAD_LETTER_TOPIC": "dlq",
+        "PUBSUB_TOOLKIT_STORE_PREFIX": "blue_",
+        "PUBSUB_TOOLKIT_CONSUMER_ID": consumer,
+        # No Cloud Monitoring for the status page on an emulator (nothing is pulled here).
+        "PUBSUB_EMULATOR_HOST": "127.0.0.1:1",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _gate, store, counter = gate_and_counter(consumer)
+    assert store.load(consumer, group).last_processed == 4
+    assert list(counter.reserve(group, 1).numbers()) == [5]  # blue's fifth (one shared counter: 8)
+    # The status page's stores, as `status` and `dashboard` build them.
+    source = LiveStatusSource.from_env(env)
+    assert source._fifo_store.load(consumer, group).last_processed == 4
+    assert list(source._counter.reserve(group, 1).numbers()) == [6]
