@@ -1,6 +1,7 @@
 # Firestore: the database (optional), TTL on dedup records, and the indexes the queries need.
 #
-# Collections the toolkit uses (names are the library's defaults):
+# Collections the toolkit uses (the library's names; with a name_prefix each begins with
+# PUBSUB_TOOLKIT_STORE_PREFIX, e.g. blue_pubsub_toolkit_dedup):
 #   pubsub_toolkit_dedup          one document per (namespace, key); carries expire_at -> TTL below.
 #   pubsub_toolkit_fifo_state     one document per (consumer, group); the only query is the
 #                                 sweeper's `consumer == X and listed == true` (the groups with

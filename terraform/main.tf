@@ -10,8 +10,11 @@ locals {
   # Every name the module gives starts with the prefix, so deployments can share a project.
   prefix    = var.name_prefix
   sa_prefix = coalesce(var.service_account_prefix, "ptk-${var.name_prefix}")
-  # Firestore collection ids: the prefix with underscores ("blue-" -> "blue_").
-  dedup_collection = coalesce(var.dedup_collection, "${replace(var.name_prefix, "-", "_")}pubsub_toolkit_dedup")
+  # PUBSUB_TOOLKIT_STORE_PREFIX: the prefix with underscores ("blue-" -> "blue_"), in front of
+  # every Firestore collection and Redis key prefix of the library's stores, so deployments
+  # sharing a database or a Redis keep their FIFO counters, FIFO state and stats apart.
+  store_prefix     = replace(var.name_prefix, "-", "_")
+  dedup_collection = coalesce(var.dedup_collection, "${local.store_prefix}pubsub_toolkit_dedup")
 
   topics = {
     origin      = "${local.prefix}${var.topics.origin}"
@@ -73,9 +76,15 @@ locals {
   # Stats documents (one per ingress instance, for the status page) carry expire_at too, so
   # those of instances long gone are removed; so do the per-minute ones (the status page's
   # charts, collection group pubsub_toolkit_stats_minutes), 90 minutes after their minute.
-  # Firestore only: TTL policies need a Firestore database (apply fails without one).
+  # Firestore only: TTL policies need a Firestore database (apply fails without one). The
+  # groups are the library's names behind PUBSUB_TOOLKIT_STORE_PREFIX.
   ttl_collection_groups = !local.firestore ? {} : merge(
-    { dedup = local.dedup_collection, stats = "pubsub_toolkit_stats", stats_minutes = "pubsub_toolkit_stats_minutes", fifo_state = "pubsub_toolkit_fifo_state" },
+    {
+      dedup         = local.dedup_collection
+      stats         = "${local.store_prefix}pubsub_toolkit_stats"
+      stats_minutes = "${local.store_prefix}pubsub_toolkit_stats_minutes"
+      fifo_state    = "${local.store_prefix}pubsub_toolkit_fifo_state"
+    },
     var.extra_ttl_collection_groups,
   )
 
@@ -103,6 +112,8 @@ locals {
       PUBSUB_TOOLKIT_DEDUP_COLLECTION   = local.dedup_collection
       PUBSUB_TOOLKIT_FIRESTORE_DATABASE = var.firestore_database
     },
+    # Unprefixed deployments render nothing new (their environment stays as it was).
+    local.store_prefix == "" ? {} : { PUBSUB_TOOLKIT_STORE_PREFIX = local.store_prefix },
     local.redis_env,
   )
 

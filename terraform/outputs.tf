@@ -61,6 +61,11 @@ output "ingress_env" {
   value       = local.ingress_env
 }
 
+output "producer_env" {
+  description = "Environment of a producer in your application (the Publisher and its sequence counter, Settings.from_env): the deployment's store backend, database, Redis secrets and PUBSUB_TOOLKIT_STORE_PREFIX, so its FIFO numbers are the ones this deployment's consumers wait on. Publish to topics.origin."
+  value       = local.common_env
+}
+
 output "relay_env_variables" {
   description = "The relay's environment: on App Engine with relay_deploy = \"gcloud\", paste it into app.yaml's env_variables (with service_account set to service_accounts.relay) before `gcloud app deploy`. On Cloud Run the service gets it plus PUBSUB_TOOLKIT_RELAY_TRUST_CLOUD_RUN_IAM."
   value       = local.delay ? (local.cloud_run ? local.cloud_run_env : local.relay_env) : null

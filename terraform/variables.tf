@@ -35,10 +35,13 @@ variable "name_prefix" {
   type        = string
   description = <<-EOT
     Prefix of every name this module gives (topics, subscriptions, the queue, functions, the Cloud
-    Run relay, the scheduler job, the source bucket, log metrics, alert names, the dedup
-    collection), so several deployments share a project: "" (today's names) or up to 9 lowercase
-    letters, digits and dashes starting with a letter, ending in "-" (e.g. "blue-"). The App
-    Engine relay shares the project's one application: give each deployment its own relay.service.
+    Run relay, the scheduler job, the source bucket, log metrics, alert names) and, with dashes as
+    underscores, PUBSUB_TOOLKIT_STORE_PREFIX: in front of every Firestore collection and Redis key
+    of the stores (FIFO counters and state, stats, dedup), so several deployments share a project:
+    "" (today's names) or up to 9 lowercase letters, digits and dashes starting with a letter,
+    ending in "-" (e.g. "blue-"). Producers use the same store prefix (output producer_env). The
+    App Engine relay shares the project's one application: give each deployment its own
+    relay.service.
   EOT
   default     = ""
   nullable    = false

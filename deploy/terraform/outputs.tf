@@ -29,3 +29,8 @@ output "relay_url" {
   description = "The relay's URL (OIDC audience of the tasks)."
   value       = module.pubsub_toolkit.relay_url
 }
+
+output "producer_env" {
+  description = "Environment of a producer in your application (the Publisher and its sequence counter): the deployment's store backend and PUBSUB_TOOLKIT_STORE_PREFIX (name_prefix with underscores), so its FIFO numbers are the ones the consumers wait on."
+  value       = module.pubsub_toolkit.producer_env
+}

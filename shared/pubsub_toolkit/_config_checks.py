@@ -37,6 +37,7 @@ SETTING_NAMES: Mapping[str, str] = {
     "dedup_lease": "dedup_lease (PUBSUB_TOOLKIT_DEDUP_LEASE_SECONDS)",
     "dedup_collection": "dedup_collection (PUBSUB_TOOLKIT_DEDUP_COLLECTION)",
     "firestore_database": "firestore_database (PUBSUB_TOOLKIT_FIRESTORE_DATABASE)",
+    "store_prefix": "store_prefix (PUBSUB_TOOLKIT_STORE_PREFIX)",
     "publish_timeout": "publish_timeout (PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS)",
     "stats_flush": "stats_flush (PUBSUB_TOOLKIT_STATS_FLUSH_SECONDS)",
     # DelaySettings
@@ -63,6 +64,10 @@ SETTING_NAMES: Mapping[str, str] = {
 }
 
 _SECRET_VERSION = re.compile(r"projects/[^/]+/secrets/[^/]+(/versions/[^/]+)?")
+# A store prefix begins Firestore collection ids and Redis key prefixes: only characters both
+# take as they are (no "/" of a document path, no "-" that Terraform's name_prefix turns into
+# "_", no ":" that separates the parts of a Redis key), short enough to leave the name readable.
+_STORE_PREFIX = re.compile(r"[A-Za-z0-9_]{0,30}")
 
 
 def set_value(settings: object, name: str, value: object) -> None:
@@ -122,6 +127,18 @@ def secret_version(settings: object, name: str) -> str | None:
             "(projects/PROJECT/secrets/NAME[/versions/VERSION])"
         )
     return value if "/versions/" in value else f"{value}/versions/latest"
+
+
+def store_prefix(settings: object, name: str) -> str:
+    """Setting ``name`` as a store prefix, stripped: "" or up to 30 ASCII letters, digits and
+    underscores (e.g. ``blue_``), else a ConfigurationError."""
+    value = text(settings, name)
+    if not _STORE_PREFIX.fullmatch(value):
+        raise ConfigurationError(
+            f"{SETTING_NAMES[name]} {value!r} must be empty or up to 30 ASCII letters, digits "
+            "and underscores (e.g. 'blue_'): it begins Firestore collection ids and Redis keys"
+        )
+    return value
 
 
 def unused_settings(settings: object, names: tuple[str, ...], *, because: str) -> None:

@@ -36,6 +36,7 @@ from pubsub_toolkit._config_checks import (
     secret_version,
     secs,
     set_value,
+    store_prefix,
     text,
     unused_settings,
 )
@@ -190,6 +191,10 @@ class Settings:
     dedup_lease: timedelta = timedelta(seconds=DEFAULT_LEASE_SECONDS)
     dedup_collection: str = DEFAULT_DEDUP_COLLECTION
     firestore_database: str = DEFAULT_FIRESTORE_DATABASE
+    # In front of every collection and Redis key prefix of the stores (stores/factory builds
+    # the names), so deployments sharing a database or a Redis keep their counters, FIFO state,
+    # stats and dedup records apart; "" keeps the unprefixed names.
+    store_prefix: str = ""
     publish_timeout: timedelta = timedelta(seconds=30)
     delay: DelaySettings | None = None
     # How often ingress adds its counters to the stats store (the status page); None: never.
@@ -245,6 +250,7 @@ class Settings:
         for name in ("dedup_collection", "firestore_database"):
             if not text(self, name):
                 raise ConfigurationError(f"{SETTING_NAMES[name]} must not be empty")
+        set_value(self, "store_prefix", store_prefix(self, "store_prefix"))
         if self.dedup_lease < 2 * self.publish_timeout:
             # A claim's work is a publish plus, at worst, a dead-letter publish: the lease must
             # outlast both, or another worker could take over while the first still publishes.
@@ -287,6 +293,7 @@ class Settings:
             or DEFAULT_DEDUP_COLLECTION,
             firestore_database=env.get("PUBSUB_TOOLKIT_FIRESTORE_DATABASE", "").strip()
             or DEFAULT_FIRESTORE_DATABASE,
+            store_prefix=env.get("PUBSUB_TOOLKIT_STORE_PREFIX", ""),
             publish_timeout=env_seconds(
                 env, "PUBSUB_TOOLKIT_PUBLISH_TIMEOUT_SECONDS", "publish_timeout", 30
             ),

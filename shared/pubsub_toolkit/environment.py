@@ -64,6 +64,7 @@ VARIABLES: Mapping[str, Variable] = {
     _p("DEDUP_LEASE_SECONDS"): Variable("settings"),
     _p("DEDUP_COLLECTION"): Variable("settings"),
     _p("FIRESTORE_DATABASE"): Variable("settings"),
+    _p("STORE_PREFIX"): Variable("settings"),
     _p("PUBLISH_TIMEOUT_SECONDS"): Variable("settings"),
     _p("STATS_FLUSH_SECONDS"): Variable("settings"),
     _p("METRICS_EXPORTER"): Variable("metrics"),

@@ -129,6 +129,29 @@ run "consumer_is_pushed_in_order_and_swept_with_a_name_prefix" {
     )
     error_message = "the dedup collection (dashes as underscores) and the topics in the environment carry the prefix."
   }
+  assert {
+    condition = alltrue([
+      for env in [
+        google_cloudfunctions2_function.this["ingress"].service_config[0].environment_variables,
+        google_cloudfunctions2_function.this["consumer"].service_config[0].environment_variables,
+        output.relay_env_variables,
+        output.producer_env,
+      ] : lookup(env, "PUBSUB_TOOLKIT_STORE_PREFIX", null) == "blue_"
+    ])
+    error_message = "every component and the producer's environment get PUBSUB_TOOLKIT_STORE_PREFIX = blue_ (name_prefix, dashes as underscores): FIFO counters, FIFO state and stats of two deployments in one project stay apart."
+  }
+  assert {
+    condition = (
+      google_firestore_field.ttl["fifo_state"].collection == "blue_pubsub_toolkit_fifo_state" &&
+      google_firestore_field.ttl["stats"].collection == "blue_pubsub_toolkit_stats" &&
+      google_firestore_field.ttl["stats_minutes"].collection == "blue_pubsub_toolkit_stats_minutes"
+    )
+    error_message = "the TTL policies are on the collection groups the prefixed library writes."
+  }
+  assert {
+    condition     = output.producer_env["PUBSUB_TOOLKIT_STORE_BACKEND"] == "firestore" && output.producer_env["GOOGLE_CLOUD_PROJECT"] == "test-project"
+    error_message = "the producer's environment names the deployment's project and store backend."
+  }
 }
 
 run "no_sweep_job_when_asked" {

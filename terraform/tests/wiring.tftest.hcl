@@ -420,6 +420,10 @@ run "dedup_records_have_a_ttl_on_expire_at" {
     error_message = "a FIFO group completed by its end-of-group message expires: TTL on pubsub_toolkit_fifo_state.expire_at."
   }
   assert {
+    condition     = !contains(keys(output.ingress_env), "PUBSUB_TOOLKIT_STORE_PREFIX") && !contains(keys(output.producer_env), "PUBSUB_TOOLKIT_STORE_PREFIX")
+    error_message = "without a name_prefix no PUBSUB_TOOLKIT_STORE_PREFIX is rendered: the library's unprefixed names, as before."
+  }
+  assert {
     condition     = google_firestore_field.ttl["dedup"].database == "(default)"
     error_message = "the TTL policy belongs to PUBSUB_TOOLKIT_FIRESTORE_DATABASE."
   }

@@ -515,11 +515,12 @@ def test_name_prefix_on_every_name(prefixed: DryRun) -> None:
     assert accounts and all(a.startswith("ptk-blue-") for a in accounts)
     assert all(6 <= len(a) <= 30 for a in accounts)
     groups = {flag(c, "collection-group") for c in gcloud(cmds, "firestore", "fields", "ttls")}
+    # The collection groups the prefixed library writes (PUBSUB_TOOLKIT_STORE_PREFIX=blue_).
     assert groups == {
         "blue_pubsub_toolkit_dedup",
-        "pubsub_toolkit_stats",
-        "pubsub_toolkit_stats_minutes",
-        "pubsub_toolkit_fifo_state",
+        "blue_pubsub_toolkit_stats",
+        "blue_pubsub_toolkit_stats_minutes",
+        "blue_pubsub_toolkit_fifo_state",
     }
     envs = prefixed.env_files()
     for name, env in envs.items():
@@ -528,6 +529,10 @@ def test_name_prefix_on_every_name(prefixed: DryRun) -> None:
             "blue-dead-letter",
         )
         assert env["PUBSUB_TOOLKIT_DEDUP_COLLECTION"] == "blue_pubsub_toolkit_dedup", name
+        # Two deployments in one project must not share FIFO counters, FIFO state or stats.
+        assert env["PUBSUB_TOOLKIT_STORE_PREFIX"] == "blue_", name
+    # The producer (the Publisher in the user's app) is told the same prefix.
+    assert "PUBSUB_TOOLKIT_STORE_PREFIX=blue_" in prefixed.stdout.split("Producers' environment")[1]
     queue = envs["blue-ingress"]["PUBSUB_TOOLKIT_TASKS_QUEUE"]
     assert queue.endswith("/queues/blue-pubsub-toolkit-delay")
     # The App Engine relay on its own service, and the tasks' audience follows it.

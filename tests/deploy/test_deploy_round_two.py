@@ -103,9 +103,10 @@ def test_per_minute_stats_get_a_ttl_like_the_module_s(full: DryRun) -> None:
         for c in gcloud(full.cmds, "firestore", "fields", "ttls", "update")
     }
     module = "\n".join(p.read_text() for p in (ROOT / "terraform").glob("*.tf"))
-    block = re.search(r"ttl_collection_groups = [^\n]*merge\(\s*\{([^}]*)\}", module)
+    block = re.search(r"ttl_collection_groups = [^\n]*merge\(\s*\{(.*?)\n\s*\},", module, re.S)
     assert block
-    expected = set(re.findall(r'= "(pubsub_toolkit_\w+)"', block.group(1)))
+    # The module's groups are the library's names behind PUBSUB_TOOLKIT_STORE_PREFIX ("" here).
+    expected = set(re.findall(r'= "\$\{local\.store_prefix\}(pubsub_toolkit_\w+)"', block.group(1)))
     assert "pubsub_toolkit_stats_minutes" in expected
     assert ttls == expected | {"pubsub_toolkit_dedup"}
     indexes = {

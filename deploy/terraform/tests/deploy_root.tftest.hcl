@@ -110,4 +110,8 @@ run "tfvars_settings_reach_the_module" {
     condition     = module.pubsub_toolkit.sweep_job != null && contains(keys(module.pubsub_toolkit.functions), "consumer")
     error_message = "a consumer with only its id and handler must take the module's defaults (the sweep job every minute)."
   }
+  assert {
+    condition     = output.producer_env["PUBSUB_TOOLKIT_STORE_PREFIX"] == "blue_" && module.pubsub_toolkit.ingress_env["PUBSUB_TOOLKIT_STORE_PREFIX"] == "blue_"
+    error_message = "the producer's environment is an output of the deploy root, with the store prefix its consumers use (name_prefix, dashes as underscores)."
+  }
 }

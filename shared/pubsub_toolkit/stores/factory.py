@@ -7,7 +7,10 @@ functions are thin wrappers over it for callers that need one store.
 same way: the Redis URL resolved by :func:`redis_url_from_settings`
 (``PUBSUB_TOOLKIT_REDIS_URL_SECRET`` and ``PUBSUB_TOOLKIT_REDIS_CA_CERT_SECRET`` included), a
 cluster node refused for the FIFO gate store at configuration, Firestore in ``settings.project`` and
-``settings.firestore_database``. Backends are imported here only when selected, so the memory and
+``settings.firestore_database``. :func:`store_names_from_settings` is the one place the stores'
+collections and Redis key prefixes are named from settings (``PUBSUB_TOOLKIT_STORE_PREFIX`` in
+front of each), for the sync and the asyncio path alike. Backends are imported here only when
+selected, so the memory and
 Firestore backends work without the ``redis`` extra; the Redis modules themselves say which extra to
 install.
 """
@@ -23,8 +26,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pubsub_toolkit._secrets import SecretReader, read_secret_manager
 from pubsub_toolkit.clock import SYSTEM_CLOCK, Clock
-from pubsub_toolkit.config import Settings
+from pubsub_toolkit.config import DEFAULT_DEDUP_COLLECTION, Settings
 from pubsub_toolkit.errors import ConfigurationError
+from pubsub_toolkit.stores.backends.base import StoreNames
 from pubsub_toolkit.stores.stats.base import INGRESS_SCOPE
 
 if TYPE_CHECKING:
@@ -90,24 +94,36 @@ def _resolve_redis_url(settings: Settings, read_secret: SecretReader) -> str:
     return f"{url}{separator}{urllib.parse.urlencode({'ssl_ca_certs': path})}"
 
 
+def store_names_from_settings(settings: Settings) -> StoreNames:
+    """Every collection and Redis key prefix of the stores: ``settings.store_prefix`` in front
+    of each default name, except a ``dedup_collection`` other than the default, which is the
+    dedup collection as it is (Redis keys get the prefix all the same)."""
+    explicit = settings.dedup_collection != DEFAULT_DEDUP_COLLECTION
+    return StoreNames.prefixed(
+        settings.store_prefix, dedup_collection=settings.dedup_collection if explicit else None
+    )
+
+
 def backend_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Backend:
     """The backend ``settings.store_backend`` names, on one client every store it makes
     shares: Redis at :func:`redis_url_from_settings`, Firestore in ``settings.project`` and
-    ``settings.firestore_database``, or memory. Only the selected backend is imported."""
+    ``settings.firestore_database``, or memory; its stores use the names of
+    :func:`store_names_from_settings`. Only the selected backend is imported."""
     if settings.store_backend == "memory":
         from pubsub_toolkit.stores.backends.memory import MemoryBackend
 
         return MemoryBackend(clock=clock)
+    names = store_names_from_settings(settings)
     if settings.store_backend == "redis":
         from pubsub_toolkit.stores.backends.redis import RedisBackend
 
-        return RedisBackend.from_url(redis_url_from_settings(settings), clock=clock)
+        return RedisBackend.from_url(redis_url_from_settings(settings), clock=clock, names=names)
     from pubsub_toolkit.stores.backends.firestore import FirestoreBackend
 
     return FirestoreBackend(
         project=settings.project,
         database=settings.firestore_database,
-        dedup_collection=settings.dedup_collection,
+        names=names,
         clock=clock,
     )
 
@@ -156,7 +172,9 @@ class AsyncStores:
 def async_stores_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> AsyncStores:
     """The async dedup and FIFO stores of ``settings.store_backend``, configured exactly as
     :func:`backend_from_settings` configures the sync ones (a Redis Cluster is refused with the
-    same ConfigurationError, before any message). Only the selected backend is imported."""
+    same ConfigurationError, before any message), on the same names. Only the selected backend
+    is imported."""
+    names = store_names_from_settings(settings)
     if settings.store_backend == "redis":
         from pubsub_toolkit.stores.dedup.redis_async import AsyncRedisDedupStore, connect_async
         from pubsub_toolkit.stores.fifo_state.redis_async import AsyncRedisFifoStore
@@ -165,8 +183,10 @@ def async_stores_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOC
             redis_url_from_settings(settings), needed_by="the async Redis stores"
         )
         # The FIFO store refuses a cluster client (ConfigurationError), as the sync one does.
-        fifo = AsyncRedisFifoStore(client)
-        return AsyncStores(AsyncRedisDedupStore(client, clock=clock), fifo, client)
+        fifo = AsyncRedisFifoStore(client, prefix=names.fifo_state_key_prefix)
+        return AsyncStores(
+            AsyncRedisDedupStore(client, prefix=names.dedup_key_prefix, clock=clock), fifo, client
+        )
     if settings.store_backend == "firestore":
         from google.cloud import firestore
 
@@ -176,8 +196,11 @@ def async_stores_from_settings(settings: Settings, *, clock: Clock = SYSTEM_CLOC
         client = firestore.AsyncClient(
             project=settings.project, database=settings.firestore_database
         )
-        dedup = AsyncFirestoreDedupStore(client, collection=settings.dedup_collection, clock=clock)
-        return AsyncStores(dedup, AsyncFirestoreFifoStore(client), client)
+        return AsyncStores(
+            AsyncFirestoreDedupStore(client, collection=names.dedup_collection, clock=clock),
+            AsyncFirestoreFifoStore(client, collection=names.fifo_state_collection),
+            client,
+        )
     from pubsub_toolkit.stores.dedup.memory import AsyncMemoryDedupStore
     from pubsub_toolkit.stores.fifo_state.memory import AsyncMemoryFifoStore
 
