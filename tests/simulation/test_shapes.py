@@ -25,9 +25,9 @@ BROKEN: dict[Shape, Mutation] = {
             SourceEdit(
                 "pubsub_toolkit.consumer.processor_async",
                 "AsyncMessageProcessor._perform",
-                "                return await call(argument)\n",
+                "                return await handler_call(call(argument))\n",
                 "                try:\n"
-                "                    return await call(argument)\n"
+                "                    return await handler_call(call(argument))\n"
                 "                except Exception:\n"
                 "                    return None\n",
             ),
