@@ -13,7 +13,7 @@ group's lease. The transitions (``seq`` is the number in hand, ``head`` the one 
   (:func:`counts_as_attempt` and :func:`next_attempt_at` say whether it counts and when the
   next attempt is: the backoff, or a handler's ``RetryLater`` delay);
 * :func:`operator_skipped`, :func:`replayed` - an operator's ``fifo skip`` / ``fifo replay``;
-* :func:`gap_expired`, :func:`gap_skipped` - the gap policy;
+* :func:`gap_started`, :func:`gap_expired`, :func:`gap_skipped` - the gap policy;
 * :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back;
 * :func:`ended`, :func:`after_end`, :func:`without_after_end` - the end of a group: the number
   marked ``fifo_end`` behind it, the group is complete, its record a tombstone that expires,
@@ -343,8 +343,24 @@ def replayed(state: GroupState) -> GroupState:
     return replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
 
 
+def gap_started(state: GroupState) -> datetime | None:
+    """When the head began to count as missing: ``gap_since``, or the end of a lease taken on
+    the group since, whichever is later (None: no gap). A head that arrived and ran under a
+    lease is not missing while the lease lasts, and past it - its run outlived the lease, or
+    its process died - it waits a whole gap timeout for that run or its redelivery: counted
+    from the later park, a gap older than the timeout passed over a number still running
+    (seed 103165: its effect after its successors', its redelivery dead-lettered
+    ``fifo_late_after_skip``)."""
+    if state.gap_since is None:
+        return None
+    if state.lease_until is None:
+        return state.gap_since
+    return max(state.gap_since, state.lease_until)
+
+
 def gap_expired(state: GroupState, *, now: datetime, timeout: timedelta) -> bool:
-    return state.gap_since is not None and now - state.gap_since >= timeout
+    since = gap_started(state)
+    return since is not None and now - since >= timeout
 
 
 def gap_skipped(state: GroupState) -> tuple[Range, GroupState]:

@@ -359,8 +359,9 @@ class FifoRun(FifoAdvance):
     def _on_gap(self, group: str, state: GroupState, now: datetime) -> Op[GroupState]:
         if not rules.gap_expired(state, now=now, timeout=self.policy.gap_timeout):
             return state
-        assert state.gap_since is not None  # gap_expired says so
-        age = (now - state.gap_since).total_seconds()
+        since = rules.gap_started(state)
+        assert since is not None  # gap_expired says so
+        age = (now - since).total_seconds()
         self._decide(
             "gap_timeout",
             group,
