@@ -1256,7 +1256,7 @@ def after_issue_26() -> tuple[Mutation, ...]:
     plain message whose subscription has no dead-letter policy is then never dead-lettered
     nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5). S1, S2: FIFO defects
     found by the default mix beyond seed 200,000 (seeds 232256, 223215); S3, S4: the same after a
-    store loss (seeds 230393, 225487)."""
+    store loss (seeds 230393, 225487); G1: a running head skipped as a gap (seed 103165)."""
     return (
         Mutation(
             "P1",
@@ -1325,6 +1325,19 @@ def after_issue_26() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_refused_repair_relisted.py",),
+        ),
+        Mutation(
+            "G1",
+            "a FIFO head that ran under a lease is skipped as a gap the moment the lease ends",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_verdicts",
+                    "gap_started",
+                    "return max(state.gap_since, state.lease_until)",
+                    "return state.gap_since",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_gap_running_head.py",),
         ),
     )
 

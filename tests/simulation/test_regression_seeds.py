@@ -24,6 +24,8 @@ REGRESSIONS = {
     225487: "two parked messages lost silently: a refused repair unparked, from an old read, "
     "copies another repair had listed again (SeenStore.unpark_unlisted; "
     "test_fifo_refused_repair_relisted.py)",
+    103165: "fifo_order: a head running past its lease was skipped as a gap older than the "
+    "timeout, and its effect came after its successors' (test_fifo_gap_running_head.py)",
 }
 
 

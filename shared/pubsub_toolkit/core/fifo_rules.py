@@ -13,7 +13,6 @@ group's lease. The transitions (``seq`` is the number in hand, ``head`` the one 
   (:func:`counts_as_attempt` and :func:`next_attempt_at` say whether it counts and when the
   next attempt is: the backoff, or a handler's ``RetryLater`` delay);
 * :func:`operator_skipped`, :func:`replayed` - an operator's ``fifo skip`` / ``fifo replay``;
-* :func:`gap_expired`, :func:`gap_skipped` - the gap policy;
 * :func:`without_lost_parked`, :func:`repaired` - what a store that lost writes handed back;
 * :func:`ended`, :func:`after_end`, :func:`without_after_end` - the end of a group: the number
   marked ``fifo_end`` behind it, the group is complete, its record a tombstone that expires,
@@ -24,8 +23,8 @@ group's lease. The transitions (``seq`` is the number in hand, ``head`` the one 
   at its number), else dead-lettered (``fifo_sequence_restarted``).
 
 The verdicts a run takes on those states (poison, a batch's failure, a counter restart, a fenced
-run...) are :mod:`.fifo_verdicts`. (About 500 lines: one small function per state change the gate
-makes, in one module so that every rule over a ``GroupState`` is read side by side.)
+run, a gap...) are :mod:`.fifo_verdicts`. (About 490 lines: one small function per state change
+the gate makes, in one module so that every rule over a ``GroupState`` is read side by side.)
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from pubsub_toolkit.stores.fifo_state.base import (
     KEY_WINDOW,
     POISON_MARK,
     GroupState,
-    Range,
     key_digest,
     merge_ranges,
     needs_attention,
@@ -341,24 +339,6 @@ def operator_skipped(
 def replayed(state: GroupState) -> GroupState:
     """Unblocked, with fresh attempts for the parked head."""
     return replace(state, blocked_at=None, attempts=0, next_attempt_at=None)
-
-
-def gap_expired(state: GroupState, *, now: datetime, timeout: timedelta) -> bool:
-    return state.gap_since is not None and now - state.gap_since >= timeout
-
-
-def gap_skipped(state: GroupState) -> tuple[Range, GroupState]:
-    """The missing numbers before the first parked one, as one ``(first, last)`` range, and
-    the state that passes over them with tombstones (the parked ones are still to run).
-
-    A range, never the numbers one by one: a producer numbering by hand may leave a gap of
-    up to 2**53 numbers (1, then 9007199254740991), which listed would not fit in memory.
-    """
-    missing = (state.head, min(state.parked) - 1)
-    new = state.advanced_to(missing[1])
-    return missing, replace(
-        new, parked=state.parked, skipped=merge_ranges((*new.skipped, missing), ())
-    )
 
 
 def without_lost_parked(state: GroupState, seq: int) -> GroupState:

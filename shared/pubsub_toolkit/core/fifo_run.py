@@ -360,18 +360,19 @@ class FifoRun(FifoAdvance):
 
     def _on_gap(self, group: str, state: GroupState, now: datetime) -> Op[GroupState]:
         reports = self._gap_reports
-        if not rules.gap_expired(state, now=now, timeout=self.policy.gap_timeout):
+        if not verdicts.gap_expired(state, now=now, timeout=self.policy.gap_timeout):
             reports.pop(group, None)
             return state
-        assert state.gap_since is not None  # gap_expired says so
-        age = (now - state.gap_since).total_seconds()
-        since, due = reports.get(group, (None, 0.0))
-        if since != state.gap_since or age >= due:
+        since = verdicts.gap_started(state)
+        assert since is not None  # gap_expired says so
+        age = (now - since).total_seconds()
+        reported, due = reports.get(group, (None, 0.0))
+        if reported != since or age >= due:
             # The first report when the gap times out, the next when its age has doubled: a
             # consumer sweeps every second, and an ALERT per sweep buried every other line.
             if len(reports) > _MAX_GAP_REPORTS:
                 reports.clear()  # bounded: at worst a gap is reported again early
-            reports[group] = (state.gap_since, 2 * age)
+            reports[group] = (since, 2 * age)
             self._decide(
                 "gap_timeout",
                 group,
@@ -381,7 +382,7 @@ class FifoRun(FifoAdvance):
             )
         if self.policy.gap is GapPolicy.WAIT:
             return state
-        missing, new = rules.gap_skipped(state)
+        missing, new = verdicts.gap_skipped(state)
         if not (yield from self._seen.save(group, new, state)):
             return (yield from self._seen.load(group))
         first, last = missing

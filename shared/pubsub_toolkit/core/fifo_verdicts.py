@@ -13,7 +13,9 @@ Each is a decision a past defect lived in, named so a test (and the simulation's
 * :func:`poison_pending` - a verdict taken but not recorded: applied again, never run again;
 * :func:`restart_verdict` - a newer counter epoch: restart now, settle the old copies, or wait;
 * :func:`older_verdict` - a late copy of an earlier sequence: duplicate, reused or ended;
-* :func:`stray_of_earlier_sequence` - a copy stored at a number in an earlier sequence.
+* :func:`stray_of_earlier_sequence` - a copy stored at a number in an earlier sequence;
+* :func:`gap_started`, :func:`gap_expired`, :func:`gap_skipped` - the gap policy: when a head
+  counts as missing, and the state that passes over the missing numbers.
 
 (The state transitions themselves are :mod:`.fifo_rules`.)
 """
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from pubsub_toolkit import attributes as attr
@@ -30,7 +33,7 @@ from pubsub_toolkit.core import fifo_rules as rules
 from pubsub_toolkit.core.fifo_policy import PoisonPolicy
 from pubsub_toolkit.errors import RetryLater, StaleClaimError
 from pubsub_toolkit.message import Message
-from pubsub_toolkit.stores.fifo_state.base import GroupState
+from pubsub_toolkit.stores.fifo_state.base import GroupState, Range, merge_ranges
 
 T = TypeVar("T")
 
@@ -166,3 +169,37 @@ def older_verdict(state: GroupState, epoch: int, seq: int, message: Message) -> 
             return OlderVerdict.REUSED
         return OlderVerdict.DUPLICATE
     return OlderVerdict.ENDED
+
+
+def gap_started(state: GroupState) -> datetime | None:
+    """When the head began to count as missing: ``gap_since``, or the end of a lease taken on
+    the group since, whichever is later (None: no gap). A head that arrived and ran under a
+    lease is not missing while the lease lasts, and past it - its run outlived the lease, or
+    its process died - it waits a whole gap timeout for that run or its redelivery: counted
+    from the later park, a gap older than the timeout passed over a number still running
+    (seed 103165: its effect after its successors', its redelivery dead-lettered
+    ``fifo_late_after_skip``)."""
+    if state.gap_since is None:
+        return None
+    if state.lease_until is None:
+        return state.gap_since
+    return max(state.gap_since, state.lease_until)
+
+
+def gap_expired(state: GroupState, *, now: datetime, timeout: timedelta) -> bool:
+    since = gap_started(state)
+    return since is not None and now - since >= timeout
+
+
+def gap_skipped(state: GroupState) -> tuple[Range, GroupState]:
+    """The missing numbers before the first parked one, as one ``(first, last)`` range, and
+    the state that passes over them with tombstones (the parked ones are still to run).
+
+    A range, never the numbers one by one: a producer numbering by hand may leave a gap of
+    up to 2**53 numbers (1, then 9007199254740991), which listed would not fit in memory.
+    """
+    missing = (state.head, min(state.parked) - 1)
+    new = state.advanced_to(missing[1])
+    return missing, replace(
+        new, parked=state.parked, skipped=merge_ranges((*new.skipped, missing), ())
+    )
