@@ -65,10 +65,13 @@ test-slow: install ## long runs (the consumer-crash fault), kept out of `make te
 test-faults: install ## the fault-injection and property suites, slow faults included
 	$(PY) -m pytest tests/faults tests/property $(PYTEST_ARGS)
 
-lint: install ## ruff lint + format check, mypy on the library, its layers and no import cycles (lint-imports)
+lint: install ## ruff lint + format check, mypy on the library and the entry points, its layers and no import cycles (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	@# the deployed entry points, one by one (each is a module named main)
+	for entry in functions/ingress/main.py functions/consumer/main.py appengine/relay/main.py; do \
+	  $(VENV)/bin/mypy $$entry || exit 1; done
 	$(VENV)/bin/lint-imports
 
 format: install ## apply ruff's fixes and formatting

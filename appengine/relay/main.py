@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+from typing import cast
 
 from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
@@ -65,11 +67,12 @@ def create_app(
     @app.post("/release")
     def release() -> ResponseReturnValue:
         try:
-            caller = authenticator.authenticate(request.headers)
+            # werkzeug's Headers: a case-insensitive mapping of str that mypy does not know as
+            # a Mapping (a dict copy would lose the case-insensitive lookup).
+            headers = cast("Mapping[str, str]", request.headers)
+            caller = authenticator.authenticate(headers)
             # Read only once authenticated: then the headers are Cloud Tasks' own.
-            result = relay.release(
-                request.get_data(), attempt=attempt_from_headers(request.headers)
-            )
+            result = relay.release(request.get_data(), attempt=attempt_from_headers(headers))
         except AuthError as exc:
             logger.warning("refused release request: %s", exc.detail)
             return jsonify(error=exc.detail), exc.status

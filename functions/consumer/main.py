@@ -103,7 +103,7 @@ def consumer(request: Request) -> tuple[str, int] | dict[str, object]:
     if request.method != "POST":  # Pub/Sub and Cloud Scheduler only POST: a probe is no message
         return "POST a Pub/Sub push request (or the sweep) here", 405
     if request.path.rstrip("/").endswith("/sweep"):
-        return sweep(request)
+        return _sweep()
     processor = _get_processor()
     body = request.get_data()
     try:
@@ -118,6 +118,10 @@ def consumer(request: Request) -> tuple[str, int] | dict[str, object]:
 @functions_framework.http
 def sweep(request: Request) -> dict[str, object]:
     """Cloud Scheduler's target: the gate's periodic work for every group."""
+    return _sweep()
+
+
+def _sweep() -> dict[str, object]:
     gate = _get_processor().gate
     outcomes = {group: gate.sweep(group).outcome.value for group in gate.groups()}
     return {"swept": len(outcomes), "outcomes": outcomes}
