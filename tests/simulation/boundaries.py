@@ -109,6 +109,17 @@ class Boundaries:
             return self.store(process, op, apply, is_read)
 
         def note(method: str, args: tuple[Any, ...], reply: Any) -> None:
+            # Who took each dedup claim (invariant 7: a "fenced" run was taken over by a claim
+            # that landed, whether or not its writer heard so and logged its takeover).
+            if name == "dedup" and method == "claim" and self._ledger and reply.owns_key:
+                self._ledger.claim_written(
+                    args[0],
+                    args[1],
+                    reply.token,
+                    process.name,
+                    self._loop.now,
+                    heard=not self._reply_lost,
+                )
             # Who wrote each FIFO lease token (invariant 7: a run fenced by a lease its own
             # process wrote was not taken over).
             if name == "fifo" and method == "save" and reply is not None and self._ledger:

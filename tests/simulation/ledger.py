@@ -129,6 +129,18 @@ class LeaseWrite:
     heard: bool = True
 
 
+@dataclass(frozen=True)
+class ClaimWrite:
+    """A dedup claim that landed with a new fencing ``token`` (a takeover of the key, or its
+    first claim): by ``process`` at true time ``true_at``; ``heard``: False when its writer
+    never heard so (a timeout or an error reply after the write), so it logged no decision."""
+
+    token: int
+    process: str
+    true_at: float
+    heard: bool = True
+
+
 @dataclass
 class Ledger:
     """Everything observed during one schedule (append-only lists of frozen values)."""
@@ -156,6 +168,8 @@ class Ledger:
     # the writer, when (its own clock) and until when (the last renewal under the token)
     lease_writes: dict[tuple[str, int], list[LeaseWrite]] = field(default_factory=dict)
     lease_write_count: int = 0  # the new tokens written so far (LeaseWrite.order)
+    # (namespace, dedup key) -> each claim that landed (invariant 7: who fenced a "fenced" run)
+    claim_writes: dict[tuple[str, str], list[ClaimWrite]] = field(default_factory=dict)
     acting: list[str] = field(default_factory=list)  # the processes whose calls are running
 
     def lease_written(
@@ -179,6 +193,13 @@ class Ledger:
             )
         elif writes and writes[-1].process == process and state.lease_until is not None:
             writes[-1] = replace(writes[-1], until=state.lease_until)
+
+    def claim_written(
+        self, namespace: str, key: str, token: int, process: str, true_at: float, *, heard: bool
+    ) -> None:
+        """A dedup claim of ``key`` by ``process`` landed with fencing ``token``."""
+        write = ClaimWrite(token, process, true_at, heard)
+        self.claim_writes.setdefault((namespace, key), []).append(write)
 
     def lease_write(
         self, group: str, token: int, before: float, process: str | None = None
