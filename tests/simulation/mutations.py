@@ -1256,7 +1256,9 @@ def after_issue_26() -> tuple[Mutation, ...]:
     plain message whose subscription has no dead-letter policy is then never dead-lettered
     nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5). S1, S2: FIFO defects
     found by the default mix beyond seed 200,000 (seeds 232256, 223215); S3, S4: the same after a
-    store loss (seeds 230393, 225487); G1: a running head skipped as a gap (seed 103165)."""
+    store loss (seeds 230393, 225487); G1: a running head skipped as a gap (seed 103165); R1,
+    R2: renumbered copies of one key dead-lettered when their sequence restarted (seeds 132612,
+    132734)."""
     return (
         Mutation(
             "P1",
@@ -1338,6 +1340,40 @@ def after_issue_26() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_gap_running_head.py",),
+        ),
+        Mutation(
+            "R1",
+            "a copy parked in an old sequence whose key already ran is dead-lettered as restarted",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_epochs",
+                    "Sequences.settle_and_restart",
+                    "if copy is None or self._ran_before(group, state, seq, copy):",
+                    "if copy is None:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_restart_renumbered_copy.py::"
+                "test_a_parked_copy_of_a_key_that_ran_is_not_dead_lettered_when_the_sequence_"
+                "restarts",
+            ),
+        ),
+        Mutation(
+            "R2",
+            "two copies of one key parked in an old sequence are both dead-lettered as restarted",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_epochs",
+                    "Sequences.settle_and_restart",
+                    "elif (first := _first_parked(state, seq)) != seq:",
+                    "elif (first := seq) != seq:",
+                ),
+            ),
+            guarded_by=(
+                "tests/unit/test_fifo_restart_renumbered_copy.py::"
+                "test_two_parked_copies_of_one_key_are_dead_lettered_once_when_the_sequence_"
+                "restarts",
+            ),
         ),
     )
 

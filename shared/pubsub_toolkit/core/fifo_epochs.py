@@ -18,6 +18,11 @@ judges a delivery by its number, :meth:`Sequences.meet` judges it by its epoch:
   number (but dead-lettered ``fifo_sequence_reused``, with an ALERT, when the record holds
   another message's key there: a producer reused the number), else dead-lettered
   ``fifo_sequence_restarted`` (it never ran, and never will).
+
+A copy whose dedup key already had its turn in the group (a producer's retry renumbered after
+its first copy ran, or was dead-lettered as poison) is no message the old sequence failed to
+reach: parked when the sequence restarts, or arriving late after that, it is dropped as a
+duplicate - never dead-lettered ``fifo_sequence_restarted`` beside its effect (seed 132612).
 """
 
 from __future__ import annotations
@@ -110,6 +115,8 @@ class Sequences:
         if verdict is verdicts.OlderVerdict.REUSED:
             # Kept with the reason, as in the group's current sequence (seed 10205).
             return (yield from self._taken(group, state, message, seq, epoch))
+        if self._ran_before(group, state, seq, message):
+            return GateResult(GateOutcome.DUPLICATE, group, seq)
         detail = (
             f"{group}#{seq} belongs to an earlier sequence of the group (epoch {epoch}); its "
             f"counter started again (epoch {state.epoch}) before this number ran"
@@ -183,26 +190,59 @@ class Sequences:
         self, group: str, fenced: GroupState, epoch: int
     ) -> Op[GroupState | None]:
         """Under this worker's lease (``fenced``, the state it wrote to take it): every copy
-        parked in the old sequence dead-lettered and unparked, then the new sequence (``epoch``)
+        parked in the old sequence dead-lettered (but a copy of a key that had its turn, or of
+        one parked at a lower number: once) and unparked, then the new sequence (``epoch``)
         written; the new state, or None when the record was fenced in turn (decide again). A
         copy with no dead-letter topic to keep it is never dropped: the lease is given back
         and the new sequence waits for the old one (see :meth:`_wait`; TransientError)."""
-        state, settled = fenced, list[int]()
+        state, settled, kept = fenced, list[int](), list[int]()
         for _ in range(MAX_CAS_ROUNDS):
             if state.lease_token != fenced.lease_token:
                 return None  # fenced in turn (a store-loss repair): decide again
             for seq in sorted(set(state.parked) - set(settled)):
                 copy = yield ParkedMessage(self._consumer, group, seq)
-                if copy is not None and not (yield from self._keep(copy, group, seq, state)):
+                if copy is None or self._ran_before(group, state, seq, copy):
+                    pass  # a renumbered copy of a key that had its turn: nothing to keep
+                elif (first := _first_parked(state, seq)) != seq:
+                    # A producer's retry renumbered while its first copy waited parked too:
+                    # that one's letter keeps the message (once, not once per copy).
+                    self._decide(
+                        "duplicate",
+                        group,
+                        seq,
+                        f"a copy of #{first} of the old sequence (the same dedup key, parked "
+                        "too): dead-lettered once, at its first number",
+                    )
+                elif (yield from self._keep(copy, group, seq, state)):
+                    kept.append(seq)
+                else:
                     yield from self._wait(group, seq, state)
                 yield Unpark(self._consumer, group, seq)
                 settled.append(seq)
             new = yield from self._seen.save(group, rules.restarted(state, epoch), state)
             if new is not None:
-                self._said(group, state, epoch, settled)
+                self._said(group, state, epoch, kept)  # the ALERT names only real letters
                 return new
             state = yield from self._seen.load(group)  # a copy parked meanwhile: settle it too
         raise TransientError(f"{group}: the state kept changing while its sequence restarted")
+
+    def _ran_before(self, group: str, state: GroupState, seq: int, message: Message) -> bool:
+        """True when ``message``'s dedup key already had its turn in ``group`` at another
+        number (ran, or was dead-lettered as poison there): a producer's retry renumbered
+        after its first copy ran - a duplicate, which the old sequence's end loses nothing of.
+        Dead-lettering it ``fifo_sequence_restarted`` would report a message that ran as one
+        that never will (seed 132612: both an effect and a dead letter)."""
+        found = verdicts.ran_before(group, state, seq, message, self._seen.ran.earlier)
+        if found is None:
+            return False
+        self._decide(
+            "duplicate",
+            group,
+            seq,
+            f"a copy of the old sequence's #{seq} whose dedup key already had its turn in the "
+            "group: not dead-lettered as restarted",
+        )
+        return True
 
     def _keep(self, copy: Message, group: str, seq: int, state: GroupState) -> Op[bool]:
         """Dead-letter ``copy``; False when there is no dead-letter topic to keep it."""
@@ -252,3 +292,15 @@ class Sequences:
             level=logging.ERROR if settled else logging.WARNING,
             **({"alert": "sequence_restarted"} if settled else {}),
         )
+
+
+def _first_parked(state: GroupState, seq: int) -> int:
+    """The lowest parked number of ``state`` whose copy has the same dedup key as ``seq``'s
+    (``seq`` itself when none below it has): a producer's retry renumbered while its first copy
+    waited parked is the same message at two numbers (seed 132734). Read from the record's
+    listing, not from the copies, so a settle that is retried after it had unparked the first
+    one still takes the later one for a copy."""
+    digest = state.key_of(seq)
+    if digest is None:
+        return seq
+    return next((s for s in state.parked if s < seq and state.key_of(s) == digest), seq)
