@@ -23,6 +23,9 @@ A copy whose dedup key already had its turn in the group (a producer's retry ren
 its first copy ran, or was dead-lettered as poison) is no message the old sequence failed to
 reach: parked when the sequence restarts, or arriving late after that, it is dropped as a
 duplicate - never dead-lettered ``fifo_sequence_restarted`` beside its effect (seed 132612).
+
+(About 310 lines: the three ways a delivery meets an epoch, and the settling of the old
+sequence's copies, share the restart's lease and ALERT.)
 """
 
 from __future__ import annotations
