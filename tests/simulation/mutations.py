@@ -1256,7 +1256,8 @@ def after_issue_26() -> tuple[Mutation, ...]:
     plain message whose subscription has no dead-letter policy is then never dead-lettered
     nor run (invariant 1, lost silently; 44 of 600 schedules at p = 0.5). S1, S2: FIFO defects
     found by the default mix beyond seed 200,000 (seeds 232256, 223215); S3, S4: the same after a
-    store loss (seeds 230393, 225487); G1: a running head skipped as a gap (seed 103165)."""
+    store loss (seeds 230393, 225487); G1: a running head skipped as a gap (seed 103165); U1: a
+    new sequence's copy taken by the old sequence's late unpark (seed 160824)."""
     return (
         Mutation(
             "P1",
@@ -1338,6 +1339,19 @@ def after_issue_26() -> tuple[Mutation, ...]:
                 ),
             ),
             guarded_by=("tests/unit/test_fifo_gap_running_head.py",),
+        ),
+        Mutation(
+            "U1",
+            "a new sequence's copy that replaced the old sequence's at its number is acked",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_seen",
+                    "SeenStore.park_run",
+                    "displaced = older is not None and own is not None and older < own",
+                    "displaced = False",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_epoch_late_unpark.py",),
         ),
     )
 

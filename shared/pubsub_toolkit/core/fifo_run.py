@@ -27,7 +27,7 @@ from pubsub_toolkit.core.fifo_policy import (
     message_key,
 )
 from pubsub_toolkit.core.fifo_rules import ran_earlier
-from pubsub_toolkit.errors import RetryLater, StaleClaimError, StoreUnavailableError
+from pubsub_toolkit.errors import RetryLater, StaleClaimError, StoreUnavailableError, TransientError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import POISON_MARK, GroupState, key_digest
 
@@ -297,14 +297,27 @@ class FifoRun(FifoAdvance):
                 f"{(retry_at - now).total_seconds():.0f}s: {exc}",
                 level=logging.INFO if asked else logging.WARNING,
             )
-            if not from_park:
-                yield from self._seen.park_run(group, seq, message)  # kept for the sweeper
+            displaced = False
+            if not from_park:  # kept for the sweeper
+                displaced = yield from self._seen.park_run(group, seq, message)
             digest = key_digest(message_key(message))
             yield from self._update(
                 group, token, lambda s: rules.retry_later(s, seq, digest, at=retry_at)
             )
             if not from_park and not asked:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
+            if displaced:
+                # The copy replaced an earlier sequence's at this number, whose run unparks it
+                # after its advance - maybe still to come, taking this copy: acked now, the
+                # message would be gone with this process (seed 160824). Nacked, it is
+                # delivered again and its copy parked again (the handler waits its delay).
+                self._decide(
+                    "retry_scheduled",
+                    group,
+                    seq,
+                    "copy parked where the old sequence's copy was: delivered again to keep it",
+                )
+                raise TransientError(f"{group}#{seq}: parked; deliver again to keep the copy")
             return state, GateOutcome.RETRYING  # the sweeper retries when it is due
         detail = (
             f"handler raised {type(exc).__name__}: {exc}"

@@ -1,0 +1,96 @@
+"""A group's counter starts again while the old sequence's last parked number is finishing on
+another process: that run unparks its number *after* the advance that passed it, so a new
+sequence's message parked at the same number in between (its handler asked to retry later) has
+its copy taken by that late unpark. Acked then, it was gone for good once its own process
+restarted (simulation seed 160824, 6 rollback_detected: L5, new #1 of g1, lost silently - the
+old #1's sweep on consumer0 unparked #1 right after consumer1 parked L5 there, and consumer1
+crashed before L5's retry was due). The delivery that displaced the old sequence's copy is
+nacked instead: its redelivery parks the copy again, and it runs when its retry is due."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from pubsub_toolkit.clock import ManualClock
+from pubsub_toolkit.consumer.gate import FifoGate
+from pubsub_toolkit.core.fifo_policy import GateOutcome
+from pubsub_toolkit.dead_letters.send import DeadLetterer
+from pubsub_toolkit.errors import RetryLater, TransientError
+from pubsub_toolkit.message import Message
+from pubsub_toolkit.observability import DecisionLog
+from pubsub_toolkit.stores.fifo_state.base import GroupState
+from pubsub_toolkit.stores.fifo_state.memory import MemoryFifoStore
+from tests.support.sinks import RecordingSink
+from tests.unit.test_fifo_gate import DLQ, keyed
+
+OLD, NEW = "1796498401933106", "1796498401939965"  # the counter's epochs, before and after
+
+
+class AfterAdvance(MemoryFifoStore):
+    """Runs ``then`` once, right after the save that records the old sequence's #1 ran - the
+    moment before that run's unpark (another process's delivery lands there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.then: Callable[[], None] = lambda: None
+
+    def save(
+        self, consumer: str, group: str, state: GroupState, expected: GroupState
+    ) -> GroupState | None:
+        stored = super().save(consumer, group, state, expected)
+        if stored is not None and stored.epoch == int(OLD) and stored.last_processed == 1:
+            then, self.then = self.then, lambda: None
+            then()
+        return stored
+
+
+def test_a_new_sequences_copy_survives_the_old_runs_late_unpark() -> None:
+    store, clock, sink = AfterAdvance(), ManualClock(), RecordingSink()
+    handled: list[str] = []
+    asked: set[str] = set()
+
+    def handle(message: Message) -> None:
+        key = message.attributes["dedup_key"]
+        if key not in asked:  # each message asks once to be retried later
+            asked.add(key)
+            raise RetryLater(timedelta(seconds=30))
+        handled.append(key)
+
+    def process() -> FifoGate:  # a process of the consumer (a fresh one after a restart)
+        log = DecisionLog("consumer-a")
+        return FifoGate(
+            store,
+            consumer="consumer-a",
+            handler=handle,
+            dead_letters=DeadLetterer(sink, DLQ, log),
+            clock=clock,
+            log=log,
+        )
+
+    first, second = process(), process()
+    old_1, new_1 = keyed("g", 1, "a", fifo_epoch=OLD), keyed("g", 1, "x", fifo_epoch=NEW)
+    assert first.deliver(old_1, "g", 1).outcome is GateOutcome.RETRYING  # parked, backing off
+    clock.advance(timedelta(seconds=31))
+    acked: list[bool] = []
+
+    def new_sequence_arrives() -> None:
+        try:
+            second.deliver(new_1, "g", 1)  # its handler asks to retry later too
+        except TransientError:
+            acked.append(False)  # nacked: Pub/Sub delivers it again
+        else:
+            acked.append(True)
+
+    store.then = new_sequence_arrives
+    assert first.sweep("g").outcome is GateOutcome.PROCESSED  # old #1 runs; then unparks #1
+    # The second process restarts (its memory gone); a nacked delivery comes again, an acked
+    # one never does.
+    restarted = process()
+    if acked == [False]:
+        assert restarted.deliver(new_1, "g", 1).outcome is GateOutcome.RETRYING
+    clock.advance(timedelta(seconds=31))
+    restarted.sweep("g")
+    assert handled == ["a", "x"]
+    assert sink.on(DLQ) == []
+    assert store.load("consumer-a", "g").last_processed == 1
