@@ -4,8 +4,9 @@ sequence's message parked at the same number in between (its handler asked to re
 its copy taken by that late unpark. Acked then, it was gone for good once its own process
 restarted (simulation seed 160824, 6 rollback_detected: L5, new #1 of g1, lost silently - the
 old #1's sweep on consumer0 unparked #1 right after consumer1 parked L5 there, and consumer1
-crashed before L5's retry was due). The delivery that displaced the old sequence's copy is
-nacked instead: its redelivery parks the copy again, and it runs when its retry is due."""
+crashed before L5's retry was due). An early arrival of the new sequence parked there is exposed
+the same way. The delivery that displaced the old sequence's copy is nacked instead: its
+redelivery parks the copy again, and it runs in its turn."""
 
 from __future__ import annotations
 
@@ -28,25 +29,26 @@ OLD, NEW = "1796498401933106", "1796498401939965"  # the counter's epochs, befor
 
 
 class AfterAdvance(MemoryFifoStore):
-    """Runs ``then`` once, right after the save that records the old sequence's #1 ran - the
-    moment before that run's unpark (another process's delivery lands there)."""
+    """Runs ``then`` once, right after the save that records the old sequence's number ``at``
+    ran - the moment before that run's unpark (another process's delivery lands there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, at: int) -> None:
         super().__init__()
+        self.at = at
         self.then: Callable[[], None] = lambda: None
 
     def save(
         self, consumer: str, group: str, state: GroupState, expected: GroupState
     ) -> GroupState | None:
         stored = super().save(consumer, group, state, expected)
-        if stored is not None and stored.epoch == int(OLD) and stored.last_processed == 1:
+        if stored is not None and stored.epoch == int(OLD) and stored.last_processed == self.at:
             then, self.then = self.then, lambda: None
             then()
         return stored
 
 
 def test_a_new_sequences_copy_survives_the_old_runs_late_unpark() -> None:
-    store, clock, sink = AfterAdvance(), ManualClock(), RecordingSink()
+    store, clock, sink = AfterAdvance(1), ManualClock(), RecordingSink()
     handled: list[str] = []
     asked: set[str] = set()
 
@@ -94,3 +96,55 @@ def test_a_new_sequences_copy_survives_the_old_runs_late_unpark() -> None:
     assert handled == ["a", "x"]
     assert sink.on(DLQ) == []
     assert store.load("consumer-a", "g").last_processed == 1
+
+
+def test_a_new_sequences_early_arrival_survives_the_old_runs_late_unpark() -> None:
+    store, clock, sink = AfterAdvance(2), ManualClock(), RecordingSink()
+    handled: list[str] = []
+    asked: set[str] = set()
+
+    def handle(message: Message) -> None:
+        key = message.attributes["dedup_key"]
+        if key == "b" and key not in asked:  # the old #2 waits parked for its retry
+            asked.add(key)
+            raise RetryLater(timedelta(seconds=30))
+        handled.append(key)
+
+    def process() -> FifoGate:
+        log = DecisionLog("consumer-a")
+        return FifoGate(
+            store,
+            consumer="consumer-a",
+            handler=handle,
+            dead_letters=DeadLetterer(sink, DLQ, log),
+            clock=clock,
+            log=log,
+        )
+
+    first, second = process(), process()
+    old_1, old_2 = keyed("g", 1, "a", fifo_epoch=OLD), keyed("g", 2, "b", fifo_epoch=OLD)
+    assert first.deliver(old_1, "g", 1).outcome is GateOutcome.PROCESSED
+    assert first.deliver(old_2, "g", 2).outcome is GateOutcome.RETRYING
+    clock.advance(timedelta(seconds=31))
+    new_2 = keyed("g", 2, "y", fifo_epoch=NEW)  # the new sequence's #2, before its #1: early
+    acked: list[bool] = []
+
+    def new_sequence_arrives() -> None:
+        try:
+            second.deliver(new_2, "g", 2)
+        except TransientError:
+            acked.append(False)
+        else:
+            acked.append(True)
+
+    store.then = new_sequence_arrives
+    assert first.sweep("g").outcome is GateOutcome.PROCESSED  # old #2 runs; then unparks #2
+    restarted = process()
+    if acked == [False]:
+        assert restarted.deliver(new_2, "g", 2).outcome is GateOutcome.PARKED
+    new_1 = keyed("g", 1, "x", fifo_epoch=NEW)
+    assert restarted.deliver(new_1, "g", 1).outcome is GateOutcome.PROCESSED
+    restarted.sweep("g")
+    assert handled == ["a", "b", "x", "y"]
+    assert sink.on(DLQ) == []
+    assert store.load("consumer-a", "g").last_processed == 2

@@ -250,15 +250,18 @@ class FifoDeliver(FifoRun):
         if not self.policy.park and state.blocked_at is None and seq > state.head:
             self._decide("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
-        if not (yield from self._park_copy(group, seq, message, digest, state)):
+        ours, displaced = yield from self._park_copy(group, seq, message, digest, state)
+        if not ours:
             # Another message got its copy stored at this number first: that one holds it.
             return (yield from self._reused(message, group, seq, state))
         new = rules.with_arrival_parked(state, seq, digest, now=now)
+        if seq not in state.parked and not (yield from self._seen.save(group, new, state)):
+            return None
+        if displaced:
+            self._deliver_again(group, seq)  # the old sequence's run may still unpark it
         if seq in state.parked:  # a redelivered copy: the parked one stands for it
             retrying = seq == state.head and state.backing_off(now)
             return GateResult(GateOutcome.RETRYING if retrying else GateOutcome.PARKED, group, seq)
-        if not (yield from self._seen.save(group, new, state)):
-            return None
         if seq == state.head and state.blocked_at is None:
             if state.backing_off(now):
                 self._decide("retry_scheduled", group, seq, "backing off; copy parked")
@@ -271,22 +274,26 @@ class FifoDeliver(FifoRun):
 
     def _park_copy(
         self, group: str, seq: int, message: Message, digest: str, state: GroupState
-    ) -> Op[bool]:
-        """Park an arrival (``digest`` its key's); True only if the stored copy is this message
-        (a store keeps the first copy of a number, and the state must name the same one).
+    ) -> Op[tuple[bool, bool]]:
+        """Park an arrival (``digest`` its key's); first True only if the stored copy is this
+        message (a store keeps the first copy of a number, and the state must name the same
+        one); second True when it replaced a copy of an earlier sequence (see below).
 
         A copy of an earlier sequence the record saw end holds nothing: the restart settled
         every copy it listed, so this is a stray its process left unlisted (parked, then crashed
         before the state's write; the message then ran from its own delivery, which unparks
         nothing unlisted). It makes way, or the new message given its number would be
-        dead-lettered as a reuse and the group stop there (seed 223215)."""
+        dead-lettered as a reuse and the group stop there (seed 223215). Unless the run that
+        passed its number has yet to unpark it (it unparks after its advance): then it takes
+        the new copy with it, so the arrival is delivered again, not acked (seed 160824)."""
         yield Park(self.consumer, group, seq, message)
         stored = yield ParkedMessage(self.consumer, group, seq)
-        if stored is not None and verdicts.stray_of_earlier_sequence(state, stored):
+        displaced = stored is not None and verdicts.stray_of_earlier_sequence(state, stored)
+        if displaced:
             yield Unpark(self.consumer, group, seq)
             yield Park(self.consumer, group, seq, message)
             stored = yield ParkedMessage(self.consumer, group, seq)
         if stored is not None and key_digest(message_key(stored)) != digest:
-            return False
+            return False, False
         self._seen.remember_parked(group, seq, message)
-        return True
+        return True, displaced

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import NoReturn
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core import fifo_rules as rules
@@ -307,17 +308,7 @@ class FifoRun(FifoAdvance):
             if not from_park and not asked:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
             if displaced:
-                # The copy replaced an earlier sequence's at this number, whose run unparks it
-                # after its advance - maybe still to come, taking this copy: acked now, the
-                # message would be gone with this process (seed 160824). Nacked, it is
-                # delivered again and its copy parked again (the handler waits its delay).
-                self._decide(
-                    "retry_scheduled",
-                    group,
-                    seq,
-                    "copy parked where the old sequence's copy was: delivered again to keep it",
-                )
-                raise TransientError(f"{group}#{seq}: parked; deliver again to keep the copy")
+                self._deliver_again(group, seq)  # (the handler waits its delay all the same)
             return state, GateOutcome.RETRYING  # the sweeper retries when it is due
         detail = (
             f"handler raised {type(exc).__name__}: {exc}"
@@ -327,6 +318,20 @@ class FifoRun(FifoAdvance):
         return (
             yield from self._poisoned(group, seq, message, token=token, detail=detail, state=state)
         )
+
+    def _deliver_again(self, group: str, seq: int) -> NoReturn:
+        """Nack a delivery whose copy was just parked in place of an earlier sequence's copy
+        at ``seq``: the run that passed that number unparks it after its advance - maybe still
+        to come, and taking this copy with it. Acked, the message would be gone with this
+        process (simulation seed 160824); delivered again, its copy is parked again."""
+        self._decide(
+            "park_confirming",
+            group,
+            seq,
+            "parked where the old sequence's copy was (its run may still unpark the number): "
+            "deliver again to keep the copy",
+        )
+        raise TransientError(f"{group}#{seq}: parked in place of the old sequence's copy")
 
     def _poisoned(
         self,
