@@ -148,3 +148,58 @@ def test_a_new_sequences_early_arrival_survives_the_old_runs_late_unpark() -> No
     assert handled == ["a", "b", "x", "y"]
     assert sink.on(DLQ) == []
     assert store.load("consumer-a", "g").last_processed == 2
+
+
+def test_a_batch_head_parked_in_place_of_the_old_copy_is_nacked_too() -> None:
+    """In batch mode (``FifoGate(batch=N)``) the new sequence's run asks to retry later: its head
+    is parked in place of the old sequence's copy, and its delivery is nacked - not judged alone
+    and acked as parked, which would leave the copy to the late unpark."""
+    store, clock, sink = AfterAdvance(1), ManualClock(), RecordingSink()
+    handled: list[str] = []
+    asked: set[str] = set()
+
+    def handle(messages: list[Message]) -> None:
+        head = messages[0].attributes["dedup_key"]
+        if head in ("a", "x") and head not in asked:  # each asks once to retry later
+            asked.add(head)
+            raise RetryLater(timedelta(seconds=30))
+        handled.extend(m.attributes["dedup_key"] for m in messages)
+
+    def process() -> FifoGate:
+        log = DecisionLog("consumer-a")
+        return FifoGate(
+            store,
+            consumer="consumer-a",
+            handler=handle,
+            dead_letters=DeadLetterer(sink, DLQ, log),
+            clock=clock,
+            log=log,
+            batch=10,
+        )
+
+    first, second = process(), process()
+    assert first.deliver(keyed("g", 1, "a", fifo_epoch=OLD), "g", 1).outcome is (
+        GateOutcome.RETRYING
+    )
+    clock.advance(timedelta(seconds=31))
+    new = [(keyed("g", n, k, fifo_epoch=NEW), n) for n, k in ((1, "x"), (2, "y"))]
+    nacked: list[Message] = []
+
+    def new_sequence_arrives() -> None:
+        # New #3 comes first (early: parked) and starts the new sequence, so #1 and #2 then
+        # run as one batch.
+        z = keyed("g", 3, "z", fifo_epoch=NEW)
+        assert second.deliver(z, "g", 3).outcome is GateOutcome.PARKED
+        results = second.deliver_batch("g", new)
+        nacked.extend(m for (m, _), r in zip(new, results, strict=True) if isinstance(r, Exception))
+
+    store.then = new_sequence_arrives
+    assert first.sweep("g").outcome is GateOutcome.PROCESSED  # old #1 runs; then unparks #1
+    restarted = process()
+    for message in nacked:  # delivered again to a restarted process
+        restarted.deliver(message, "g", int(message.attributes["fifo_seq"]))
+    clock.advance(timedelta(seconds=31))
+    restarted.sweep("g")
+    assert handled == ["a", "x", "y", "z"]
+    assert store.load("consumer-a", "g").last_processed == 3
+    assert sink.on(DLQ) == []

@@ -6,7 +6,8 @@ running elsewhere), or the head to run now (under a held lease or a new one).
 For a delivery of ``(group, seq)`` against the group's last-processed counter ``last``:
 ``seq <= last`` is a duplicate (ack); ``seq == last + 1`` takes the lease, runs the handler and
 advances; ``seq > last + 1`` is parked and acked (``park=False``: nacked). No I/O: the effects
-are yielded (:mod:`.fifo_effects`).
+are yielded (:mod:`.fifo_effects`). (About 310 lines: one delivery and a batch's run share the
+rules of a park.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core import fifo_rules as rules
 from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, Op, Park, ParkedMessage, Unpark
-from pubsub_toolkit.core.fifo_parts import EarlyArrivalError
+from pubsub_toolkit.core.fifo_parts import EarlyArrivalError, ParkedInPlaceError
 from pubsub_toolkit.core.fifo_policy import (
     REASON_LATE_AFTER_SKIP,
     REASON_STATE_EXPIRED,
@@ -140,6 +141,8 @@ class FifoDeliver(FifoRun):
                     pending = [i for i in pending if i not in results]
                     continue
             i = pending.pop(0)
+            if i in results:  # settled by a batch's run (a head it nacked)
+                continue
             message, seq = deliveries[i]
             try:
                 results[i] = yield from self.deliver(message, group, seq)
@@ -194,6 +197,14 @@ class FifoDeliver(FifoRun):
             self._decide("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
             for i in run:
                 results[i] = exc
+            return
+        except ParkedInPlaceError as exc:
+            # Its copy took an earlier sequence's place (FifoRun._deliver_again): nacked, not
+            # judged alone - that would ack it as parked, and the late unpark may take the copy.
+            self._decide("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
+            for i in run:
+                if deliveries[i][1] == exc.seq:
+                    results[i] = exc
             return
         except Exception as exc:
             # One number of the batch failed on its own (its copy is parked for the retry) or

@@ -19,7 +19,7 @@ from pubsub_toolkit.core import fifo_rules as rules
 from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_advance import FifoAdvance
 from pubsub_toolkit.core.fifo_effects import DeadLetter, Op, SpanEnd, SpanStart, Unpark
-from pubsub_toolkit.core.fifo_parts import Found, HandlerFailedError, Step
+from pubsub_toolkit.core.fifo_parts import Found, HandlerFailedError, ParkedInPlaceError, Step
 from pubsub_toolkit.core.fifo_policy import (
     REASON_POISON,
     GapPolicy,
@@ -28,7 +28,7 @@ from pubsub_toolkit.core.fifo_policy import (
     message_key,
 )
 from pubsub_toolkit.core.fifo_rules import ran_earlier
-from pubsub_toolkit.errors import RetryLater, StaleClaimError, StoreUnavailableError, TransientError
+from pubsub_toolkit.errors import RetryLater, StaleClaimError, StoreUnavailableError
 from pubsub_toolkit.message import Message
 from pubsub_toolkit.stores.fifo_state.base import POISON_MARK, GroupState, key_digest
 
@@ -331,7 +331,7 @@ class FifoRun(FifoAdvance):
             "parked where the old sequence's copy was (its run may still unpark the number): "
             "deliver again to keep the copy",
         )
-        raise TransientError(f"{group}#{seq}: parked in place of the old sequence's copy")
+        raise ParkedInPlaceError(group, seq)
 
     def _poisoned(
         self,
