@@ -1258,7 +1258,7 @@ def after_issue_26() -> tuple[Mutation, ...]:
     found by the default mix beyond seed 200,000 (seeds 232256, 223215); S3, S4: the same after a
     store loss (seeds 230393, 225487); G1: a running head skipped as a gap (seed 103165); R1,
     R2: renumbered copies of one key dead-lettered when their sequence restarted (seeds 132612,
-    132734)."""
+    132734); U1: a new sequence's copy taken by the old sequence's late unpark (seed 160824)."""
     return (
         Mutation(
             "P1",
@@ -1374,6 +1374,19 @@ def after_issue_26() -> tuple[Mutation, ...]:
                 "test_two_parked_copies_of_one_key_are_dead_lettered_once_when_the_sequence_"
                 "restarts",
             ),
+        ),
+        Mutation(
+            "U1",
+            "a new sequence's copy that replaced the old sequence's at its number is acked",
+            (
+                SourceEdit(
+                    "pubsub_toolkit.core.fifo_seen",
+                    "SeenStore.park_run",
+                    "displaced = older is not None and own is not None and older < own",
+                    "displaced = False",
+                ),
+            ),
+            guarded_by=("tests/unit/test_fifo_epoch_late_unpark.py",),
         ),
     )
 

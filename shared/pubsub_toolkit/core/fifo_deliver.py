@@ -6,7 +6,8 @@ running elsewhere), or the head to run now (under a held lease or a new one).
 For a delivery of ``(group, seq)`` against the group's last-processed counter ``last``:
 ``seq <= last`` is a duplicate (ack); ``seq == last + 1`` takes the lease, runs the handler and
 advances; ``seq > last + 1`` is parked and acked (``park=False``: nacked). No I/O: the effects
-are yielded (:mod:`.fifo_effects`).
+are yielded (:mod:`.fifo_effects`). (About 310 lines: one delivery and a batch's run share the
+rules of a park.)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core import fifo_rules as rules
 from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_effects import MAX_CAS_ROUNDS, Op, Park, ParkedMessage, Unpark
-from pubsub_toolkit.core.fifo_parts import EarlyArrivalError
+from pubsub_toolkit.core.fifo_parts import EarlyArrivalError, ParkedInPlaceError
 from pubsub_toolkit.core.fifo_policy import (
     REASON_LATE_AFTER_SKIP,
     REASON_STATE_EXPIRED,
@@ -140,6 +141,8 @@ class FifoDeliver(FifoRun):
                     pending = [i for i in pending if i not in results]
                     continue
             i = pending.pop(0)
+            if i in results:  # settled by a batch's run (a head it nacked)
+                continue
             message, seq = deliveries[i]
             try:
                 results[i] = yield from self.deliver(message, group, seq)
@@ -194,6 +197,14 @@ class FifoDeliver(FifoRun):
             self._decide("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
             for i in run:
                 results[i] = exc
+            return
+        except ParkedInPlaceError as exc:
+            # Its copy took an earlier sequence's place (FifoRun._deliver_again): nacked, not
+            # judged alone - that would ack it as parked, and the late unpark may take the copy.
+            self._decide("batch_stopped", group, steps[0][0], f"{type(exc).__name__}: {exc}")
+            for i in run:
+                if deliveries[i][1] == exc.seq:
+                    results[i] = exc
             return
         except Exception as exc:
             # One number of the batch failed on its own (its copy is parked for the retry) or
@@ -250,15 +261,18 @@ class FifoDeliver(FifoRun):
         if not self.policy.park and state.blocked_at is None and seq > state.head:
             self._decide("early_nacked", group, seq, f"early (waiting for {state.head}); nack")
             raise EarlyArrivalError(f"{group}#{seq} is early; waiting for {state.head}")
-        if not (yield from self._park_copy(group, seq, message, digest, state)):
+        ours, displaced = yield from self._park_copy(group, seq, message, digest, state)
+        if not ours:
             # Another message got its copy stored at this number first: that one holds it.
             return (yield from self._reused(message, group, seq, state))
         new = rules.with_arrival_parked(state, seq, digest, now=now)
+        if seq not in state.parked and not (yield from self._seen.save(group, new, state)):
+            return None
+        if displaced:
+            self._deliver_again(group, seq)  # the old sequence's run may still unpark it
         if seq in state.parked:  # a redelivered copy: the parked one stands for it
             retrying = seq == state.head and state.backing_off(now)
             return GateResult(GateOutcome.RETRYING if retrying else GateOutcome.PARKED, group, seq)
-        if not (yield from self._seen.save(group, new, state)):
-            return None
         if seq == state.head and state.blocked_at is None:
             if state.backing_off(now):
                 self._decide("retry_scheduled", group, seq, "backing off; copy parked")
@@ -271,22 +285,26 @@ class FifoDeliver(FifoRun):
 
     def _park_copy(
         self, group: str, seq: int, message: Message, digest: str, state: GroupState
-    ) -> Op[bool]:
-        """Park an arrival (``digest`` its key's); True only if the stored copy is this message
-        (a store keeps the first copy of a number, and the state must name the same one).
+    ) -> Op[tuple[bool, bool]]:
+        """Park an arrival (``digest`` its key's); first True only if the stored copy is this
+        message (a store keeps the first copy of a number, and the state must name the same
+        one); second True when it replaced a copy of an earlier sequence (see below).
 
         A copy of an earlier sequence the record saw end holds nothing: the restart settled
         every copy it listed, so this is a stray its process left unlisted (parked, then crashed
         before the state's write; the message then ran from its own delivery, which unparks
         nothing unlisted). It makes way, or the new message given its number would be
-        dead-lettered as a reuse and the group stop there (seed 223215)."""
+        dead-lettered as a reuse and the group stop there (seed 223215). Unless the run that
+        passed its number has yet to unpark it (it unparks after its advance): then it takes
+        the new copy with it, so the arrival is delivered again, not acked (seed 160824)."""
         yield Park(self.consumer, group, seq, message)
         stored = yield ParkedMessage(self.consumer, group, seq)
-        if stored is not None and verdicts.stray_of_earlier_sequence(state, stored):
+        displaced = stored is not None and verdicts.stray_of_earlier_sequence(state, stored)
+        if displaced:
             yield Unpark(self.consumer, group, seq)
             yield Park(self.consumer, group, seq, message)
             stored = yield ParkedMessage(self.consumer, group, seq)
         if stored is not None and key_digest(message_key(stored)) != digest:
-            return False
+            return False, False
         self._seen.remember_parked(group, seq, message)
-        return True
+        return True, displaced

@@ -64,6 +64,15 @@ class HandlerFailedError(TransientError):
     """The handler failed below the poison limit: deliver the message again."""
 
 
+class ParkedInPlaceError(TransientError):
+    """A copy was parked in place of an earlier sequence's copy at its number, whose run may
+    still unpark the number: deliver the message again (its redelivery parks it again)."""
+
+    def __init__(self, group: str, seq: int) -> None:
+        super().__init__(f"{group}#{seq}: parked in place of the old sequence's copy")
+        self.seq = seq
+
+
 class FifoParts:
     """One gate's parts: its policy, its clock, its decision log and its memory of the store
     (shared by every operation of the gate, on any thread: a generator per operation)."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import NoReturn
 
 from pubsub_toolkit import attributes as attr
 from pubsub_toolkit.core import fifo_rules as rules
 from pubsub_toolkit.core import fifo_verdicts as verdicts
 from pubsub_toolkit.core.fifo_advance import FifoAdvance
 from pubsub_toolkit.core.fifo_effects import DeadLetter, Op, SpanEnd, SpanStart, Unpark
-from pubsub_toolkit.core.fifo_parts import Found, HandlerFailedError, Step
+from pubsub_toolkit.core.fifo_parts import Found, HandlerFailedError, ParkedInPlaceError, Step
 from pubsub_toolkit.core.fifo_policy import (
     REASON_POISON,
     GapPolicy,
@@ -297,14 +298,17 @@ class FifoRun(FifoAdvance):
                 f"{(retry_at - now).total_seconds():.0f}s: {exc}",
                 level=logging.INFO if asked else logging.WARNING,
             )
-            if not from_park:
-                yield from self._seen.park_run(group, seq, message)  # kept for the sweeper
+            displaced = False
+            if not from_park:  # kept for the sweeper
+                displaced = yield from self._seen.park_run(group, seq, message)
             digest = key_digest(message_key(message))
             yield from self._update(
                 group, token, lambda s: rules.retry_later(s, seq, digest, at=retry_at)
             )
             if not from_park and not asked:
                 raise HandlerFailedError(f"{group}#{seq} failed: {exc}") from exc
+            if displaced:
+                self._deliver_again(group, seq)  # (the handler waits its delay all the same)
             return state, GateOutcome.RETRYING  # the sweeper retries when it is due
         detail = (
             f"handler raised {type(exc).__name__}: {exc}"
@@ -314,6 +318,20 @@ class FifoRun(FifoAdvance):
         return (
             yield from self._poisoned(group, seq, message, token=token, detail=detail, state=state)
         )
+
+    def _deliver_again(self, group: str, seq: int) -> NoReturn:
+        """Nack a delivery whose copy was just parked in place of an earlier sequence's copy
+        at ``seq``: the run that passed that number unparks it after its advance - maybe still
+        to come, and taking this copy with it. Acked, the message would be gone with this
+        process (simulation seed 160824); delivered again, its copy is parked again."""
+        self._decide(
+            "park_confirming",
+            group,
+            seq,
+            "parked where the old sequence's copy was (its run may still unpark the number): "
+            "deliver again to keep the copy",
+        )
+        raise ParkedInPlaceError(group, seq)
 
     def _poisoned(
         self,

@@ -131,15 +131,23 @@ class SeenStore:
     def remember_parked(self, group: str, seq: int, message: Message) -> None:
         self._parked_copies.put((group, seq), message)
 
-    def park_run(self, group: str, seq: int, message: Message) -> Op[None]:
+    def park_run(self, group: str, seq: int, message: Message) -> Op[bool]:
         """Park a copy whose run under ``seq``'s lease failed: the state names it there, so any
-        other copy kept there is a stray (seed 843: a repair's re-park) - it would run instead."""
+        other copy kept there is a stray (seed 843: a repair's re-park) - it would run instead.
+
+        True when the stray was a copy of an earlier sequence of the group (an older epoch):
+        the run that passed that number unparks it after its advance, so it may still unpark
+        the number - and take this copy with it (seed 160824)."""
         yield Park(self._consumer, group, seq, message)
         stored = yield ParkedMessage(self._consumer, group, seq)
+        displaced = False
         if stored is not None and message_key(stored) != message_key(message):
+            older, own = rules.message_epoch(stored), rules.message_epoch(message)
+            displaced = older is not None and own is not None and older < own
             yield Unpark(self._consumer, group, seq)
             yield Park(self._consumer, group, seq, message)
         self.remember_parked(group, seq, message)
+        return displaced
 
     def parked(self, group: str, state: GroupState, seq: int) -> Op[Message | None]:
         """The copy to run at ``seq``: the stored one if it is the message ``state`` lists there,
