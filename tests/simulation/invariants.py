@@ -108,6 +108,12 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
     # An operator's skip of a group blocked on poison is an explicit, logged decision after an
     # ALERT - the only way out when the consumer has no dead-letter topic.
     dropped = {(a.group, str(a.seq)) for a in f.ledger.operator if "blocked" in a.why}
+    # And an operator's `dlq replay` of a message outside groups (guarantees.md, item 7): the
+    # replay runs it again, so it may be dead-lettered again - once more per replay.
+    retries: dict[str, int] = defaultdict(int)
+    for a in f.ledger.operator:
+        if a.action == "dlq_replay" and not a.group and a.key:
+            retries[a.key] += 1
     numbers = defaultdict(set)
     for o in f.ledger.origins:
         numbers[o.lid].add((o.group, o.seq))
@@ -128,7 +134,11 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
                 # Pub/Sub's own policy may take it first, after failed attempts (weaker 5).
                 yield Violation(one, m.lid, f"dead-lettered as {reasons}, expected {m.reasons}")
             yield from _repeated_letters(
-                f, m.lid, [d for d in dead if (d.group, d.seq) not in replayed], one
+                f,
+                m.lid,
+                [d for d in dead if (d.group, d.seq) not in replayed],
+                one,
+                retries[m.dedup_key or ""],
             )
             continue
         if not got and not dead and not f.relax.may_be_lost(m.lid):
@@ -140,14 +150,17 @@ def _exactly_once(f: Final) -> Iterator[Violation]:
         both = [d for d in dead if f.relax.counts_as_both(m.lid, d)]
         if got and both:
             yield Violation(one, m.lid, f"both an effect and dead-lettered as {both[0].reason}")
-        yield from _repeated_letters(f, m.lid, dead, one)
+        yield from _repeated_letters(f, m.lid, dead, one, retries[m.dedup_key or ""])
 
 
-def _repeated_letters(f: Final, lid: str, dead: list[Any], one: str) -> Iterator[Violation]:
-    """A dead letter is not repeated - whether the message was to be dead-lettered or not."""
+def _repeated_letters(
+    f: Final, lid: str, dead: list[Any], one: str, replays: int = 0
+) -> Iterator[Violation]:
+    """A dead letter is not repeated - whether the message was to be dead-lettered or not -
+    except once more per operator's ``dlq replay`` of it (``replays``)."""
     for reason in sorted({d.reason for d in dead}):
         mine = [d for d in dead if d.reason == reason and d.source == "toolkit"]
-        if len(mine) > 1 and not f.relax.dead_letter_may_repeat(lid, reason):
+        if len(mine) > 1 + replays and not f.relax.dead_letter_may_repeat(lid, reason):
             yield Violation(one, lid, f"dead-lettered {len(mine)} times as {reason}")
 
 

@@ -103,8 +103,9 @@ class OperatorAction:
     at: float
     group: str
     seq: int
-    action: str  # "skip" | "replay"
+    action: str  # "skip" | "replay" | "dlq_replay"
     why: str
+    key: str = ""  # a dlq_replay's dedup key
 
 
 @dataclass

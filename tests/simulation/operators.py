@@ -174,7 +174,7 @@ class Operator:
         why = f"dlq replay of the letter Pub/Sub forwarded ({letter.dead_letter_id})"
         w.trace.add(f"OPERATOR dlq replay {letter.replay_key} ({group}#{head}): {why}")
         w.ledger.operator.append(
-            OperatorAction(w.loop.now, group or "", head or 0, "dlq_replay", why)
+            OperatorAction(w.loop.now, group or "", head or 0, "dlq_replay", why, key)
         )
         return True
 

@@ -90,7 +90,9 @@ in :mod:`.invariants` at full strength, except in exactly these cases, which the
 8. **An operator's replay** (guarantees.md, item 7): a number of a group the operator replayed
    (``fifo replay`` after a poison ALERT) is a new attempt at its dead-lettered head - it may
    then have its effect, or be dead-lettered again, beside its first letter
-   (``invariants._exactly_once``: ``replayed``).
+   (``invariants._exactly_once``: ``replayed``) - and a message outside groups the operator
+   ``dlq replay``-ed may be dead-lettered once more per replay (``retries``; seed 224000 with
+   ``--enable handler_permanent``: its handler refused again).
 """
 
 from __future__ import annotations
